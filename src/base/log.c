@@ -1,0 +1,150 @@
+/*
+ * Logging and the last-error message (see log.h).
+ */
+#define _GNU_SOURCE
+#include "log.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "param.h"
+
+int log_level = -1;
+uint64_t log_mask = 0;
+
+static FILE *log_file;
+static char host_name[64];
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int thread_dev = -1;
+
+/* The last error: written under `lock` by whichever thread failed, copied out per thread when read. */
+static char last_error[1024];
+static _Thread_local char last_error_copy[1024];
+
+static const struct {
+  const char *name;
+  uint64_t bit;
+} subsystems[] = {
+    {"INIT", LOG_INIT},   {"COLL", LOG_COLL},       {"P2P", LOG_P2P},       {"SHM", LOG_SHM},
+    {"NET", LOG_NET},     {"GRAPH", LOG_GRAPH},     {"TUNING", LOG_TUNING}, {"ENV", LOG_ENV},
+    {"ALLOC", LOG_ALLOC}, {"CALL", LOG_CALL},       {"PROXY", LOG_PROXY},   {"NVLS", LOG_NVLS},
+    {"BOOTSTRAP", LOG_BOOTSTRAP}, {"REG", LOG_REG}, {"PROFILE", LOG_PROFILE}, {"RAS", LOG_RAS},
+    {"ALL", LOG_ALL},
+};
+
+static int parse_level(const char *s) {
+  static const char *names[] = {"VERSION", "WARN", "INFO", "ABORT", "TRACE"};
+  for (int i = 0; i < 5; i++)
+    if (strcasecmp(s, names[i]) == 0) return i + 1;
+  return LOG_NONE;
+}
+
+/* NCCL_DEBUG_SUBSYS: "A,B" enables those; "^A,B" enables all but those. */
+static uint64_t parse_mask(const char *s) {
+  int invert = s[0] == '^';
+  uint64_t mask = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", s + invert);
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
+    for (size_t i = 0; i < sizeof subsystems / sizeof subsystems[0]; i++)
+      if (strcasecmp(tok, subsystems[i].name) == 0) mask |= subsystems[i].bit;
+  return invert ? ~mask : mask;
+}
+
+/* Expands %h (host name) and %p (pid) in NCCL_DEBUG_FILE and opens it. */
+static FILE *open_log_file(const char *pattern) {
+  char path[4096];
+  size_t n = 0;
+  for (const char *p = pattern; *p != '\0' && n < sizeof path - 32; p++) {
+    if (p[0] == '%' && p[1] == 'h') {
+      n += snprintf(path + n, sizeof path - n, "%s", host_name);
+      p++;
+    } else if (p[0] == '%' && p[1] == 'p') {
+      n += snprintf(path + n, sizeof path - n, "%d", (int)getpid());
+      p++;
+    } else {
+      path[n++] = *p;
+    }
+  }
+  path[n] = '\0';
+  FILE *f = fopen(path, "w");
+  if (f != NULL) setvbuf(f, NULL, _IOLBF, 0);
+  return f;
+}
+
+void log_init(void) {
+  pthread_mutex_lock(&lock);
+  gethostname(host_name, sizeof host_name - 1);
+  char *dot = strchr(host_name, '.');
+  if (dot != NULL) *dot = '\0';
+  if (log_file != NULL && log_file != stdout) fclose(log_file);
+  log_file = stdout;
+  const char *file = param_str(P_NCCL_DEBUG_FILE);
+  if (*file != '\0') {
+    FILE *f = open_log_file(file);
+    if (f != NULL) log_file = f;
+  }
+  log_mask = parse_mask(param_str(P_NCCL_DEBUG_SUBSYS));
+  __atomic_store_n(&log_level, parse_level(param_str(P_NCCL_DEBUG)), __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&lock);
+}
+
+void log_set_dev(int dev) {
+  thread_dev = dev;
+}
+
+static void vwrite(log_level_t level, const char *file, int line, const char *fmt, va_list ap) {
+  static const char *names[] = {"", "VERSION", "WARN", "INFO", "ABORT", "TRACE"};
+  char msg[1024];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  long tid = syscall(SYS_gettid);
+  pthread_mutex_lock(&lock);
+  if (level == LOG_TRACE) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    fprintf(log_file, "%s:%d:%ld [%d] %.6f %s:%d NCCL TRACE %s\n", host_name, (int)getpid(), tid, thread_dev,
+            ts.tv_sec + ts.tv_nsec * 1e-9, file, line, msg);
+  } else if (level == LOG_VERSION) {
+    fprintf(log_file, "%s\n", msg);
+  } else {
+    fprintf(log_file, "%s:%d:%ld [%d] NCCL %s %s\n", host_name, (int)getpid(), tid, thread_dev, names[level], msg);
+  }
+  fflush(log_file);
+  pthread_mutex_unlock(&lock);
+}
+
+void log_write(log_level_t level, uint64_t subsys, const char *file, int line, const char *fmt, ...) {
+  (void)subsys;
+  va_list ap;
+  va_start(ap, fmt);
+  vwrite(level, file, line, fmt, ap);
+  va_end(ap);
+}
+
+ncclResult_t log_err(ncclResult_t res, const char *fmt, ...) {
+  char msg[sizeof last_error];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&lock);
+  memcpy(last_error, msg, sizeof msg);
+  pthread_mutex_unlock(&lock);
+  if (log_enabled(LOG_WARN, LOG_ALL)) log_write(LOG_WARN, LOG_ALL, __FILE__, __LINE__, "%s", msg);
+  return res;
+}
+
+const char *log_last_error(void) {
+  pthread_mutex_lock(&lock);
+  memcpy(last_error_copy, last_error, sizeof last_error);
+  pthread_mutex_unlock(&lock);
+  return last_error_copy;
+}

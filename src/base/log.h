@@ -1,0 +1,68 @@
+/*
+ * Logging in NCCL's format and the library's last-error message.
+ *
+ * NCCL_DEBUG picks the level (VERSION, WARN, INFO, TRACE), NCCL_DEBUG_SUBSYS the subsystems (a comma list,
+ * "^" to exclude), NCCL_DEBUG_FILE the destination ("%h" host, "%p" pid). Lines read
+ * "host:pid:tid [dev] NCCL INFO message", as NCCL's do, so existing log tooling keeps working.
+ */
+#ifndef BRAID_BASE_LOG_H
+#define BRAID_BASE_LOG_H
+
+#include <stdint.h>
+#include "nccl.h"
+
+/* Log levels, as NCCL orders them. */
+typedef enum { LOG_NONE = 0, LOG_VERSION = 1, LOG_WARN = 2, LOG_INFO = 3, LOG_ABORT = 4, LOG_TRACE = 5 } log_level_t;
+
+/* Subsystem bits of NCCL_DEBUG_SUBSYS (the same bits as NCCL's). */
+enum {
+  LOG_INIT = 1 << 0,
+  LOG_COLL = 1 << 1,
+  LOG_P2P = 1 << 2,
+  LOG_SHM = 1 << 3,
+  LOG_NET = 1 << 4,
+  LOG_GRAPH = 1 << 5,
+  LOG_TUNING = 1 << 6,
+  LOG_ENV = 1 << 7,
+  LOG_ALLOC = 1 << 8,
+  LOG_CALL = 1 << 9,
+  LOG_PROXY = 1 << 10,
+  LOG_NVLS = 1 << 11,
+  LOG_BOOTSTRAP = 1 << 12,
+  LOG_REG = 1 << 13,
+  LOG_PROFILE = 1 << 14,
+  LOG_RAS = 1 << 15,
+  LOG_ALL = ~0
+};
+
+/* Current level and subsystem mask (read them through log_enabled). */
+extern int log_level;
+extern uint64_t log_mask;
+
+/* Reads the logging variables (again, when called after the first time). */
+void log_init(void);
+/* Whether a message of this level and subsystem would be written. */
+static inline int log_enabled(log_level_t level, uint64_t subsys) {
+  if (log_level < 0) log_init();
+  return level <= log_level && (level <= LOG_WARN || (subsys & log_mask));
+}
+/* Writes one log line. Use the macros below, which skip formatting when the line is filtered out. */
+void log_write(log_level_t level, uint64_t subsys, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* The device number shown in "[dev]" for lines logged by the calling thread. */
+void log_set_dev(int dev);
+
+#define LOG_AT(level, subsys, ...)                                                                              \
+  do {                                                                                                          \
+    if (log_enabled(level, subsys)) log_write(level, subsys, __FILE__, __LINE__, __VA_ARGS__);                  \
+  } while (0)
+#define WARN(...) LOG_AT(LOG_WARN, LOG_ALL, __VA_ARGS__)
+#define INFO(subsys, ...) LOG_AT(LOG_INFO, subsys, __VA_ARGS__)
+#define TRACE(subsys, ...) LOG_AT(LOG_TRACE, subsys, __VA_ARGS__)
+
+/* Reports an error where it starts: logs it at WARN, records it as the last error, and returns `res`. */
+ncclResult_t log_err(ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The last error's message, copied for the calling thread ("" when there was none). */
+const char *log_last_error(void);
+
+#endif

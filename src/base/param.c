@@ -1,0 +1,161 @@
+/*
+ * The parameter registry (see param.h): one table built from params.def, filled from the environment and
+ * the configuration files the first time any knob is read.
+ */
+#define _GNU_SOURCE
+#include "param.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+typedef enum { KIND_INT, KIND_STR } kind_t;
+
+/* One knob: its declaration and its current value. */
+typedef struct {
+  const char *name;
+  kind_t kind;
+  const char *def; /* default, as text */
+  const char *help;
+  char *value;     /* current value as text, or NULL for the default */
+  char *source;    /* "env" or the file it came from; NULL for the default */
+  int64_t ival;    /* parsed value of an integer knob */
+} param_t;
+
+static param_t params[P_COUNT] = {
+#define PARAM_INT(n, d, h) [P_##n] = {.name = #n, .kind = KIND_INT, .def = #d, .help = h},
+#define PARAM_STR(n, d, h) [P_##n] = {.name = #n, .kind = KIND_STR, .def = d, .help = h},
+#include "params.def"
+#undef PARAM_INT
+#undef PARAM_STR
+};
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t reload_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static param_t *lookup(const char *name, size_t len) {
+  for (int i = 0; i < P_COUNT; i++)
+    if (strlen(params[i].name) == len && strncmp(params[i].name, name, len) == 0) return &params[i];
+  return NULL;
+}
+
+/* Sets a knob's text and parses it; a bad integer keeps the default and says so. */
+static void set_value(param_t *p, const char *value, const char *source) {
+  if (p->kind == KIND_INT) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 0);
+    while (*end == ' ' || *end == '\t') end++;
+    if (errno != 0 || end == value || *end != '\0') {
+      fprintf(stderr, "Braid: ignoring %s=\"%s\" from %s: not an integer\n", p->name, value, source);
+      return;
+    }
+    p->ival = v;
+  }
+  free(p->value);
+  free(p->source);
+  p->value = strdup(value);
+  p->source = strdup(source);
+}
+
+static char *trim(char *s) {
+  while (*s == ' ' || *s == '\t') s++;
+  char *e = s + strlen(s);
+  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) *--e = '\0';
+  return s;
+}
+
+/* Applies NAME=VALUE lines of a configuration file to knobs that no earlier source set. */
+static void read_file(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return;
+  char line[1024];
+  while (fgets(line, sizeof line, f) != NULL) {
+    char *s = trim(line);
+    if (*s == '#' || *s == '\0') continue;
+    char *eq = strchr(s, '=');
+    if (eq == NULL) continue;
+    *eq = '\0';
+    char *name = trim(s);
+    param_t *p = lookup(name, strlen(name));
+    if (p != NULL && p->value == NULL) set_value(p, trim(eq + 1), path);
+  }
+  fclose(f);
+}
+
+static void load(void) {
+  for (int i = 0; i < P_COUNT; i++) {
+    param_t *p = &params[i];
+    free(p->value);
+    free(p->source);
+    p->value = p->source = NULL;
+    p->ival = p->kind == KIND_INT ? strtoll(p->def, NULL, 0) : 0;
+    const char *env = getenv(p->name);
+    if (env != NULL) set_value(p, env, "env");
+  }
+  /* The user's file (or NCCL_CONF_FILE) before the system's: the first source to set a knob wins. */
+  const char *conf = getenv("NCCL_CONF_FILE");
+  if (conf != NULL && *conf != '\0') {
+    read_file(conf);
+  } else {
+    const char *home = getenv("HOME");
+    if (home != NULL) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/.nccl.conf", home);
+      read_file(path);
+    }
+  }
+  read_file("/etc/nccl.conf");
+}
+
+static void ensure_loaded(void) {
+  pthread_once(&once, load);
+}
+
+void param_reload(void) {
+  ensure_loaded();
+  pthread_mutex_lock(&reload_lock);
+  load();
+  pthread_mutex_unlock(&reload_lock);
+}
+
+int64_t param_int(param_id_t id) {
+  ensure_loaded();
+  return params[id].ival;
+}
+
+const char *param_str(param_id_t id) {
+  ensure_loaded();
+  return params[id].value != NULL ? params[id].value : params[id].def;
+}
+
+int param_is_set(param_id_t id) {
+  ensure_loaded();
+  return params[id].value != NULL;
+}
+
+const char *param_name(param_id_t id) {
+  return params[id].name;
+}
+
+const char *param_help(param_id_t id) {
+  return params[id].help;
+}
+
+const char *param_source(param_id_t id) {
+  ensure_loaded();
+  return params[id].source != NULL ? params[id].source : "default";
+}
+
+void param_format(param_id_t id, char *buf, int len) {
+  ensure_loaded();
+  if (params[id].kind == KIND_INT)
+    snprintf(buf, len, "%" PRId64, params[id].ival);
+  else
+    snprintf(buf, len, "%s", param_str(id));
+}

@@ -1,0 +1,88 @@
+/*
+ * Connections between two ranks of a communicator, one per (peer, direction), each behind an ops table.
+ *
+ * Host backend transports: shm (a byte ring in POSIX shared memory, for ranks of one machine) and net (a TCP
+ * socket per connection, between machines or when shm is disabled). The GPU data path adds p2p later.
+ *
+ * A connection is made in three phases so that one thread can connect several communicators at once without
+ * deadlock: the receiver `listen`s (making the endpoint and a blob of connect information), the blob travels
+ * to the sender over the bootstrap, the sender `connect`s with it, and the receiver `accept`s.
+ *
+ * The data path is a byte stream and never blocks: the sender asks for writable room (send_peek), fills it
+ * and commits; the receiver asks for readable bytes (recv_peek), consumes them and releases. A peek may
+ * return 0 bytes; the caller polls. A dead or failed peer makes a peek return ncclRemoteError, with a message
+ * naming the peer. Only the rank's one executing thread touches a connection's data path.
+ */
+#ifndef BRAID_TRANSPORT_TRANSPORT_H
+#define BRAID_TRANSPORT_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "nccl.h"
+
+/* Bytes of connect information a transport may put in its blob. */
+#define TP_BLOB_BYTES 256
+
+/* What the transports know about each rank: gathered over the bootstrap at init. */
+typedef struct {
+  uint64_t host_hash; /* equal on ranks of one machine */
+  int32_t pid;
+  int32_t dev;        /* device index, -1 on the host backend */
+} tp_peer_t;
+
+/* A communicator's transport context (opaque); holds the net transport's listening socket. */
+typedef struct tp_ctx tp_ctx_t;
+
+/* One end of a connection; each transport extends it privately. */
+typedef struct tp_conn {
+  const struct tp_ops *ops;
+  int peer;                  /* the rank at the other end */
+  int is_send;               /* 1: this end sends */
+} tp_conn_t;
+
+typedef struct tp_ops {
+  const char *name;
+  /* Receiver: makes the endpoint and writes the blob the sender needs. */
+  ncclResult_t (*listen)(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **conn_p);
+  /* Sender: attaches to the receiver's endpoint described by blob. */
+  ncclResult_t (*connect)(tp_ctx_t *ctx, int peer, const void *blob, tp_conn_t **conn_p);
+  /* Receiver: completes the connection once the sender has connected (waits, bounded). */
+  ncclResult_t (*accept)(tp_ctx_t *ctx, tp_conn_t *conn);
+  /* Sender: a writable contiguous region (*bytes_p may be 0 when the ring is full). */
+  ncclResult_t (*send_peek)(tp_conn_t *conn, void **ptr_p, size_t *bytes_p);
+  /* Sender: publishes the first `bytes` of the region from the last send_peek. */
+  ncclResult_t (*send_commit)(tp_conn_t *conn, size_t bytes);
+  /* Sender: pushes out committed bytes still held locally; *done_p = 1 once none are left. */
+  ncclResult_t (*flush)(tp_conn_t *conn, int *done_p);
+  /* Receiver: a readable contiguous region (*bytes_p may be 0 when nothing arrived). */
+  ncclResult_t (*recv_peek)(tp_conn_t *conn, void **ptr_p, size_t *bytes_p);
+  /* Receiver: frees the first `bytes` of the region from the last recv_peek. */
+  ncclResult_t (*recv_release)(tp_conn_t *conn, size_t bytes);
+  /* Tells the peer that this side failed, so that its waits end with an error instead of a timeout. */
+  void (*fail)(tp_conn_t *conn);
+  /* Frees the connection. */
+  void (*close)(tp_conn_t *conn);
+} tp_ops_t;
+
+/* What a communicator gives its transport context. */
+typedef struct {
+  int rank, nranks;
+  uint64_t nonce;                /* the communicator's id, carried in every handshake */
+  const tp_peer_t *peers;        /* nranks entries; copied */
+  const volatile int *abort_flag;
+  size_t ring_bytes;             /* staging ring size per connection (BRAID_HOST_BUFFSIZE) */
+} tp_config_t;
+
+/* Makes a transport context (opens the net listening socket). */
+ncclResult_t tp_init(const tp_config_t *config, tp_ctx_t **ctx_p);
+/* The transport to use towards `peer`: shm on the same host unless NCCL_SHM_DISABLE=1, else net. */
+const tp_ops_t *tp_select(const tp_ctx_t *ctx, int peer);
+/* Frees the context (connections must be closed first). */
+void tp_destroy(tp_ctx_t *ctx);
+
+extern const tp_ops_t tp_shm_ops;
+extern const tp_ops_t tp_net_ops;
+
+#endif

@@ -1,0 +1,113 @@
+/*
+ * The tests' small framework (see harness.h).
+ */
+#include "harness.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int passed, failed;
+
+void test_fail(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "FAIL %s:%d [pid %d]: ", file, line, (int)getpid());
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  fflush(stderr);
+  _exit(1);
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Waits for the children in pids; kills all that remain at the deadline. Returns a mask of failed ranks. */
+static unsigned wait_children(pid_t *pids, int n, int timeout_s) {
+  unsigned bad = 0;
+  int left = n;
+  double deadline = now() + timeout_s;
+  while (left > 0) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (int i = 0; i < n; i++) {
+        if (pids[i] != pid) continue;
+        pids[i] = 0;
+        left--;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+          bad |= 1u << i;
+          if (WIFSIGNALED(status))
+            fprintf(stderr, "rank %d killed by signal %d\n", i, WTERMSIG(status));
+          else
+            fprintf(stderr, "rank %d exited with status %d\n", i, WEXITSTATUS(status));
+        }
+      }
+      continue;
+    }
+    if (now() > deadline) {
+      for (int i = 0; i < n; i++) {
+        if (pids[i] == 0) continue;
+        fprintf(stderr, "rank %d still running after %d s: killed\n", i, timeout_s);
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], NULL, 0);
+        bad |= 1u << i;
+      }
+      break;
+    }
+    usleep(2000);
+  }
+  return bad;
+}
+
+unsigned run_ranks_mask(int nranks, int timeout_s, void (*fn)(int rank, int nranks, void *arg), void *arg) {
+  pid_t pids[64];
+  fflush(stdout);
+  fflush(stderr);
+  for (int r = 0; r < nranks; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      fn(r, nranks, arg);
+      fflush(stdout);
+      _exit(0);
+    }
+  }
+  return wait_children(pids, nranks, timeout_s);
+}
+
+int run_ranks(int nranks, int timeout_s, void (*fn)(int rank, int nranks, void *arg), void *arg) {
+  return run_ranks_mask(nranks, timeout_s, fn, arg) != 0;
+}
+
+void test_case(const char *name, void (*fn)(void), int timeout_s) {
+  fflush(stdout);
+  double t0 = now();
+  pid_t pid = fork();
+  if (pid == 0) {
+    fn();
+    fflush(stdout);
+    _exit(0);
+  }
+  pid_t pids[1] = {pid};
+  unsigned bad = wait_children(pids, 1, timeout_s);
+  if (bad) {
+    failed++;
+    printf("[FAIL] %s (%.2f s)\n", name, now() - t0);
+  } else {
+    passed++;
+    printf("[ ok ] %s (%.2f s)\n", name, now() - t0);
+  }
+  fflush(stdout);
+}
+
+int test_summary(void) {
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}

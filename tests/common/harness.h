@@ -1,0 +1,40 @@
+/*
+ * The tests' small framework: assertions that stop the test with a message, named cases with a closing
+ * "N passed, N failed" line, and multi-process runs where each rank is a child process under a timeout
+ * (collectives hang rather than crash, so a stuck rank is killed and reported, never waited on forever).
+ */
+#ifndef BRAID_TESTS_HARNESS_H
+#define BRAID_TESTS_HARNESS_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Fails the current case (process) with file, line and a message. */
+void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4), noreturn));
+
+#define EXPECT(cond, ...)                                                                                       \
+  do {                                                                                                          \
+    if (!(cond)) test_fail(__FILE__, __LINE__, "expected " #cond ": " __VA_ARGS__);                            \
+  } while (0)
+/* Expects an ncclResult_t call to return `want`. */
+#define EXPECT_RES(call, want)                                                                                  \
+  do {                                                                                                          \
+    int expect_res_ = (int)(call);                                                                              \
+    if (expect_res_ != (int)(want))                                                                             \
+      test_fail(__FILE__, __LINE__, "%s returned %d, expected %d", #call, expect_res_, (int)(want));           \
+  } while (0)
+#define EXPECT_OK(call) EXPECT_RES(call, 0)
+
+/* Runs one case in a child process under a timeout; counts it as passed or failed. */
+void test_case(const char *name, void (*fn)(void), int timeout_s);
+#define TEST(fn, timeout_s) test_case(#fn, fn, timeout_s)
+/* Prints "N passed, N failed" and returns the exit status for main. */
+int test_summary(void);
+
+/* Runs fn(rank, nranks, arg) in nranks child processes. Returns 0 when every rank exits 0 within timeout_s;
+ * otherwise kills the rest and returns 1, saying which rank failed or hung. */
+int run_ranks(int nranks, int timeout_s, void (*fn)(int rank, int nranks, void *arg), void *arg);
+/* Like run_ranks, but returns a bitmask of the ranks that failed or hung (bit r for rank r). */
+unsigned run_ranks_mask(int nranks, int timeout_s, void (*fn)(int rank, int nranks, void *arg), void *arg);
+
+#endif
