@@ -11,6 +11,9 @@
  * A reduction is made of steps, each one conversion in, one operation, one conversion out: PREMULSUM is a
  * scaling step followed by a sum, SUM_POSTDIV a sum followed (when `last`) by a division. Because every step
  * ends by storing the type, the product and the sum are rounded to the type in between, as on the GPU.
+ *
+ * Max and min keep `in` when the two compare equal or either is NaN. SUM_POSTDIV's divisor is expected to be
+ * positive (it is the number of ranks).
  */
 #include "host_reduce.h"
 
@@ -23,23 +26,22 @@ enum { CHUNK = 256 };
 
 /* A small binary float format: its layout and what happens past its largest finite value. */
 typedef struct {
-  int mbits;           /* stored mantissa bits */
-  int bias;            /* exponent bias */
-  int emin;            /* exponent of the smallest normal value, 1 - bias */
-  float subnormal_ulp; /* value of the lowest mantissa bit of subnormals, 2^(emin - mbits) */
+  int mbits;   /* stored mantissa bits */
+  int bias;    /* exponent bias */
+  float magic; /* 2^(emin - mbits + 23), emin = 1 - bias: a float whose last bit is worth a subnormal's */
   uint32_t max_finite; /* encoding of the largest finite magnitude */
   uint32_t overflow;   /* what a larger magnitude becomes: infinity, or max_finite when saturating */
-  uint32_t inf;        /* encoding of infinity, 0 when the format has none */
+  uint32_t inf;        /* encoding of infinity (above max_finite; for a format without one, never matches) */
   uint32_t nan;        /* encoding of the quiet NaN produced */
   uint32_t sign;       /* the sign bit */
 } minifloat_t;
 
 /* IEEE binary16: overflows to infinity. */
-static const minifloat_t half_fmt = {10, 15, -14, 0x1p-24f, 0x7bff, 0x7c00, 0x7c00, 0x7e00, 0x8000};
+static const minifloat_t half_fmt = {10, 15, 0x1p-1f, 0x7bff, 0x7c00, 0x7c00, 0x7e00, 0x8000};
 /* OCP E4M3 ("fn"): no infinities, S.1111.111 is NaN, largest finite 448; conversions saturate. */
-static const minifloat_t e4m3_fmt = {3, 7, -6, 0x1p-9f, 0x7e, 0x7e, 0, 0x7f, 0x80};
+static const minifloat_t e4m3_fmt = {3, 7, 0x1p14f, 0x7e, 0x7e, 0x100, 0x7f, 0x80};
 /* OCP E5M2: IEEE-like with infinities, largest finite 57344; conversions saturate. */
-static const minifloat_t e5m2_fmt = {2, 15, -14, 0x1p-16f, 0x7b, 0x7b, 0x7c, 0x7e, 0x80};
+static const minifloat_t e5m2_fmt = {2, 15, 0x1p7f, 0x7b, 0x7b, 0x7c, 0x7e, 0x80};
 
 static uint32_t float_bits(float f) {
   uint32_t u;
@@ -53,44 +55,37 @@ static float bits_float(uint32_t u) {
   return f;
 }
 
-/* sig / 2^shift rounded to nearest, ties to even. sig < 2^24, shift >= 1. */
-static uint32_t round_shift(uint32_t sig, int shift) {
-  if (shift > 25) return 0;
-  uint32_t q = sig >> shift, rem = sig & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-  return q + (rem > halfway || (rem == halfway && (q & 1)));
+/* a when cond, else b, by masking: the conversions below compute every case and pick one without branches, so
+ * that loops over them vectorise (a branch would keep the compiler from evaluating the float operations
+ * whose results it does not need, which could raise floating-point flags). */
+static inline uint32_t pick(int cond, uint32_t a, uint32_t b) {
+  uint32_t mask = 0u - (uint32_t)cond;
+  return (a & mask) | (b & ~mask);
 }
 
-static uint32_t mini_from_float(const minifloat_t *fmt, float f) {
-  uint32_t u = float_bits(f);
-  uint32_t sign = (u >> 31) ? fmt->sign : 0;
-  u &= 0x7fffffffu;
-  if (u > 0x7f800000u) return sign | fmt->nan;
-  /* f = sig * 2^(e - 23), e the exponent of sig's top bit (-126 for float subnormals, whose top bit is
-   * lower). */
-  int e = (int)(u >> 23) - 127;
-  uint32_t sig = u & 0x7fffffu;
-  if (e == -127)
-    e = -126;
-  else
-    sig |= 0x800000u;
-  /* Exponent of the result's lowest mantissa bit: fixed at the bottom of the range, where values are
-   * subnormal. */
-  int lsb = (e > fmt->emin ? e : fmt->emin) - fmt->mbits;
-  uint32_t m = round_shift(sig, lsb - (e - 23));
-  /* m includes the implicit bit; adding it to the exponent field minus one builds the encoding, and a
-   * mantissa rounded up to 2^(mbits + 1) carries into the exponent by itself. Subnormals have m < 2^mbits and
-   * field 0. */
-  uint32_t enc = ((uint32_t)(lsb + fmt->mbits - fmt->emin) << fmt->mbits) + m;
-  return sign | (enc > fmt->max_finite ? fmt->overflow : enc);
+static inline uint32_t mini_from_float(const minifloat_t *fmt, float f) {
+  uint32_t u = float_bits(f), mag = u & 0x7fffffffu, shift = 23 - (uint32_t)fmt->mbits;
+  uint32_t sign = (u >> 31) * fmt->sign;
+  /* Normal results: round the mantissa in place, ties to even (adding just under half, plus one when the kept
+   * part is odd); a carry moves into the exponent by itself. Then rebias the exponent. */
+  uint32_t rounded = (mag + (1u << (shift - 1)) - 1 + ((mag >> shift) & 1)) >> shift;
+  uint32_t normal = rounded - ((uint32_t)(127 - fmt->bias) << fmt->mbits);
+  /* Subnormal results: adding magic leaves a float whose last bit is the result's last bit, so the FPU
+   * rounds, ties to even; what the sum's bits grew by is the encoding (2^mbits: the smallest normal). */
+  uint32_t sub = float_bits(bits_float(mag) + fmt->magic) - float_bits(fmt->magic);
+  uint32_t enc = pick(mag < (uint32_t)(128 - fmt->bias) << 23, sub, normal);
+  enc = pick(enc > fmt->max_finite, fmt->overflow, enc);
+  return sign | pick(mag > 0x7f800000u, fmt->nan, enc);
 }
 
-static float mini_to_float(const minifloat_t *fmt, uint32_t v) {
-  uint32_t mag = v & (fmt->sign - 1), sign = (v & fmt->sign) ? 0x80000000u : 0;
-  uint32_t field = mag >> fmt->mbits, mant = mag & ((1u << fmt->mbits) - 1);
-  if (mag > fmt->max_finite)
-    return bits_float(sign | (fmt->inf && mag == fmt->inf ? 0x7f800000u : 0x7fc00000u));
-  if (field == 0) return bits_float(sign | float_bits((float)mant * fmt->subnormal_ulp));
-  return bits_float(sign | (field - fmt->bias + 127) << 23 | mant << (23 - fmt->mbits));
+static inline float mini_to_float(const minifloat_t *fmt, uint32_t v) {
+  uint32_t mag = v & (fmt->sign - 1), sign = pick((v & fmt->sign) != 0, 0x80000000u, 0);
+  uint32_t normal = (mag << (23 - fmt->mbits)) + ((uint32_t)(127 - fmt->bias) << 23);
+  /* The inverse of the subnormal trick above: exact, and immune to flushing float subnormals. */
+  uint32_t sub = float_bits(bits_float(float_bits(fmt->magic) + mag) - fmt->magic);
+  uint32_t special = pick(mag == fmt->inf, 0x7f800000u, 0x7fc00000u);
+  uint32_t bits = pick(mag > fmt->max_finite, special, pick(mag < (1u << fmt->mbits), sub, normal));
+  return bits_float(sign | bits);
 }
 
 float red_half_to_float(uint16_t h) {
@@ -124,9 +119,9 @@ float red_bf16_to_float(uint16_t h) {
 
 uint16_t red_float_to_bf16(float f) {
   uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN: keep it quiet */
   /* Adding just under half a unit, plus one when the kept part is odd, rounds to nearest, ties to even. */
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1)) >> 16, quiet_nan = (u >> 16) | 0x40;
+  return (uint16_t)pick((u & 0x7fffffffu) > 0x7f800000u, quiet_nan, rounded);
 }
 
 /* ---- Arithmetic on chunks of wide values ---- */
@@ -246,6 +241,11 @@ typedef enum { ARITH_INT, ARITH_UINT, ARITH_FLOAT, ARITH_DOUBLE } arith_t;
   static void widen_##type(wide_t *dst, const void *src, size_t n) {                                         \
     S s[CHUNK];                                                                                              \
     W *d = (W *)dst;                                                                                         \
+    if (sizeof(S) == sizeof(W)) { /* same size: the conversion keeps the bits (floats, 64-bit integers) */   \
+      memcpy(d, src, n * sizeof(S));                                                                         \
+      if (n < CHUNK) memset(d + n, 0, (CHUNK - n) * sizeof(W));                                              \
+      return;                                                                                                \
+    }                                                                                                        \
     memcpy(s, src, n * sizeof(S));                                                                           \
     if (n < CHUNK) memset(s + n, 0, (CHUNK - n) * sizeof(S));                                                \
     for (int i = 0; i < CHUNK; i++) d[i] = to_wide(s[i]);                                                    \
@@ -253,6 +253,10 @@ typedef enum { ARITH_INT, ARITH_UINT, ARITH_FLOAT, ARITH_DOUBLE } arith_t;
   static void narrow_##type(void *dst, const wide_t *src, size_t n) {                                        \
     U u[CHUNK];                                                                                              \
     const W *w = (const W *)src;                                                                             \
+    if (sizeof(U) == sizeof(W)) {                                                                            \
+      memcpy(dst, w, n * sizeof(U));                                                                         \
+      return;                                                                                                \
+    }                                                                                                        \
     for (int i = 0; i < CHUNK; i++) u[i] = from_wide(w[i]);                                                  \
     memcpy(dst, u, n * sizeof(U));                                                                           \
   }
@@ -313,8 +317,8 @@ void red_combine(const red_t *red, void *out, const void *local, const void *in,
     size_t n = count - off < CHUNK ? count - off : CHUNK;
     const char *a = (const char *)local + off * size, *b = (const char *)in + off * size;
     char *o = (char *)out + off * size;
-    unsigned char
-        scaled[CHUNK * sizeof(double)]; /* the scaled local chunk, stored (so rounded) as the type */
+    /* The scaled local chunk, stored (so rounded) as the type. */
+    unsigned char scaled[CHUNK * sizeof(double)];
     if (red->kind == RED_PREMULSUM) {
       chunk_step(red, RED_PREMULSUM, scaled, a, NULL, n);
       a = (const char *)scaled;

@@ -149,7 +149,8 @@ static void check_format(const ref_fmt_t *f, to_float_fn in, from_float_fn out) 
       EXPECT(ref_is_nan(f, out(got)), "pattern 0x%x: NaN converted to 0x%x", v, out(got));
       continue;
     }
-    EXPECT((double)got == want && !signbit(got) == !signbit(want), "0x%x decoded to %a, want %a", v, got, want);
+    EXPECT((double)got == want && !signbit(got) == !signbit(want), "0x%x decoded to %a, want %a", v, got,
+           want);
     uint32_t back = v;
     if (isinf(want) && f->saturates) back = (v & sign_bit(f)) | f->max_finite; /* satfinite: no way back */
     EXPECT(out(got) == back, "0x%x round-tripped to 0x%x", v, out(got));
