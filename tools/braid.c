@@ -4,10 +4,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bench.h"
 #include "info.h"
 
 static void usage(FILE *out) {
   fprintf(out, "usage: braid <command> [options]\n"
+               "  bench [options] [collective...]  measure collectives, nccl-tests style (braid bench -h)\n"
                "  info [--params]                  backend, CUDA driver and every parameter\n"
                "  --version                        print the version\n");
 }
@@ -26,6 +28,7 @@ int main(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
+  if (strcmp(cmd, "bench") == 0) return bench_main(argc - 1, argv + 1);
   if (strcmp(cmd, "info") == 0) return info_main(argc - 1, argv + 1);
   fprintf(stderr, "braid: unknown command '%s'\n", cmd);
   usage(stderr);
