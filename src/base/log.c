@@ -1,7 +1,6 @@
 /*
  * Logging and the last-error message (see log.h).
  */
-#define _GNU_SOURCE
 #include "log.h"
 
 #include <pthread.h>
@@ -147,4 +146,18 @@ const char *log_last_error(void) {
   memcpy(last_error_copy, last_error, sizeof last_error);
   pthread_mutex_unlock(&lock);
   return last_error_copy;
+}
+
+const char *log_result_name(ncclResult_t res) {
+  switch (res) {
+  case ncclSuccess: return "no error";
+  case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+  case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+  case ncclInternalError: return "internal error (run with NCCL_DEBUG=INFO for details)";
+  case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+  case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+  case ncclRemoteError: return "remote process exited or there was a network error";
+  case ncclInProgress: return "operation in progress";
+  default: return "unknown result code";
+  }
 }

@@ -44,7 +44,7 @@ void log_init(void);
 /* Whether a message of this level and subsystem would be written. */
 static inline int log_enabled(log_level_t level, uint64_t subsys) {
   if (log_level < 0) log_init();
-  return level <= log_level && (level <= LOG_WARN || (subsys & log_mask));
+  return (int)level <= log_level && (level <= LOG_WARN || (subsys & log_mask));
 }
 /* Writes one log line. Use the macros below, which skip formatting when the line is filtered out. */
 void log_write(log_level_t level, uint64_t subsys, const char *file, int line, const char *fmt, ...)
@@ -62,6 +62,8 @@ void log_set_dev(int dev);
 
 /* Reports an error where it starts: logs it at WARN, records it as the last error, and returns `res`. */
 ncclResult_t log_err(ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The name of a result code, as ncclGetErrorString gives it. */
+const char *log_result_name(ncclResult_t res);
 /* The last error's message, copied for the calling thread ("" when there was none). */
 const char *log_last_error(void);
 

@@ -2,7 +2,6 @@
  * The parameter registry (see param.h): one table built from params.def, filled from the environment and
  * the configuration files the first time any knob is read.
  */
-#define _GNU_SOURCE
 #include "param.h"
 
 #include <errno.h>

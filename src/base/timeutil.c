@@ -1,7 +1,6 @@
 /*
  * Monotonic time and polling back-off (see timeutil.h).
  */
-#define _GNU_SOURCE
 #include "timeutil.h"
 
 #include <sched.h>

@@ -23,6 +23,8 @@ typedef struct boot boot_t;
 /* Makes a unique id and starts its root thread on this process. With NCCL_COMM_ID set, the id names that
  * address instead and no root is started here (rank 0 starts it in boot_init). */
 ncclResult_t boot_get_unique_id(ncclUniqueId *id_p);
+/* Makes a unique id with a root thread on this process, whatever NCCL_COMM_ID says (ncclCommSplit). */
+ncclResult_t boot_new_unique_id(ncclUniqueId *id_p);
 /* Starts a root thread listening at `addr` for an id (used for NCCL_COMM_ID by rank 0). */
 ncclResult_t boot_start_root(const sock_addr_t *addr, uint64_t nonce);
 /* Checks an id's magic and contents; a corrupt id is ncclInvalidArgument with the reason. */

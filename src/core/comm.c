@@ -1,0 +1,297 @@
+/*
+ * Communicators (see comm.h). Init runs in named phases: bootstrap, peers, links, publish.
+ */
+#include "comm.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/check.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/timeutil.h"
+
+#define CONFIG_MAGIC 0xcafebeefu
+/* Bootstrap tag of the unique id a split's leader sends to the members of its color. */
+#define TAG_SPLIT_ID 0x53504c54u
+
+static const ncclConfig_t config_defaults = NCCL_CONFIG_INITIALIZER;
+
+ncclResult_t comm_config_check(const ncclConfig_t *config, ncclConfig_t *out) {
+  *out = config_defaults;
+  if (config != NULL) {
+    if (config->magic != CONFIG_MAGIC)
+      return log_err(ncclInvalidArgument, "config: magic 0x%x is not 0x%x; initialise it with NCCL_CONFIG_INITIALIZER",
+                     config->magic, CONFIG_MAGIC);
+    size_t least = offsetof(ncclConfig_t, blocking) + sizeof(int);
+    if (config->size < least || config->size > 65536)
+      return log_err(ncclInvalidArgument, "config: size %zu is not a valid ncclConfig_t size (%zu..65536)",
+                     config->size, least);
+    /* A caller built against an older header has fewer fields: those keep their defaults. A newer caller's
+     * extra fields are ignored. */
+    memcpy(out, config, config->size < sizeof *out ? config->size : sizeof *out);
+    out->size = sizeof *out;
+  }
+  if (out->blocking == NCCL_CONFIG_UNDEF_INT) out->blocking = 1;
+  if (out->blocking != 0 && out->blocking != 1)
+    return log_err(ncclInvalidArgument, "config: blocking is %d; it must be 0 or 1", out->blocking);
+  if (out->splitShare != NCCL_CONFIG_UNDEF_INT && out->splitShare != 0 && out->splitShare != 1)
+    return log_err(ncclInvalidArgument, "config: splitShare is %d; it must be 0 or 1", out->splitShare);
+  if (out->CTAPolicy != NCCL_CONFIG_UNDEF_INT && (out->CTAPolicy < 0 || out->CTAPolicy > NCCL_CTA_POLICY_ZERO))
+    return log_err(ncclInvalidArgument, "config: CTAPolicy is %d; it must be 0, 1 or 2", out->CTAPolicy);
+  if (out->minCTAs != NCCL_CONFIG_UNDEF_INT && out->maxCTAs != NCCL_CONFIG_UNDEF_INT && out->minCTAs > out->maxCTAs)
+    return log_err(ncclInvalidArgument, "config: minCTAs %d exceeds maxCTAs %d", out->minCTAs, out->maxCTAs);
+  return ncclSuccess;
+}
+
+ncclResult_t comm_alloc(int nranks, int rank, const ncclConfig_t *config, ncclComm_t *comm_p) {
+  ncclConfig_t cfg;
+  CHECK(comm_config_check(config, &cfg));
+  ncclComm_t comm = calloc(1, sizeof *comm);
+  if (comm == NULL) return log_err(ncclSystemError, "out of host memory allocating a communicator");
+  comm->magic = COMM_MAGIC;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->dev = -1;
+  comm->config = cfg;
+  comm->blocking = cfg.blocking;
+  atomic_store(&comm->state, COMM_INITIALIZING);
+  atomic_store(&comm->async_error, ncclInProgress);
+  *comm_p = comm;
+  return ncclSuccess;
+}
+
+/* FNV-1a: a stable hash of a string. */
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s != '\0'; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return h;
+}
+
+/* Equal on ranks of one machine: NCCL_HOSTID if set, else the host name and this boot's id. */
+static uint64_t host_hash(void) {
+  char buf[512] = {0};
+  const char *id = param_str(P_NCCL_HOSTID);
+  if (*id != '\0') return hash_str(id);
+  gethostname(buf, 255);
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f != NULL) {
+    size_t len = strlen(buf);
+    if (fgets(buf + len, sizeof buf - len, f) == NULL) buf[len] = '\0';
+    fclose(f);
+  }
+  return hash_str(buf);
+}
+
+static ncclResult_t init_bootstrap(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
+  CHECK(boot_init(ids, nid, comm->rank, comm->nranks, &comm->abort_flag, &comm->boot));
+  comm->nonce = boot_id_nonce(&ids[0]);
+  if (comm->config.commName != NULL)
+    snprintf(comm->name, sizeof comm->name, "%s", comm->config.commName);
+  else
+    snprintf(comm->name, sizeof comm->name, "comm %016lx", (unsigned long)comm->nonce);
+  return ncclSuccess;
+}
+
+/* Every rank tells the others its host, process and device. */
+static ncclResult_t init_peers(ncclComm_t comm) {
+  CHECK(MEM_CALLOC(&comm->acct, comm->peers, comm->nranks, "peer table"));
+  comm->peers[comm->rank] = (tp_peer_t){.host_hash = host_hash(), .pid = (int32_t)getpid(), .dev = comm->dev};
+  return boot_allgather(comm->boot, comm->peers, sizeof(tp_peer_t));
+}
+
+static ncclResult_t init_links(ncclComm_t comm) {
+  tp_config_t tc = {.rank = comm->rank,
+                    .nranks = comm->nranks,
+                    .nonce = comm->nonce,
+                    .peers = comm->peers,
+                    .abort_flag = &comm->abort_flag,
+                    .ring_bytes = (size_t)param_int(P_BRAID_HOST_BUFFSIZE)};
+  return links_init(comm->boot, &tc, &comm->acct, &comm->links);
+}
+
+/* Makes the communicator usable: the release store orders every field written by init before the state. */
+static void publish(ncclComm_t comm) {
+  atomic_store_explicit(&comm->async_error, ncclSuccess, memory_order_release);
+  atomic_store_explicit(&comm->state, COMM_READY, memory_order_release);
+  INFO(LOG_INIT, "%s rank %d nranks %d dev %d - Init COMPLETE", comm->name, comm->rank, comm->nranks, comm->dev);
+}
+
+static void banner(void) {
+  LOG_AT(LOG_VERSION, LOG_ALL, "Braid %s (NCCL API %d.%d.%d)", BRAID_VERSION, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+}
+
+static void print_banner(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, banner);
+}
+
+ncclResult_t comm_init(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
+  ncclResult_t res;
+  double t0 = time_now();
+  print_banner();
+  CHECK_GOTO(init_bootstrap(comm, ids, nid), res, fail);
+  CHECK_GOTO(init_peers(comm), res, fail);
+  CHECK_GOTO(init_links(comm), res, fail);
+  publish(comm);
+  INFO(LOG_INIT, "%s rank %d: init took %.1f ms", comm->name, comm->rank, (time_now() - t0) * 1e3);
+  return ncclSuccess;
+fail:
+  comm_set_error(comm, res);
+  return res;
+}
+
+/* Arguments of a non-blocking init, owned by its thread. */
+typedef struct {
+  ncclComm_t comm;
+  int nid;
+  ncclUniqueId ids[];
+} init_job_t;
+
+static void *init_thread_main(void *arg) {
+  init_job_t *job = arg;
+  comm_init(job->comm, job->ids, job->nid);
+  free(job);
+  return NULL;
+}
+
+ncclResult_t comm_init_async(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
+  init_job_t *job = malloc(sizeof *job + nid * sizeof(ncclUniqueId));
+  if (job == NULL) return log_err(ncclSystemError, "out of host memory starting a non-blocking init");
+  job->comm = comm;
+  job->nid = nid;
+  memcpy(job->ids, ids, nid * sizeof(ncclUniqueId));
+  int err = pthread_create(&comm->init_thread, NULL, init_thread_main, job);
+  if (err != 0) {
+    free(job);
+    return log_err(ncclSystemError, "cannot start the init thread: %s", strerror(err));
+  }
+  comm->init_thread_live = 1;
+  return ncclInProgress;
+}
+
+/* Each rank's color and key, as the split's allgather carries them. */
+typedef struct {
+  int32_t color, key;
+} split_info_t;
+
+/* This rank's place among the ranks of its color, ordered by (key, parent rank): writes its new rank, the
+ * number of members and the parent rank of member 0 (the leader). */
+static void split_place(const split_info_t *info, int nranks, int me, int *rank_p, int *count_p, int *leader_p) {
+  int rank = 0, count = 0, leader = -1;
+  for (int r = 0; r < nranks; r++) {
+    if (info[r].color != info[me].color) continue;
+    count++;
+    if (info[r].key < info[me].key || (info[r].key == info[me].key && r < me)) rank++;
+    if (leader < 0 || info[r].key < info[leader].key) leader = r;
+  }
+  *rank_p = rank;
+  *count_p = count;
+  *leader_p = leader;
+}
+
+ncclResult_t comm_split(ncclComm_t parent, int color, int key, const ncclConfig_t *config, ncclComm_t *child_p) {
+  ncclResult_t res;
+  split_info_t *info;
+  CHECK(MEM_CALLOC(&parent->acct, info, parent->nranks, "split table"));
+  info[parent->rank] = (split_info_t){.color = color, .key = key};
+  CHECK_GOTO(boot_allgather(parent->boot, info, sizeof *info), res, out);
+  *child_p = NULL;
+  if (color == NCCL_SPLIT_NOCOLOR) goto out;
+  int rank, count, leader;
+  split_place(info, parent->nranks, parent->rank, &rank, &count, &leader);
+  ncclUniqueId id;
+  if (parent->rank == leader) {
+    CHECK_GOTO(boot_new_unique_id(&id), res, out);
+    for (int r = 0; r < parent->nranks; r++)
+      if (r != leader && info[r].color == color) CHECK_GOTO(boot_send(parent->boot, r, TAG_SPLIT_ID, &id, sizeof id), res, out);
+  } else {
+    CHECK_GOTO(boot_recv(parent->boot, leader, TAG_SPLIT_ID, &id, sizeof id), res, out);
+  }
+  ncclComm_t child;
+  CHECK_GOTO(comm_alloc(count, rank, config != NULL ? config : &parent->config, &child), res, out);
+  child->dev = parent->dev;
+  res = comm_init(child, &id, 1);
+  if (res != ncclSuccess) {
+    comm_destroy(child);
+    goto out;
+  }
+  INFO(LOG_INIT, "%s rank %d: split color %d key %d -> %s rank %d of %d", parent->name, parent->rank, color, key,
+       child->name, rank, count);
+  *child_p = child;
+out:
+  mem_free(&parent->acct, info, parent->nranks * sizeof *info);
+  return res;
+}
+
+ncclResult_t comm_check(ncclComm_t comm, const char *func) {
+  if (comm == NULL) return log_err(ncclInvalidArgument, "%s: comm is NULL", func);
+  if (comm->magic == COMM_DEAD) return log_err(ncclInvalidUsage, "%s: the communicator was destroyed", func);
+  if (comm->magic != COMM_MAGIC) return log_err(ncclInvalidArgument, "%s: comm %p is not a communicator", func, (void *)comm);
+  return ncclSuccess;
+}
+
+ncclResult_t comm_check_ready(ncclComm_t comm, const char *func) {
+  CHECK(comm_check(comm, func));
+  switch (atomic_load_explicit(&comm->state, memory_order_acquire)) {
+  case COMM_READY: return ncclSuccess;
+  case COMM_INITIALIZING:
+    return log_err(ncclInvalidUsage, "%s: %s is still initialising; wait until ncclCommGetAsyncError gives ncclSuccess",
+                   func, comm->name[0] ? comm->name : "the communicator");
+  case COMM_FINALIZED: return log_err(ncclInvalidUsage, "%s: %s was finalized", func, comm->name);
+  default:
+    return log_err(ncclInvalidUsage, "%s: %s failed earlier (%s); it can only be destroyed or aborted", func,
+                   comm->name, log_result_name((ncclResult_t)atomic_load(&comm->async_error)));
+  }
+}
+
+void comm_set_error(ncclComm_t comm, ncclResult_t res) {
+  int expected = ncclSuccess;
+  if (!atomic_compare_exchange_strong(&comm->async_error, &expected, res)) {
+    expected = ncclInProgress;
+    atomic_compare_exchange_strong(&comm->async_error, &expected, res);
+  }
+  atomic_store_explicit(&comm->state, COMM_FAILED, memory_order_release);
+  if (comm->links != NULL) links_fail(comm->links);
+}
+
+ncclResult_t comm_finalize(ncclComm_t comm) {
+  ncclResult_t res = boot_barrier(comm->boot);
+  if (res != ncclSuccess) {
+    comm_set_error(comm, res);
+    return res;
+  }
+  atomic_store_explicit(&comm->state, COMM_FINALIZED, memory_order_release);
+  return ncclSuccess;
+}
+
+void comm_destroy(ncclComm_t comm) {
+  if (comm->init_thread_live) {
+    pthread_join(comm->init_thread, NULL);
+    comm->init_thread_live = 0;
+  }
+  links_destroy(comm->links);
+  if (comm->boot != NULL) boot_close(comm->boot);
+  mem_free(&comm->acct, comm->peers, comm->nranks * sizeof *comm->peers);
+  plan_free(&comm->plan);
+  redop_free(&comm->redops);
+  INFO(LOG_INIT, "%s rank %d: destroyed", comm->name, comm->rank);
+  comm->links = NULL;
+  comm->boot = NULL;
+  comm->peers = NULL;
+  comm->magic = COMM_DEAD;
+}
+
+void comm_abort(ncclComm_t comm) {
+  __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+  if (comm->init_thread_live) { /* the abort flag ends its waits */
+    pthread_join(comm->init_thread, NULL);
+    comm->init_thread_live = 0;
+  }
+  if (comm->links != NULL) links_fail(comm->links);
+  while (atomic_load(&comm->busy) > 0) time_sleep_us(1000);
+  comm_destroy(comm);
+}

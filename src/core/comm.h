@@ -1,0 +1,80 @@
+/*
+ * Communicators: creation in named phases (bootstrap, peer exchange, links), split, finalize, destroy and
+ * abort, and the checks every entry point makes on a handle.
+ *
+ * The communicator holds pointers to the state of each module (bootstrap, links, plan, reduction ops)
+ * rather than their fields. Its state is published with a release store once init is complete; readers
+ * (other threads, monitoring) load it with acquire before touching anything else (DESIGN.md, principle 7).
+ * A destroyed communicator keeps its small header, marked dead, so that a stale handle is reported as
+ * destroyed instead of touching freed memory.
+ */
+#ifndef BRAID_CORE_COMM_H
+#define BRAID_CORE_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "base/alloc.h"
+#include "bootstrap/bootstrap.h"
+#include "core/links.h"
+#include "core/plan.h"
+#include "core/redop.h"
+#include "transport/transport.h"
+
+#define COMM_MAGIC 0x4272616964436f6dull /* a live communicator */
+#define COMM_DEAD 0x4272616964446564ull  /* a destroyed one */
+
+/* Life of a communicator. */
+typedef enum { COMM_INITIALIZING, COMM_READY, COMM_FINALIZED, COMM_FAILED } comm_state_t;
+
+struct ncclComm {
+  uint64_t magic;           /* COMM_MAGIC, COMM_DEAD after destroy */
+  _Atomic int state;        /* comm_state_t; release-stored when it changes */
+  _Atomic int async_error;  /* ncclResult_t: ncclInProgress during non-blocking init, or the error */
+  volatile int abort_flag;  /* set once by ncclCommAbort or a fatal error; every wait polls it */
+  _Atomic int busy;         /* threads running work on this communicator (abort waits for 0) */
+  int rank, nranks;
+  int dev;                  /* CUDA device, -1 on the host backend */
+  uint64_t nonce;           /* the unique id's nonce: the communicator's identity */
+  char name[64];            /* "comm <nonce> rank r" or the config's commName, for messages */
+  int blocking;             /* config.blocking, resolved */
+  ncclConfig_t config;      /* the configuration as normalised at init (inherited by split) */
+  boot_t *boot;             /* bootstrap */
+  links_t *links;           /* connections */
+  tp_peer_t *peers;         /* [nranks] what each rank told at init */
+  plan_t plan;              /* the current group's calls and plan */
+  uint64_t next_seq;        /* sequence number of the next call */
+  redop_table_t redops;     /* PreMulSum operations made on this communicator */
+  alloc_acct_t acct;        /* memory charged to this communicator */
+  pthread_t init_thread;    /* non-blocking init runs here */
+  int init_thread_live;     /* init_thread must be joined */
+  struct ncclComm *group_next; /* next communicator with calls in the calling thread's group */
+  int in_group;             /* on the calling thread's group list */
+};
+
+/* Allocates a communicator for `rank` of `nranks` with a validated configuration (NULL: defaults). */
+ncclResult_t comm_alloc(int nranks, int rank, const ncclConfig_t *config, ncclComm_t *comm_p);
+/* Runs init: bootstrap with the ids, peer exchange, links. On failure the communicator is marked failed. */
+ncclResult_t comm_init(ncclComm_t comm, const ncclUniqueId *ids, int nid);
+/* Starts comm_init on a thread (non-blocking communicators); ncclCommGetAsyncError reports its end. */
+ncclResult_t comm_init_async(ncclComm_t comm, const ncclUniqueId *ids, int nid);
+/* Splits `parent`: see ncclCommSplit. *child_p is NULL for NCCL_SPLIT_NOCOLOR. */
+ncclResult_t comm_split(ncclComm_t parent, int color, int key, const ncclConfig_t *config, ncclComm_t *child_p);
+/* Validates and normalises a user configuration (size, magic, version, values) into *out. */
+ncclResult_t comm_config_check(const ncclConfig_t *config, ncclConfig_t *out);
+/* Checks a handle given to `func`: NULL, foreign and destroyed handles get a message naming `func`. */
+ncclResult_t comm_check(ncclComm_t comm, const char *func);
+/* Like comm_check, and the communicator must be ready for work (initialised, not failed or finalized). */
+ncclResult_t comm_check_ready(ncclComm_t comm, const char *func);
+/* Records a fatal error: the communicator fails and tells its peers. */
+void comm_set_error(ncclComm_t comm, ncclResult_t res);
+/* Finalize: waits for every rank, then no more work is accepted. */
+ncclResult_t comm_finalize(ncclComm_t comm);
+/* Frees everything but the dead header. */
+void comm_destroy(ncclComm_t comm);
+/* Stops all work (waiting for threads inside the communicator to leave) and destroys it. */
+void comm_abort(ncclComm_t comm);
+
+#endif

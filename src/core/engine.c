@@ -1,0 +1,223 @@
+/*
+ * The host executor (see engine.h).
+ *
+ * A transfer moves one piece at a time: as many whole elements as the receiving connection has arrived, the
+ * sending connection has room for, and the transfer has left. Each transfer's bytes on a connection are
+ * padded to XF_ALIGN so that every transfer starts aligned in the stream; both ends pad identically because
+ * both run the same transfers on it.
+ */
+#include "engine.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/timeutil.h"
+
+void engine_start(exec_t *ex, plan_t *plan, links_t *links, const volatile int *abort_flag, const char *comm_name) {
+  *ex = (exec_t){.plan = plan,
+                 .links = links,
+                 .abort_flag = abort_flag,
+                 .comm_name = comm_name,
+                 .last_progress = time_now(),
+                 .result = ncclSuccess};
+}
+
+static size_t wire_bytes(const xfer_t *x) {
+  return (x->bytes + XF_ALIGN - 1) / XF_ALIGN * XF_ALIGN;
+}
+
+/* Moves up to n bytes of data (n a multiple of the element size) from the transfer's source to its
+ * destination and/or the sending connection's region `out`; `in` is what arrived (NULL when sending from
+ * local data). */
+static void move_piece(const xfer_t *x, const char *in, char *out, size_t n) {
+  const char *src = x->src != NULL ? x->src + x->done : NULL;
+  char *dst = x->dst != NULL ? x->dst + x->done : NULL;
+  char *target = dst != NULL ? dst : out;
+  size_t elems = n / x->esize;
+  if (in != NULL && (x->flags & XF_REDUCE)) {
+    red_combine(x->red, target, src, in, elems, (x->flags & XF_LAST) != 0);
+  } else if (x->flags & XF_PREPARE) {
+    red_prepare(x->red, target, in != NULL ? in : src, elems);
+  } else {
+    const char *from = in != NULL ? in : src;
+    if (target != from) memmove(target, from, n);
+  }
+  if (dst != NULL && out != NULL) memcpy(out, dst, n);
+}
+
+/* Moves the transfer's alignment padding once its data is done. */
+static ncclResult_t move_padding(const xfer_t *x, tp_conn_t *rc, tp_conn_t *sc, size_t pad, size_t *moved_p) {
+  void *in = NULL, *out = NULL;
+  size_t avail = pad, room = pad;
+  if (rc != NULL) CHECK(rc->ops->recv_peek(rc, &in, &avail));
+  if (sc != NULL) CHECK(sc->ops->send_peek(sc, &out, &room));
+  *moved_p = 0;
+  if (avail < pad || room < pad) return ncclSuccess;
+  if (rc != NULL) CHECK(rc->ops->recv_release(rc, pad));
+  if (sc != NULL) {
+    memset(out, 0, pad);
+    CHECK(sc->ops->send_commit(sc, pad));
+  }
+  *moved_p = pad;
+  (void)x;
+  return ncclSuccess;
+}
+
+/* Moves one piece of a transfer; *moved_p says how many wire bytes moved. */
+static ncclResult_t progress_xfer(exec_t *ex, xfer_t *x, size_t *moved_p) {
+  tp_conn_t *rc = x->recv_peer >= 0 ? ex->links->recv[x->recv_peer] : NULL;
+  tp_conn_t *sc = x->send_peer >= 0 ? ex->links->send[x->send_peer] : NULL;
+  if (x->done >= x->bytes) return move_padding(x, rc, sc, wire_bytes(x) - x->done, moved_p);
+  size_t n = x->bytes - x->done;
+  void *in = NULL, *out = NULL;
+  if (rc != NULL) {
+    size_t avail;
+    CHECK(rc->ops->recv_peek(rc, &in, &avail));
+    if (avail < n) n = avail;
+  }
+  if (sc != NULL) {
+    size_t room;
+    CHECK(sc->ops->send_peek(sc, &out, &room));
+    if (room < n) n = room;
+  }
+  if (rc == NULL && sc == NULL && n > (1u << 20)) n = 1u << 20; /* local copies yield to the others */
+  n -= n % x->esize;
+  *moved_p = n;
+  if (n == 0) return ncclSuccess;
+  move_piece(x, in, out, n);
+  if (rc != NULL) CHECK(rc->ops->recv_release(rc, n));
+  if (sc != NULL) CHECK(sc->ops->send_commit(sc, n));
+  x->done += n;
+  return ncclSuccess;
+}
+
+/* Whether a connection is free for the transfer at this point of the round; claims it either way, so that
+ * later transfers on it wait for this one (transfers sharing a connection run in list order). */
+static int claim(uint32_t *marks, int peer, uint32_t round) {
+  if (peer < 0) return 1;
+  int free_now = marks[peer] != round;
+  marks[peer] = round;
+  return free_now;
+}
+
+/* Runs one round over the current step: every transfer whose connections are free moves a piece. */
+static ncclResult_t progress_step(exec_t *ex, int *progressed_p, int *step_done_p) {
+  const step_t *st = &ex->plan->steps[ex->step];
+  links_t *l = ex->links;
+  uint32_t round = ++ex->round;
+  int all_done = 1;
+  for (int i = 0; i < st->count; i++) {
+    xfer_t *x = &ex->plan->xfers[st->first + i];
+    size_t wire = x->recv_peer >= 0 || x->send_peer >= 0 ? wire_bytes(x) : x->bytes;
+    if (x->done >= wire) continue;
+    int send_free = claim(l->mark_send, x->send_peer, round);
+    int recv_free = claim(l->mark_recv, x->recv_peer, round);
+    if (send_free && recv_free) {
+      size_t moved;
+      CHECK(progress_xfer(ex, x, &moved));
+      if (moved > 0) *progressed_p = 1;
+    }
+    if (x->done < wire) all_done = 0;
+  }
+  *step_done_p = all_done;
+  return ncclSuccess;
+}
+
+/* The first unfinished transfer of the current step, for stall messages. */
+static const xfer_t *first_pending(const exec_t *ex) {
+  const step_t *st = &ex->plan->steps[ex->step];
+  for (int i = 0; i < st->count; i++) {
+    const xfer_t *x = &ex->plan->xfers[st->first + i];
+    if (x->done < wire_bytes(x)) return x;
+  }
+  return &ex->plan->xfers[st->first];
+}
+
+/* Says what a stalled exec waits for: at WARN once, or as the error when it times out. */
+static ncclResult_t check_stall(exec_t *ex, double now) {
+  int64_t warn_s = param_int(P_BRAID_STALL_WARN_S), timeout_s = param_int(P_BRAID_TIMEOUT_S);
+  double idle = now - ex->last_progress;
+  int timed_out = timeout_s > 0 && idle > timeout_s;
+  if (!timed_out && (ex->warned || warn_s <= 0 || idle <= warn_s)) return ncclSuccess;
+  const step_t *st = &ex->plan->steps[ex->step];
+  const xfer_t *x = first_pending(ex);
+  char what[512];
+  snprintf(what, sizeof what,
+           "%s rank %d: %s (call #%lu) made no progress for %.0f s: step %d of %d waits to %s rank %d "
+           "(%zu of %zu bytes moved)",
+           ex->comm_name, ex->links->rank, plan_op_name(st->task->kind), (unsigned long)st->task->seq, idle,
+           ex->step + 1, ex->plan->nsteps, x->recv_peer >= 0 ? "receive from" : "send to",
+           x->recv_peer >= 0 ? x->recv_peer : x->send_peer, x->done, x->bytes);
+  if (timed_out) return log_err(ncclSystemError, "%s; giving up after BRAID_TIMEOUT_S=%ld", what, (long)timeout_s);
+  WARN("%s", what);
+  ex->warned = 1;
+  return ncclSuccess;
+}
+
+/* One round of one exec. */
+static ncclResult_t progress_exec(exec_t *ex, double now, int *progressed_p) {
+  if (*ex->abort_flag) return log_err(ncclInvalidUsage, "%s rank %d: aborted by ncclCommAbort", ex->comm_name, ex->links->rank);
+  int progressed = 0, step_done = 0;
+  CHECK(progress_step(ex, &progressed, &step_done));
+  if (step_done) ex->step++;
+  if (progressed || step_done) {
+    ex->last_progress = now;
+    ex->warned = 0;
+    *progressed_p = 1;
+    return ncclSuccess;
+  }
+  return check_stall(ex, now);
+}
+
+/* Flushes what the sending connections still hold locally (bounded by BRAID_TIMEOUT_S like every wait). */
+static ncclResult_t flush_all(exec_t *ex, double now, int *done_p) {
+  links_t *l = ex->links;
+  int64_t timeout_s = param_int(P_BRAID_TIMEOUT_S);
+  if (timeout_s > 0 && now - ex->last_progress > timeout_s)
+    return log_err(ncclSystemError, "%s rank %d: peers did not take the last %s's data within BRAID_TIMEOUT_S=%ld",
+                   ex->comm_name, l->rank, plan_op_name(ex->plan->steps[ex->plan->nsteps - 1].task->kind),
+                   (long)timeout_s);
+  *done_p = 1;
+  for (int peer = 0; peer < l->nranks; peer++) {
+    if (l->send[peer] == NULL) continue;
+    int done;
+    CHECK(l->send[peer]->ops->flush(l->send[peer], &done));
+    if (!done) *done_p = 0;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t engine_run(exec_t *execs, int n) {
+  ncclResult_t first = ncclSuccess;
+  int left = n;
+  uint64_t idle_rounds = 0;
+  while (left > 0) {
+    int progressed = 0;
+    double now = time_now();
+    left = 0;
+    for (int i = 0; i < n; i++) {
+      exec_t *ex = &execs[i];
+      if (ex->result != ncclSuccess || ex->step < 0) continue;
+      ncclResult_t res;
+      int flushed = 0;
+      if (ex->step < ex->plan->nsteps)
+        res = progress_exec(ex, now, &progressed);
+      else
+        res = flush_all(ex, now, &flushed);
+      if (res != ncclSuccess) {
+        ex->result = res;
+        if (first == ncclSuccess) first = res;
+        links_fail(ex->links);
+        continue;
+      }
+      if (ex->step >= ex->plan->nsteps && flushed) ex->step = -1;
+      else left++;
+    }
+    idle_rounds = progressed ? 0 : idle_rounds + 1;
+    time_backoff(idle_rounds);
+  }
+  return first;
+}

@@ -1,0 +1,37 @@
+/*
+ * The host executor: runs plans by streaming each transfer's bytes through its connections, on the calling
+ * thread, never blocking. One thread can progress the plans of several communicators at once (a group that
+ * spans ranks of one process), so no rank waits on another that the same thread has yet to run.
+ *
+ * Every wait is bounded and says what it waits for: after BRAID_STALL_WARN_S without progress the engine
+ * warns once, naming the communicator, the call (by sequence number), the step and the peer; after
+ * BRAID_TIMEOUT_S it fails. The abort flag is checked every round; a peer's death ends the run with an error.
+ */
+#ifndef BRAID_CORE_ENGINE_H
+#define BRAID_CORE_ENGINE_H
+
+#include <stdint.h>
+
+#include "nccl.h"
+#include "core/links.h"
+#include "core/plan.h"
+
+/* One plan being run. */
+typedef struct {
+  plan_t *plan;                   /* the plan (built) */
+  links_t *links;                 /* its communicator's connections */
+  const volatile int *abort_flag; /* its communicator's abort flag */
+  const char *comm_name;          /* for messages */
+  int step;                       /* current step; plan->nsteps when done */
+  uint32_t round;                 /* rounds run, for connection marks */
+  double last_progress;           /* time of the last byte moved */
+  int warned;                     /* the stall warning was given */
+  ncclResult_t result;            /* first error, or ncclSuccess */
+} exec_t;
+
+/* Prepares an exec for a built plan whose connections are ready. */
+void engine_start(exec_t *ex, plan_t *plan, links_t *links, const volatile int *abort_flag, const char *comm_name);
+/* Runs all execs to completion or error. Returns the first error; each exec's result says its own. */
+ncclResult_t engine_run(exec_t *execs, int n);
+
+#endif

@@ -1,0 +1,183 @@
+/*
+ * Groups (see group.h).
+ */
+#include "group.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "base/log.h"
+#include "core/comm.h"
+#include "core/engine.h"
+
+/* A deferred init or split. */
+typedef struct job {
+  group_job_fn_t fn;
+  void *arg;
+  ncclResult_t res;
+  pthread_t thread;
+  struct job *next;
+} job_t;
+
+/* The calling thread's group. */
+static _Thread_local struct {
+  int depth;
+  ncclComm_t comms;     /* communicators with calls, linked through group_next */
+  job_t *jobs;          /* deferred jobs, most recent first */
+  ncclResult_t error;   /* first error of a call inside the group */
+  exec_t *execs;        /* engine state, reused across groups */
+  int cap_execs;
+} grp;
+
+int group_depth(void) {
+  return grp.depth;
+}
+
+ncclResult_t group_error(ncclResult_t res) {
+  if (grp.depth > 0 && grp.error == ncclSuccess && res != ncclSuccess && res != ncclInProgress) grp.error = res;
+  return res;
+}
+
+ncclResult_t group_start(void) {
+  grp.depth++;
+  return ncclSuccess;
+}
+
+static void *job_main(void *arg) {
+  job_t *job = arg;
+  job->res = job->fn(job->arg);
+  return NULL;
+}
+
+/* Runs the deferred jobs, concurrently when there are several; returns the first error. */
+static ncclResult_t run_jobs(void) {
+  ncclResult_t first = ncclSuccess;
+  job_t *jobs = grp.jobs;
+  grp.jobs = NULL;
+  int several = jobs != NULL && jobs->next != NULL;
+  for (job_t *j = jobs; j != NULL; j = j->next) {
+    if (several && pthread_create(&j->thread, NULL, job_main, j) == 0) continue;
+    j->thread = 0;
+    job_main(j);
+  }
+  while (jobs != NULL) {
+    job_t *j = jobs;
+    jobs = j->next;
+    if (j->thread != 0) pthread_join(j->thread, NULL);
+    if (first == ncclSuccess) first = j->res;
+    free(j);
+  }
+  return first;
+}
+
+ncclResult_t group_job(group_job_fn_t fn, void *arg) {
+  if (grp.depth == 0) return fn(arg);
+  job_t *j = calloc(1, sizeof *j);
+  if (j == NULL) return group_error(log_err(ncclSystemError, "out of host memory deferring an init to ncclGroupEnd"));
+  j->fn = fn;
+  j->arg = arg;
+  j->next = grp.jobs;
+  grp.jobs = j;
+  return ncclSuccess;
+}
+
+/* Takes the communicators off the group and forgets their calls. */
+static void drop_calls(void) {
+  while (grp.comms != NULL) {
+    ncclComm_t c = grp.comms;
+    grp.comms = c->group_next;
+    c->group_next = NULL;
+    c->in_group = 0;
+    plan_reset(&c->plan);
+  }
+}
+
+ncclResult_t group_enqueue(ncclComm_t comm, const task_t *task) {
+  int implicit = grp.depth == 0;
+  if (implicit) grp.depth = 1;
+  ncclResult_t res = plan_add_task(&comm->plan, task);
+  if (res == ncclSuccess && !comm->in_group) {
+    comm->in_group = 1;
+    comm->group_next = grp.comms;
+    grp.comms = comm;
+  }
+  if (!implicit) return group_error(res);
+  return group_end();
+}
+
+static ncclResult_t reserve_execs(int n) {
+  if (n <= grp.cap_execs) return ncclSuccess;
+  exec_t *e = realloc(grp.execs, n * sizeof *e);
+  if (e == NULL) return log_err(ncclSystemError, "out of host memory for %d group members", n);
+  grp.execs = e;
+  grp.cap_execs = n;
+  return ncclSuccess;
+}
+
+/* Phase `p` of connection setup for every communicator still healthy (see links.h). */
+static void connect_phase(int p, exec_t *execs, int n) {
+  for (int i = 0; i < n; i++) {
+    exec_t *ex = &execs[i];
+    if (ex->result != ncclSuccess) continue;
+    ncclResult_t res = p == 0 ? links_listen(ex->links, ex->plan)
+                     : p == 1 ? links_connect(ex->links, ex->plan)
+                              : links_accept(ex->links);
+    if (res != ncclSuccess) ex->result = res;
+  }
+}
+
+/* Plans, connects and runs the calls of every communicator of the group. */
+static ncclResult_t run_calls(void) {
+  int n = 0;
+  for (ncclComm_t c = grp.comms; c != NULL; c = c->group_next) n++;
+  CHECK(reserve_execs(n));
+  int i = 0;
+  for (ncclComm_t c = grp.comms; c != NULL; c = c->group_next, i++) {
+    atomic_fetch_add(&c->busy, 1);
+    for (int t = 0; t < c->plan.ntasks; t++)
+      redop_resolve(&c->redops, c->plan.tasks[t].op, c->plan.tasks[t].type, c->nranks, &c->plan.tasks[t].red);
+    engine_start(&grp.execs[i], &c->plan, c->links, &c->abort_flag, c->name);
+    grp.execs[i].result = plan_build(&c->plan, c->rank, c->nranks);
+  }
+  for (int p = 0; p < 3; p++) connect_phase(p, grp.execs, n);
+  ncclResult_t res = engine_run(grp.execs, n);
+  i = 0;
+  for (ncclComm_t c = grp.comms; c != NULL; c = c->group_next, i++) {
+    ncclResult_t r = grp.execs[i].result;
+    /* A call the planner refused moved no data: the communicator stays usable. */
+    if (r != ncclSuccess && r != ncclInvalidUsage && r != ncclInvalidArgument) comm_set_error(c, r);
+    if (res == ncclSuccess) res = r;
+    atomic_fetch_sub(&c->busy, 1);
+  }
+  return res;
+}
+
+ncclResult_t group_end(void) {
+  if (grp.depth == 0) return log_err(ncclInvalidUsage, "ncclGroupEnd: no group was started (ncclGroupStart missing)");
+  if (--grp.depth > 0) return ncclSuccess;
+  ncclResult_t res = run_jobs();
+  if (res == ncclSuccess) res = grp.error;
+  if (res == ncclSuccess && grp.comms != NULL) res = run_calls();
+  grp.error = ncclSuccess;
+  drop_calls();
+  return res;
+}
+
+ncclResult_t group_simulate_end(ncclSimInfo_t *sim) {
+  if (grp.depth == 0) return log_err(ncclInvalidUsage, "ncclGroupSimulateEnd: no group was started");
+  if (--grp.depth > 0) return ncclSuccess;
+  ncclResult_t res = run_jobs();
+  if (res == ncclSuccess) res = grp.error;
+  double us = 0;
+  for (ncclComm_t c = grp.comms; c != NULL && res == ncclSuccess; c = c->group_next) {
+    res = plan_build(&c->plan, c->rank, c->nranks);
+    double t = plan_estimate_us(&c->plan, c->nranks);
+    if (t > us) us = t;
+  }
+  grp.error = ncclSuccess;
+  drop_calls();
+  if (res == ncclSuccess) sim->estimatedTime = (float)us;
+  return res;
+}

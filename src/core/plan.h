@@ -1,0 +1,105 @@
+/*
+ * The planner: turns the calls of one group on one communicator (tasks) into a plan of transfers.
+ *
+ * A plan is a list of steps, one per collective (all point-to-point calls of the group share one last step);
+ * a step is a set of transfers that run concurrently, each streaming bytes through the connections. A
+ * transfer may receive from one peer, combine what it receives with local data, store the result and forward
+ * it to another peer, all piece by piece, so a ring or chain algorithm is a single pipelined step. Transfers
+ * of one step that use the same connection run in list order; that order is what keeps data dependencies.
+ *
+ * plan_build is a pure function of (rank, nranks, tasks): every rank derives the same algorithm, chunking
+ * and connections from the same calls (DESIGN.md, principle 2).
+ */
+#ifndef BRAID_CORE_PLAN_H
+#define BRAID_CORE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "gpu/host_reduce.h"
+
+/* What a call asks for. */
+typedef enum {
+  OP_ALLREDUCE,
+  OP_BROADCAST,
+  OP_REDUCE,
+  OP_ALLGATHER,
+  OP_REDUCESCATTER,
+  OP_ALLTOALL,
+  OP_GATHER,
+  OP_SCATTER,
+  OP_SEND,
+  OP_RECV,
+  OP_COUNT
+} op_kind_t;
+
+/* One collective or point-to-point call, as enqueued. */
+typedef struct {
+  op_kind_t kind;
+  const void *sendbuff;
+  void *recvbuff;
+  size_t count;        /* elements, as the call gave them (per rank / per block as NCCL defines) */
+  ncclDataType_t type;
+  ncclRedOp_t op;      /* as the call gave it (ncclSum for non-reducing calls) */
+  int root;            /* root of rooted collectives, peer of send/recv, -1 otherwise */
+  red_t red;           /* the reduction, resolved when the call was enqueued */
+  uint64_t seq;        /* this call's sequence number on its communicator, for diagnostics */
+} task_t;
+
+/* Flags of a transfer. */
+enum {
+  XF_REDUCE = 1 << 0,  /* combine `src` with what is received */
+  XF_PREPARE = 1 << 1, /* `src` is this rank's raw input: prepare it (PreMulSum scaling) before use */
+  XF_LAST = 1 << 2,    /* the final combine of a reduction (integer average divides here) */
+};
+
+/* One streaming transfer. Without a receive peer the data comes from `src` (a local copy or a send). */
+typedef struct {
+  int recv_peer;     /* rank to receive from, -1 for none */
+  int send_peer;     /* rank to send (or forward) to, -1 for none */
+  const char *src;   /* local operand: data to send or copy, or to combine with what arrives; may be NULL */
+  char *dst;         /* where the result is stored; NULL when it is only forwarded */
+  size_t bytes;      /* data bytes (wire bytes are rounded up to XF_ALIGN) */
+  uint32_t esize;    /* element size: pieces are whole elements */
+  uint32_t flags;    /* XF_* */
+  const red_t *red;  /* the reduction for XF_REDUCE / XF_PREPARE */
+  size_t done;       /* progress: wire bytes moved so far */
+} xfer_t;
+
+/* Every transfer starts at a multiple of this many bytes of its connection's stream. */
+#define XF_ALIGN 16
+
+/* A set of transfers that run concurrently; the next step starts when all are done. */
+typedef struct {
+  int first, count;    /* range in plan_t.xfers */
+  const task_t *task;  /* the call this step serves (the first point-to-point call for the p2p step) */
+} step_t;
+
+/* A communicator's plan for one group. Its arrays grow and are reused, so building allocates nothing once
+ * warm. */
+typedef struct {
+  task_t *tasks;       /* the group's calls, in call order */
+  int ntasks, cap_tasks;
+  xfer_t *xfers;
+  int nxfers, cap_xfers;
+  step_t *steps;
+  int nsteps, cap_steps;
+  char *scratch;       /* staging for in-place all-to-all */
+  size_t scratch_bytes;
+} plan_t;
+
+/* Appends a call to the plan's task list. */
+ncclResult_t plan_add_task(plan_t *plan, const task_t *task);
+/* Builds steps and transfers for the tasks of the plan, for `rank` of `nranks`. */
+ncclResult_t plan_build(plan_t *plan, int rank, int nranks);
+/* Forgets the tasks and steps (keeps the arrays). */
+void plan_reset(plan_t *plan);
+/* Frees the arrays. */
+void plan_free(plan_t *plan);
+/* Estimated time of the plan in microseconds, from a simple latency/bandwidth model (ncclGroupSimulateEnd). */
+double plan_estimate_us(const plan_t *plan, int nranks);
+/* The name of a call kind ("AllReduce", ...). */
+const char *plan_op_name(op_kind_t kind);
+
+#endif
