@@ -4,8 +4,10 @@
  */
 #include "bench.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,27 +49,16 @@ const char *bench_op_name(int op) {
 
 /* Parses a size with an optional K, M or G suffix (powers of 1024). */
 static int parse_size(const char *s, size_t *v_p) {
+  static const char units[] = "KMG";
   char *end;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
   if (errno != 0 || end == s || s[0] == '-') return -1;
-  switch (*end) {
-  case 'G':
-  case 'g':
-    v <<= 10; /* fall through */
-  case 'M':
-  case 'm':
-    v <<= 10; /* fall through */
-  case 'K':
-  case 'k':
-    v <<= 10;
-    end++;
-    break;
-  default:
-    break;
-  }
-  if (*end != '\0') return -1;
-  *v_p = (size_t)v;
+  const char *unit = *end != '\0' ? strchr(units, toupper((unsigned char)*end)) : NULL;
+  int shift = unit != NULL ? 10 * (int)(unit - units + 1) : 0;
+  if (unit != NULL) end++;
+  if (*end != '\0' || v > (SIZE_MAX >> shift)) return -1;
+  *v_p = (size_t)v << shift;
   return 0;
 }
 
