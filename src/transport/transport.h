@@ -81,6 +81,8 @@ ncclResult_t tp_init(const tp_config_t *config, tp_ctx_t **ctx_p);
 const tp_ops_t *tp_select(const tp_ctx_t *ctx, int peer);
 /* Frees the context (connections must be closed first). */
 void tp_destroy(tp_ctx_t *ctx);
+/* The context's copy of its configuration (ring_bytes already defaulted); for the transports. */
+const tp_config_t *tp_ctx_config(const tp_ctx_t *ctx);
 
 extern const tp_ops_t tp_shm_ops;
 extern const tp_ops_t tp_net_ops;
