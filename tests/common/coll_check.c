@@ -3,6 +3,7 @@
  */
 #include "coll_check.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,8 +56,9 @@ static double expected(const coll_case_t *c, int n, int rank, size_t i) {
   case K_ALLTOALL: return input(c, (int)(i / cnt), rank * cnt + i % cnt);
   case K_GATHER: return rank == c->root ? input(c, (int)(i / cnt), i % cnt) : NAN;
   case K_SCATTER: return input(c, c->root, rank * cnt + i);
-  default: return NAN;
+  default: break;
   }
+  return NAN;
 }
 
 static ncclResult_t call(ncclComm_t comm, const coll_case_t *c, const void *s, void *r, ncclRedOp_t op) {

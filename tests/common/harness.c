@@ -56,6 +56,7 @@ static unsigned wait_children(pid_t *pids, int n, int timeout_s) {
       for (int i = 0; i < n; i++) {
         if (pids[i] == 0) continue;
         fprintf(stderr, "rank %d still running after %d s: killed\n", i, timeout_s);
+        kill(-pids[i], SIGKILL); /* its process group, when it leads one */
         kill(pids[i], SIGKILL);
         waitpid(pids[i], NULL, 0);
         bad |= 1u << i;
@@ -91,10 +92,12 @@ void test_case(const char *name, void (*fn)(void), int timeout_s) {
   double t0 = now();
   pid_t pid = fork();
   if (pid == 0) {
+    setpgid(0, 0); /* the case and its rank processes form one group, killed together on timeout */
     fn();
     fflush(stdout);
     _exit(0);
   }
+  setpgid(pid, pid);
   pid_t pids[1] = {pid};
   unsigned bad = wait_children(pids, 1, timeout_s);
   if (bad) {
