@@ -28,6 +28,9 @@ typedef union {
  * "^docker,lo" excluded prefixes, "=eth0" exact names) and NCCL_SOCKET_FAMILY; by default any interface but
  * docker*, lo and virbr*, then lo. Writes its address (port 0) and, if ifname is not NULL, its name. */
 ncclResult_t sock_find_interface(sock_addr_t *addr_p, char *ifname, size_t ifname_len);
+/* Whether interface `ifname` passes an NCCL_SOCKET_IFNAME-style rule: comma list of prefixes, "^" to exclude
+ * them, "=" for exact names ("^=a,b" excludes exactly a and b). */
+int sock_ifname_match(const char *spec, const char *ifname);
 /* Finds the local interface from which `remote` is reachable (same subnet), for NCCL_COMM_ID. */
 ncclResult_t sock_find_interface_for(const sock_addr_t *remote, sock_addr_t *addr_p);
 /* Parses "host:port", "ip:port" or "[ipv6]:port". */
@@ -40,7 +43,8 @@ ncclResult_t sock_listen(sock_addr_t *addr, int *fd_p);
 /* Accepts one connection on a listening socket, waiting until `deadline`. */
 ncclResult_t sock_accept(int listen_fd, const volatile int *abort_flag, double deadline, int *fd_p);
 /* Connects to addr, retrying refused or unreachable attempts (BRAID_CONNECT_RETRIES, 100 ms apart). */
-ncclResult_t sock_connect(const sock_addr_t *addr, const volatile int *abort_flag, double deadline, int *fd_p);
+ncclResult_t sock_connect(const sock_addr_t *addr, const volatile int *abort_flag, double deadline,
+                          int *fd_p);
 /* Sends / receives exactly n bytes. A closed or reset connection is ncclRemoteError, naming `what`. */
 ncclResult_t sock_send_all(int fd, const void *buf, size_t n, const volatile int *abort_flag, double deadline,
                            const char *what);
