@@ -479,23 +479,26 @@ ncclResult_t boot_start_root(const sock_addr_t *addr, uint64_t nonce) {
   return root_spawn(fd, &bound, nonce);
 }
 
-ncclResult_t boot_get_unique_id(ncclUniqueId *id_p) {
+ncclResult_t boot_new_unique_id(ncclUniqueId *id_p) {
   id_body_t body = {.magic = BOOT_MAGIC, .version = ID_VERSION};
+  char ifname[64], name[SOCK_ADDR_STRLEN];
+  int fd;
+  CHECK(sock_find_interface(&body.root, ifname, sizeof ifname));
+  CHECK(random_nonce(&body.nonce));
+  CHECK(sock_listen(&body.root, &fd));
+  CHECK(root_spawn(fd, &body.root, body.nonce));
+  INFO(LOG_BOOTSTRAP, "bootstrap root listening at %s (%s)", sock_addr_str(&body.root, name), ifname);
+  encode_id(&body, id_p);
+  return ncclSuccess;
+}
+
+ncclResult_t boot_get_unique_id(ncclUniqueId *id_p) {
   const char *comm_id = param_str(P_NCCL_COMM_ID);
-  if (*comm_id != '\0') {
-    /* Every rank computes the same id from the same variable, so no id needs to travel. */
-    CHECK(sock_parse_addr(comm_id, &body.root));
-    body.flags = ID_ROOT_BY_RANK0;
-    body.nonce = fnv1a(comm_id, strlen(comm_id), FNV_SEED) | 1;
-  } else {
-    char ifname[64], name[SOCK_ADDR_STRLEN];
-    int fd;
-    CHECK(sock_find_interface(&body.root, ifname, sizeof ifname));
-    CHECK(random_nonce(&body.nonce));
-    CHECK(sock_listen(&body.root, &fd));
-    CHECK(root_spawn(fd, &body.root, body.nonce));
-    INFO(LOG_BOOTSTRAP, "bootstrap root listening at %s (%s)", sock_addr_str(&body.root, name), ifname);
-  }
+  if (*comm_id == '\0') return boot_new_unique_id(id_p);
+  /* Every rank computes the same id from the same variable, so no id needs to travel. */
+  id_body_t body = {.magic = BOOT_MAGIC, .version = ID_VERSION, .flags = ID_ROOT_BY_RANK0};
+  CHECK(sock_parse_addr(comm_id, &body.root));
+  body.nonce = fnv1a(comm_id, strlen(comm_id), FNV_SEED) | 1;
   encode_id(&body, id_p);
   return ncclSuccess;
 }

@@ -4,6 +4,8 @@
  * nothing crashes).
  */
 #include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 

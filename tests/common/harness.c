@@ -23,6 +23,15 @@ void test_fail(const char *file, int line, const char *fmt, ...) {
   _exit(1);
 }
 
+void test_fail_expect(const char *file, int line, const char *cond, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  test_fail(file, line, "expected %s: %s", cond, msg);
+}
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
