@@ -174,8 +174,11 @@ static ncclResult_t slice_or_fail(const boot_t *b, double deadline, const char *
   if (deadline > 0) {
     double left = deadline - time_now();
     if (left <= 0)
-      return log_err(ncclSystemError, "bootstrap: rank %d timed out %s (BRAID_TIMEOUT_S=%lld)", b->rank,
-                     doing, (long long)param_int(P_BRAID_TIMEOUT_S));
+      return log_err(ncclSystemError,
+                     "bootstrap: rank %d timed out %s (BRAID_TIMEOUT_S=%lld, during init "
+                     "BRAID_BOOTSTRAP_TIMEOUT_S=%lld)",
+                     b->rank, doing, (long long)param_int(P_BRAID_TIMEOUT_S),
+                     (long long)param_int(P_BRAID_BOOTSTRAP_TIMEOUT_S));
     if (left * 1000 < slice) slice = (int)(left * 1000) + 1;
   }
   *slice_p = slice;
@@ -480,7 +483,11 @@ ncclResult_t boot_start_root(const sock_addr_t *addr, uint64_t nonce) {
 }
 
 ncclResult_t boot_get_unique_id(ncclUniqueId *id_p) {
-  id_body_t body = {.magic = BOOT_MAGIC, .version = ID_VERSION};
+  id_body_t body;
+  /* Zeroed whole, padding included: with NCCL_COMM_ID every rank must produce the same bytes. */
+  memset(&body, 0, sizeof body);
+  body.magic = BOOT_MAGIC;
+  body.version = ID_VERSION;
   const char *comm_id = param_str(P_NCCL_COMM_ID);
   if (*comm_id != '\0') {
     /* Every rank computes the same id from the same variable, so no id needs to travel. */
