@@ -174,8 +174,11 @@ static ncclResult_t slice_or_fail(const boot_t *b, double deadline, const char *
   if (deadline > 0) {
     double left = deadline - time_now();
     if (left <= 0)
-      return log_err(ncclSystemError, "bootstrap: rank %d timed out %s (BRAID_TIMEOUT_S=%lld)", b->rank,
-                     doing, (long long)param_int(P_BRAID_TIMEOUT_S));
+      return log_err(ncclSystemError,
+                     "bootstrap: rank %d timed out %s (BRAID_TIMEOUT_S=%lld, during init "
+                     "BRAID_BOOTSTRAP_TIMEOUT_S=%lld)",
+                     b->rank, doing, (long long)param_int(P_BRAID_TIMEOUT_S),
+                     (long long)param_int(P_BRAID_BOOTSTRAP_TIMEOUT_S));
     if (left * 1000 < slice) slice = (int)(left * 1000) + 1;
   }
   *slice_p = slice;
@@ -480,7 +483,10 @@ ncclResult_t boot_start_root(const sock_addr_t *addr, uint64_t nonce) {
 }
 
 ncclResult_t boot_new_unique_id(ncclUniqueId *id_p) {
-  id_body_t body = {.magic = BOOT_MAGIC, .version = ID_VERSION};
+  id_body_t body;
+  memset(&body, 0, sizeof body);
+  body.magic = BOOT_MAGIC;
+  body.version = ID_VERSION;
   char ifname[64], name[SOCK_ADDR_STRLEN];
   int fd;
   CHECK(sock_find_interface(&body.root, ifname, sizeof ifname));
@@ -495,8 +501,13 @@ ncclResult_t boot_new_unique_id(ncclUniqueId *id_p) {
 ncclResult_t boot_get_unique_id(ncclUniqueId *id_p) {
   const char *comm_id = param_str(P_NCCL_COMM_ID);
   if (*comm_id == '\0') return boot_new_unique_id(id_p);
-  /* Every rank computes the same id from the same variable, so no id needs to travel. */
-  id_body_t body = {.magic = BOOT_MAGIC, .version = ID_VERSION, .flags = ID_ROOT_BY_RANK0};
+  /* Every rank computes the same id from the same variable, so no id needs to travel: the body is zeroed
+   * whole, padding included, so that every rank produces the same bytes. */
+  id_body_t body;
+  memset(&body, 0, sizeof body);
+  body.magic = BOOT_MAGIC;
+  body.version = ID_VERSION;
+  body.flags = ID_ROOT_BY_RANK0;
   CHECK(sock_parse_addr(comm_id, &body.root));
   body.nonce = fnv1a(comm_id, strlen(comm_id), FNV_SEED) | 1;
   encode_id(&body, id_p);

@@ -288,6 +288,50 @@ static void test_big_crossing_sends(void) {
   EXPECT(run_ranks(2, 60, rank_big_crossing, &job) == 0);
 }
 
+/* Rank 0 receives from ranks 1 and 2 on two threads at once, while also sending from a third. */
+typedef struct {
+  boot_t *b;
+  int peer;
+} recv_arg_t;
+
+static void *recv_thread(void *arg) {
+  recv_arg_t *a = arg;
+  int x = -1;
+  EXPECT_OK(boot_recv(a->b, a->peer, 11, &x, sizeof x));
+  EXPECT(x == a->peer * 100, "from %d got %d", a->peer, x);
+  return NULL;
+}
+
+static void rank_threads(int rank, int nranks, void *arg) {
+  job_t *job = arg;
+  boot_t *b;
+  EXPECT_OK(boot_init(job->ids, 1, rank, nranks, NULL, &b));
+  if (rank == 0) {
+    pthread_t threads[2];
+    recv_arg_t args[2] = {{b, 1}, {b, 2}};
+    for (int i = 0; i < 2; i++) pthread_create(&threads[i], NULL, recv_thread, &args[i]);
+    time_sleep_us(200000);
+    int go = 1;
+    EXPECT_OK(boot_send(b, 2, 12, &go, sizeof go)); /* rank 2 sends only after this */
+    for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+  } else {
+    int x = rank * 100, go;
+    if (rank == 2)
+      EXPECT_OK(boot_recv(b, 0, 12, &go, sizeof go));
+    else
+      time_sleep_us(400000);
+    EXPECT_OK(boot_send(b, 0, 11, &x, sizeof x));
+  }
+  EXPECT_OK(boot_barrier(b));
+  boot_close(b);
+}
+
+static void test_threads(void) {
+  job_t job = {.nid = 1};
+  EXPECT_OK(boot_get_unique_id(&job.ids[0]));
+  EXPECT(run_ranks(3, 30, rank_threads, &job) == 0);
+}
+
 static void test_bad_args(void) {
   ncclUniqueId id;
   boot_t *b;
@@ -309,6 +353,7 @@ int main(void) {
   TEST(test_scalable_4_ranks_4_ids, 60);
   TEST(test_comm_id, 60);
   TEST(test_big_crossing_sends, 60);
+  TEST(test_threads, 30);
   TEST(test_rank_never_arrives, 30);
   TEST(test_peer_dies, 30);
   TEST(test_abort, 30);
