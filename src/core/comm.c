@@ -96,11 +96,27 @@ static ncclResult_t init_bootstrap(ncclComm_t comm, const ncclUniqueId *ids, int
   return ncclSuccess;
 }
 
-/* Every rank tells the others its host, process and device. */
+/* The staging ring size: BRAID_HOST_BUFFSIZE rounded up to whole pages. */
+static size_t ring_bytes(void) {
+  int64_t want = param_int(P_BRAID_HOST_BUFFSIZE);
+  size_t page = 4096;
+  return want < (int64_t)page ? page : ((size_t)want + page - 1) / page * page;
+}
+
+/* Every rank tells the others its host, process, device and ring size; the ring size cuts plans into slices,
+ * so all ranks must agree on it (DESIGN.md, principle 2). */
 static ncclResult_t init_peers(ncclComm_t comm) {
   CHECK(MEM_CALLOC(&comm->acct, comm->peers, comm->nranks, "peer table"));
-  comm->peers[comm->rank] = (tp_peer_t){.host_hash = host_hash(), .pid = (int32_t)getpid(), .dev = comm->dev};
-  return boot_allgather(comm->boot, comm->peers, sizeof(tp_peer_t));
+  comm->ring_bytes = ring_bytes();
+  comm->peers[comm->rank] = (tp_peer_t){
+      .host_hash = host_hash(), .pid = (int32_t)getpid(), .dev = comm->dev, .ring_bytes = comm->ring_bytes};
+  CHECK(boot_allgather(comm->boot, comm->peers, sizeof(tp_peer_t)));
+  for (int r = 0; r < comm->nranks; r++)
+    if (comm->peers[r].ring_bytes != comm->ring_bytes)
+      return log_err(ncclInvalidUsage, "%s: BRAID_HOST_BUFFSIZE gives %zu bytes on rank %d but %lu on rank %d; "
+                     "it must be the same on all ranks", comm->name, comm->ring_bytes, comm->rank,
+                     (unsigned long)comm->peers[r].ring_bytes, r);
+  return ncclSuccess;
 }
 
 static ncclResult_t init_links(ncclComm_t comm) {
@@ -109,7 +125,7 @@ static ncclResult_t init_links(ncclComm_t comm) {
                     .nonce = comm->nonce,
                     .peers = comm->peers,
                     .abort_flag = &comm->abort_flag,
-                    .ring_bytes = (size_t)param_int(P_BRAID_HOST_BUFFSIZE)};
+                    .ring_bytes = comm->ring_bytes};
   return links_init(comm->boot, &tc, &comm->acct, &comm->links);
 }
 

@@ -46,6 +46,7 @@ struct ncclComm {
   tp_peer_t *peers;         /* [nranks] what each rank told at init */
   plan_t plan;              /* the current group's calls and plan */
   uint64_t next_seq;        /* sequence number of the next call */
+  size_t ring_bytes;        /* staging ring per connection, the same on all ranks; plans slice by half of it */
   redop_table_t redops;     /* PreMulSum operations made on this communicator */
   alloc_acct_t acct;        /* memory charged to this communicator */
   pthread_t init_thread;    /* non-blocking init runs here */

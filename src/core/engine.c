@@ -25,7 +25,9 @@ void engine_start(exec_t *ex, plan_t *plan, links_t *links, const volatile int *
                  .result = ncclSuccess};
 }
 
+/* Bytes a transfer moves through its connections: its data padded to XF_ALIGN (local copies are not padded). */
 static size_t wire_bytes(const xfer_t *x) {
+  if (x->recv_peer < 0 && x->send_peer < 0) return x->bytes;
   return (x->bytes + XF_ALIGN - 1) / XF_ALIGN * XF_ALIGN;
 }
 
@@ -49,7 +51,7 @@ static void move_piece(const xfer_t *x, const char *in, char *out, size_t n) {
 }
 
 /* Moves the transfer's alignment padding once its data is done. */
-static ncclResult_t move_padding(const xfer_t *x, tp_conn_t *rc, tp_conn_t *sc, size_t pad, size_t *moved_p) {
+static ncclResult_t move_padding(tp_conn_t *rc, tp_conn_t *sc, size_t pad, size_t *moved_p) {
   void *in = NULL, *out = NULL;
   size_t avail = pad, room = pad;
   if (rc != NULL) CHECK(rc->ops->recv_peek(rc, &in, &avail));
@@ -62,7 +64,6 @@ static ncclResult_t move_padding(const xfer_t *x, tp_conn_t *rc, tp_conn_t *sc, 
     CHECK(sc->ops->send_commit(sc, pad));
   }
   *moved_p = pad;
-  (void)x;
   return ncclSuccess;
 }
 
@@ -70,7 +71,11 @@ static ncclResult_t move_padding(const xfer_t *x, tp_conn_t *rc, tp_conn_t *sc, 
 static ncclResult_t progress_xfer(exec_t *ex, xfer_t *x, size_t *moved_p) {
   tp_conn_t *rc = x->recv_peer >= 0 ? ex->links->recv[x->recv_peer] : NULL;
   tp_conn_t *sc = x->send_peer >= 0 ? ex->links->send[x->send_peer] : NULL;
-  if (x->done >= x->bytes) return move_padding(x, rc, sc, wire_bytes(x) - x->done, moved_p);
+  if (x->done >= x->bytes) {
+    CHECK(move_padding(rc, sc, wire_bytes(x) - x->done, moved_p));
+    x->done += *moved_p;
+    return ncclSuccess;
+  }
   size_t n = x->bytes - x->done;
   void *in = NULL, *out = NULL;
   if (rc != NULL) {
@@ -111,7 +116,7 @@ static ncclResult_t progress_step(exec_t *ex, int *progressed_p, int *step_done_
   int all_done = 1;
   for (int i = 0; i < st->count; i++) {
     xfer_t *x = &ex->plan->xfers[st->first + i];
-    size_t wire = x->recv_peer >= 0 || x->send_peer >= 0 ? wire_bytes(x) : x->bytes;
+    size_t wire = wire_bytes(x);
     if (x->done >= wire) continue;
     int send_free = claim(l->mark_send, x->send_peer, round);
     int recv_free = claim(l->mark_recv, x->recv_peer, round);
@@ -176,7 +181,7 @@ static ncclResult_t progress_exec(exec_t *ex, double now, int *progressed_p) {
 static ncclResult_t flush_all(exec_t *ex, double now, int *done_p) {
   links_t *l = ex->links;
   int64_t timeout_s = param_int(P_BRAID_TIMEOUT_S);
-  if (timeout_s > 0 && now - ex->last_progress > timeout_s)
+  if (ex->step >= ex->plan->nsteps && timeout_s > 0 && now - ex->last_progress > timeout_s)
     return log_err(ncclSystemError, "%s rank %d: peers did not take the last %s's data within BRAID_TIMEOUT_S=%ld",
                    ex->comm_name, l->rank, plan_op_name(ex->plan->steps[ex->plan->nsteps - 1].task->kind),
                    (long)timeout_s);
@@ -201,20 +206,21 @@ ncclResult_t engine_run(exec_t *execs, int n) {
     for (int i = 0; i < n; i++) {
       exec_t *ex = &execs[i];
       if (ex->result != ncclSuccess || ex->step < 0) continue;
-      ncclResult_t res;
       int flushed = 0;
-      if (ex->step < ex->plan->nsteps)
-        res = progress_exec(ex, now, &progressed);
-      else
-        res = flush_all(ex, now, &flushed);
+      ncclResult_t res = ex->step < ex->plan->nsteps ? progress_exec(ex, now, &progressed) : ncclSuccess;
+      /* Bytes a transport holds locally must keep moving even while this rank waits on something else:
+       * its peer may be waiting for them. Pushed once done, and whenever a round moved nothing. */
+      if (res == ncclSuccess && (ex->step >= ex->plan->nsteps || !progressed)) res = flush_all(ex, now, &flushed);
       if (res != ncclSuccess) {
         ex->result = res;
         if (first == ncclSuccess) first = res;
         links_fail(ex->links);
         continue;
       }
-      if (ex->step >= ex->plan->nsteps && flushed) ex->step = -1;
-      else left++;
+      if (ex->step >= ex->plan->nsteps && flushed)
+        ex->step = -1;
+      else
+        left++;
     }
     idle_rounds = progressed ? 0 : idle_rounds + 1;
     time_backoff(idle_rounds);

@@ -139,7 +139,7 @@ static ncclResult_t run_calls(void) {
     for (int t = 0; t < c->plan.ntasks; t++)
       redop_resolve(&c->redops, c->plan.tasks[t].op, c->plan.tasks[t].type, c->nranks, &c->plan.tasks[t].red);
     engine_start(&grp.execs[i], &c->plan, c->links, &c->abort_flag, c->name);
-    grp.execs[i].result = plan_build(&c->plan, c->rank, c->nranks);
+    grp.execs[i].result = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2);
   }
   for (int p = 0; p < 3; p++) connect_phase(p, grp.execs, n);
   ncclResult_t res = engine_run(grp.execs, n);
@@ -172,7 +172,7 @@ ncclResult_t group_simulate_end(ncclSimInfo_t *sim) {
   if (res == ncclSuccess) res = grp.error;
   double us = 0;
   for (ncclComm_t c = grp.comms; c != NULL && res == ncclSuccess; c = c->group_next) {
-    res = plan_build(&c->plan, c->rank, c->nranks);
+    res = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2);
     double t = plan_estimate_us(&c->plan, c->nranks);
     if (t > us) us = t;
   }

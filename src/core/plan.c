@@ -68,6 +68,8 @@ typedef struct {
   const task_t *task;
   int rank, nranks;
   size_t esize;
+  size_t slice;      /* elements per ring slice */
+  int whole_blocks;  /* ring blocks are the call's count each (reduce-scatter, all-gather), not count / n */
 } ctx_t;
 
 static ncclResult_t add(ctx_t *c, int recv_peer, int send_peer, const void *src, void *dst, size_t elems,
@@ -89,56 +91,81 @@ static ncclResult_t add(ctx_t *c, int recv_peer, int send_peer, const void *src,
 
 /* Pointer to element `index` of a buffer. */
 static char *at(const void *buf, size_t index, size_t esize) {
-  return (char *)buf + index * esize;
+  return buf == NULL ? NULL : (char *)buf + index * esize;
 }
 
-/* Elements of ring block k of the call, and a pointer to where it starts in buf. */
-static size_t blk(const ctx_t *c, int k) {
-  return block_count(c->task->count, c->nranks, mod(k, c->nranks));
+/* Ring block k of the call: its element count and first element. */
+static size_t blk_count(const ctx_t *c, int k) {
+  return c->whole_blocks ? c->task->count : block_count(c->task->count, c->nranks, mod(k, c->nranks));
 }
-static char *blk_at(const ctx_t *c, const void *buf, int k) {
-  return at(buf, block_offset(c->task->count, c->nranks, mod(k, c->nranks)), c->esize);
+static size_t blk_first(const ctx_t *c, int k) {
+  return c->whole_blocks ? (size_t)mod(k, c->nranks) * c->task->count
+                         : block_offset(c->task->count, c->nranks, mod(k, c->nranks));
 }
 
-/* Ring all-reduce: a reduce-scatter whose last combine also forwards, then the all-gather, as one chain of
- * transfers through the connection to the next rank. */
+/* Slice j of ring block k: its element count (0 past the block's end) and a pointer to it in buf. */
+static size_t sl(const ctx_t *c, int k, size_t j) {
+  size_t n = blk_count(c, k), first = j * c->slice;
+  return first >= n ? 0 : (n - first < c->slice ? n - first : c->slice);
+}
+static char *sl_at(const ctx_t *c, const void *buf, int k, size_t j) {
+  return at(buf, blk_first(c, k) + j * c->slice, c->esize);
+}
+
+/* Slices needed for the largest ring block. */
+static size_t nslices(const ctx_t *c) {
+  size_t most = blk_count(c, 0);
+  return (most + c->slice - 1) / c->slice;
+}
+
+/* Ring all-reduce, slice by slice: a reduce-scatter whose last combine also forwards, then the all-gather, as
+ * one chain of transfers through the connection to the next rank. */
 static ncclResult_t build_allreduce(ctx_t *c) {
   const task_t *t = c->task;
   int r = c->rank, n = c->nranks, next = mod(r + 1, n), prev = mod(r - 1, n);
   const char *in = t->sendbuff;
   char *out = t->recvbuff;
   if (n == 1) return add(c, -1, -1, in, out, t->count, XF_PREPARE | XF_LAST);
-  CHECK(add(c, -1, next, blk_at(c, in, r - 1), NULL, blk(c, r - 1), XF_PREPARE));
-  for (int s = 1; s <= n - 2; s++) CHECK(add(c, prev, next, blk_at(c, in, r - 1 - s), NULL, blk(c, r - 1 - s), XF_REDUCE));
-  CHECK(add(c, prev, next, blk_at(c, in, r), blk_at(c, out, r), blk(c, r), XF_REDUCE | XF_LAST));
-  for (int s = 1; s <= n - 2; s++) CHECK(add(c, prev, next, NULL, blk_at(c, out, r - s), blk(c, r - s), 0));
-  return add(c, prev, -1, NULL, blk_at(c, out, r + 1), blk(c, r + 1), 0);
+  for (size_t j = 0; j < nslices(c); j++) {
+    CHECK(add(c, -1, next, sl_at(c, in, r - 1, j), NULL, sl(c, r - 1, j), XF_PREPARE));
+    for (int s = 1; s <= n - 2; s++)
+      CHECK(add(c, prev, next, sl_at(c, in, r - 1 - s, j), NULL, sl(c, r - 1 - s, j), XF_REDUCE));
+    CHECK(add(c, prev, next, sl_at(c, in, r, j), sl_at(c, out, r, j), sl(c, r, j), XF_REDUCE | XF_LAST));
+    for (int s = 1; s <= n - 2; s++) CHECK(add(c, prev, next, NULL, sl_at(c, out, r - s, j), sl(c, r - s, j), 0));
+    CHECK(add(c, prev, -1, NULL, sl_at(c, out, r + 1, j), sl(c, r + 1, j), 0));
+  }
+  return ncclSuccess;
 }
 
-/* Ring reduce-scatter: block k of the result lands on rank k. */
+/* Ring reduce-scatter, slice by slice: block k of the result lands on rank k. */
 static ncclResult_t build_reducescatter(ctx_t *c) {
   const task_t *t = c->task;
   int r = c->rank, n = c->nranks, next = mod(r + 1, n), prev = mod(r - 1, n);
-  size_t cnt = t->count, es = c->esize;
   const char *in = t->sendbuff;
-  if (n == 1) return add(c, -1, -1, in, t->recvbuff, cnt, XF_PREPARE | XF_LAST);
-  CHECK(add(c, -1, next, at(in, (size_t)mod(r - 1, n) * cnt, es), NULL, cnt, XF_PREPARE));
-  for (int s = 1; s <= n - 2; s++)
-    CHECK(add(c, prev, next, at(in, (size_t)mod(r - 1 - s, n) * cnt, es), NULL, cnt, XF_REDUCE));
-  return add(c, prev, -1, at(in, (size_t)r * cnt, es), t->recvbuff, cnt, XF_REDUCE | XF_LAST);
+  if (n == 1) return add(c, -1, -1, in, t->recvbuff, t->count, XF_PREPARE | XF_LAST);
+  for (size_t j = 0; j < nslices(c); j++) {
+    CHECK(add(c, -1, next, sl_at(c, in, r - 1, j), NULL, sl(c, r - 1, j), XF_PREPARE));
+    for (int s = 1; s <= n - 2; s++)
+      CHECK(add(c, prev, next, sl_at(c, in, r - 1 - s, j), NULL, sl(c, r - 1 - s, j), XF_REDUCE));
+    CHECK(add(c, prev, -1, sl_at(c, in, r, j), at(t->recvbuff, j * c->slice, c->esize), sl(c, r, j),
+              XF_REDUCE | XF_LAST));
+  }
+  return ncclSuccess;
 }
 
-/* Ring all-gather: each rank's block travels n-1 hops. */
+/* Ring all-gather, slice by slice: each rank's block travels n-1 hops. */
 static ncclResult_t build_allgather(ctx_t *c) {
   const task_t *t = c->task;
   int r = c->rank, n = c->nranks, next = mod(r + 1, n), prev = mod(r - 1, n);
-  size_t cnt = t->count, es = c->esize;
   char *out = t->recvbuff;
-  if (t->sendbuff != at(out, (size_t)r * cnt, es)) CHECK(add(c, -1, -1, t->sendbuff, at(out, (size_t)r * cnt, es), cnt, 0));
+  if (t->sendbuff != sl_at(c, out, r, 0)) CHECK(add(c, -1, -1, t->sendbuff, sl_at(c, out, r, 0), t->count, 0));
   if (n == 1) return ncclSuccess;
-  CHECK(add(c, -1, next, t->sendbuff, NULL, cnt, 0));
-  for (int s = 1; s <= n - 2; s++) CHECK(add(c, prev, next, NULL, at(out, (size_t)mod(r - s, n) * cnt, es), cnt, 0));
-  return add(c, prev, -1, NULL, at(out, (size_t)mod(r + 1, n) * cnt, es), cnt, 0);
+  for (size_t j = 0; j < nslices(c); j++) {
+    CHECK(add(c, -1, next, at(t->sendbuff, j * c->slice, c->esize), NULL, sl(c, r, j), 0));
+    for (int s = 1; s <= n - 2; s++) CHECK(add(c, prev, next, NULL, sl_at(c, out, r - s, j), sl(c, r - s, j), 0));
+    CHECK(add(c, prev, -1, NULL, sl_at(c, out, r + 1, j), sl(c, r + 1, j), 0));
+  }
+  return ncclSuccess;
 }
 
 /* Chain broadcast along the ring, starting at the root. */
@@ -265,7 +292,7 @@ static void close_step(plan_t *p) {
 }
 
 /* Collectives in call order, one step each; then all point-to-point calls together in one last step. */
-ncclResult_t plan_build(plan_t *plan, int rank, int nranks) {
+ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes) {
   plan->nxfers = plan->nsteps = 0;
   ctx_t c = {.plan = plan, .rank = rank, .nranks = nranks};
   for (int pass = 0; pass < 2; pass++) {
@@ -278,6 +305,8 @@ ncclResult_t plan_build(plan_t *plan, int rank, int nranks) {
       p2p_open = is_p2p;
       c.task = t;
       c.esize = dtype_size(t->type);
+      c.slice = slice_bytes / c.esize > 0 ? slice_bytes / c.esize : 1;
+      c.whole_blocks = t->kind == OP_REDUCESCATTER || t->kind == OP_ALLGATHER;
       CHECK(builders[t->kind](&c));
       if (!is_p2p) close_step(plan);
     }

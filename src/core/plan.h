@@ -91,8 +91,10 @@ typedef struct {
 
 /* Appends a call to the plan's task list. */
 ncclResult_t plan_add_task(plan_t *plan, const task_t *task);
-/* Builds steps and transfers for the tasks of the plan, for `rank` of `nranks`. */
-ncclResult_t plan_build(plan_t *plan, int rank, int nranks);
+/* Builds steps and transfers for the tasks of the plan, for `rank` of `nranks`. Rings move their blocks in
+ * slices of at most `slice_bytes`, which must be at most the connections' ring size: a transfer larger than
+ * the ring would wait for a peer that waits for it. */
+ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes);
 /* Forgets the tasks and steps (keeps the arrays). */
 void plan_reset(plan_t *plan);
 /* Frees the arrays. */

@@ -33,6 +33,9 @@
 /* Seconds an accepted connection may take to deliver its hello. */
 #define HELLO_TIMEOUT_S 10
 /* Seconds between two checks, on a sender, that the receiver did not close or fail. */
+/* A received remainder shorter than this moves to the ring's start, and only then is the socket read
+ * (see net_recv_peek). It is the executor's stream alignment, which no element exceeds. */
+#define COMPACT_BYTES 16
 #define LIVENESS_PERIOD_S 0.1
 
 /* An accepted connection whose hello names a listen that has not been accepted yet. */
@@ -318,7 +321,7 @@ static ncclResult_t net_send_peek(tp_conn_t *conn, void **ptr_p, size_t *bytes_p
   net_conn_t *c = (net_conn_t *)conn;
   if (c->broken != ncclSuccess) return c->broken;
   if (c->head == c->tail) c->head = c->tail = 0; /* empty: start over at the ring's start, all contiguous */
-  if (c->tail - c->head == c->ring_bytes) CHECK(push(c));
+  if (c->tail != c->head) CHECK(push(c)); /* keep the socket busy */
   CHECK(check_receiver(c));
   size_t off = (size_t)(c->tail % c->ring_bytes);
   size_t room = c->ring_bytes - (size_t)(c->tail - c->head);
@@ -344,22 +347,33 @@ static ncclResult_t net_flush(tp_conn_t *conn, int *done_p) {
   net_conn_t *c = (net_conn_t *)conn;
   if (c->broken != ncclSuccess) return c->broken;
   CHECK(push(c));
-  CHECK(check_receiver(c));
   *done_p = c->head == c->tail;
+  /* Only while bytes wait to go out: a receiver that took everything may already have closed. */
+  if (!*done_p) CHECK(check_receiver(c));
   return ncclSuccess;
 }
 
+/* Receiver: the ring is a linear buffer, [head, tail) read but not yet released. A short remainder (a part
+ * of an element the caller cannot use yet) moves to the start so that the socket can append after it: a
+ * caller that waits for whole elements always gets more. A closed socket is an error only once the bytes
+ * that arrived before it are used up. */
 static ncclResult_t net_recv_peek(tp_conn_t *conn, void **ptr_p, size_t *bytes_p) {
   net_conn_t *c = (net_conn_t *)conn;
-  if (c->head == c->tail) {
-    /* Empty: refill from the ring's start. A closed socket is an error only now, when bytes are awaited. */
-    if (c->broken != ncclSuccess) return c->broken;
-    size_t moved = 0;
-    c->head = c->tail = 0;
-    ncclResult_t res = sock_recv_some(c->fd, c->ring, c->ring_bytes, &moved, c->what);
-    if (res != ncclSuccess) return c->broken = res;
-    c->tail = moved;
+  size_t have = (size_t)(c->tail - c->head);
+  if (c->head > 0 && (have < COMPACT_BYTES || c->tail == c->ring_bytes)) {
+    memmove(c->ring, c->ring + c->head, have);
+    c->head = 0;
+    c->tail = have;
   }
+  /* Read only when what is left is not enough for a caller that consumes all it can: so a peer that closed
+   * after sending everything this rank needs is never noticed, let alone reported. */
+  if (have < COMPACT_BYTES && c->tail < c->ring_bytes && c->broken == ncclSuccess) {
+    size_t moved = 0;
+    ncclResult_t res = sock_recv_some(c->fd, c->ring + c->tail, c->ring_bytes - (size_t)c->tail, &moved, c->what);
+    if (res != ncclSuccess) c->broken = res;
+    c->tail += moved;
+  }
+  if (c->tail == c->head && c->broken != ncclSuccess) return c->broken;
   c->peeked = (size_t)(c->tail - c->head);
   *ptr_p = c->ring + c->head;
   *bytes_p = c->peeked;

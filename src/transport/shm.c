@@ -272,10 +272,10 @@ static ncclResult_t shm_send_commit(tp_conn_t *conn, size_t bytes) {
   return ncclSuccess;
 }
 
-/* Committed bytes are already in the receiver's memory; only a failed peer is reported here. */
+/* Committed bytes are already in the receiver's memory, so there is nothing to push. The peer is not checked:
+ * a receiver that took everything may well have exited already. */
 static ncclResult_t shm_flush(tp_conn_t *conn, int *done_p) {
-  shm_conn_t *c = (shm_conn_t *)conn;
-  CHECK(idle_check(c));
+  (void)conn;
   *done_p = 1;
   return ncclSuccess;
 }

@@ -30,6 +30,7 @@ typedef struct {
   uint64_t host_hash; /* equal on ranks of one machine */
   int32_t pid;
   int32_t dev;        /* device index, -1 on the host backend */
+  uint64_t ring_bytes; /* the staging ring size this rank uses; must be the same on all ranks */
 } tp_peer_t;
 
 /* A communicator's transport context (opaque); holds the net transport's listening socket. */

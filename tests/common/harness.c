@@ -29,7 +29,7 @@ void test_fail_expect(const char *file, int line, const char *cond, const char *
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  test_fail(file, line, "expected %s: %s", cond, msg);
+  test_fail(file, line, "expected %s:%s", cond, msg);
 }
 
 static double now(void) {

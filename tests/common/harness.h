@@ -18,7 +18,7 @@ void test_fail_expect(const char *file, int line, const char *cond, const char *
 
 #define EXPECT(cond, ...)                                                                                       \
   do {                                                                                                          \
-    if (!(cond)) test_fail_expect(__FILE__, __LINE__, #cond, "" __VA_ARGS__);                                    \
+    if (!(cond)) test_fail_expect(__FILE__, __LINE__, #cond, " " __VA_ARGS__);                                    \
   } while (0)
 /* Expects an ncclResult_t call to return `want`. */
 #define EXPECT_RES(call, want)                                                                                  \
