@@ -8,9 +8,9 @@
 
 #include "nccl.h"
 
-#define NCCL_API(ret, name, ...)                                                                                \
-  ret p##name(__VA_ARGS__);                                                                                     \
-  ret name(__VA_ARGS__) __attribute__((visibility("default"), weak, alias("p" #name)));                         \
+#define NCCL_API(ret, name, ...)                                                                             \
+  ret p##name(__VA_ARGS__);                                                                                  \
+  ret name(__VA_ARGS__) __attribute__((visibility("default"), weak, alias("p" #name)));                      \
   __attribute__((visibility("default"))) ret p##name(__VA_ARGS__)
 
 #endif

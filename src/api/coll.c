@@ -17,13 +17,19 @@ enum { NEEDS_SEND = 1, NEEDS_RECV = 2 };
 /* Which buffers a call reads or writes on this rank (NCCL ignores the others, e.g. recvbuff off the root). */
 static int needs(op_kind_t kind, int is_root) {
   switch (kind) {
-  case OP_BROADCAST: return NEEDS_RECV | (is_root ? NEEDS_SEND : 0);
+  case OP_BROADCAST:
+    return NEEDS_RECV | (is_root ? NEEDS_SEND : 0);
   case OP_REDUCE:
-  case OP_GATHER: return NEEDS_SEND | (is_root ? NEEDS_RECV : 0);
-  case OP_SCATTER: return NEEDS_RECV | (is_root ? NEEDS_SEND : 0);
-  case OP_SEND: return NEEDS_SEND;
-  case OP_RECV: return NEEDS_RECV;
-  default: return NEEDS_SEND | NEEDS_RECV;
+  case OP_GATHER:
+    return NEEDS_SEND | (is_root ? NEEDS_RECV : 0);
+  case OP_SCATTER:
+    return NEEDS_RECV | (is_root ? NEEDS_SEND : 0);
+  case OP_SEND:
+    return NEEDS_SEND;
+  case OP_RECV:
+    return NEEDS_RECV;
+  default:
+    return NEEDS_SEND | NEEDS_RECV;
   }
 }
 
@@ -32,14 +38,15 @@ static int is_reducing(op_kind_t kind) {
 }
 
 static int is_rooted(op_kind_t kind) {
-  return kind == OP_BROADCAST || kind == OP_REDUCE || kind == OP_GATHER || kind == OP_SCATTER || kind == OP_SEND ||
-         kind == OP_RECV;
+  return kind == OP_BROADCAST || kind == OP_REDUCE || kind == OP_GATHER || kind == OP_SCATTER ||
+         kind == OP_SEND || kind == OP_RECV;
 }
 
 /* Checks a call's arguments against its communicator. */
 static ncclResult_t check_call(const char *func, const task_t *t, ncclComm_t comm) {
   CHECK(comm_check_ready(comm, func));
-  if ((unsigned)t->type >= ncclNumTypes) return log_err(ncclInvalidArgument, "%s: invalid datatype %d", func, (int)t->type);
+  if ((unsigned)t->type >= ncclNumTypes)
+    return log_err(ncclInvalidArgument, "%s: invalid datatype %d", func, (int)t->type);
   if (is_reducing(t->kind)) CHECK(redop_check(&comm->redops, t->op, t->type, func));
   if (is_rooted(t->kind) && (t->root < 0 || t->root >= comm->nranks))
     return log_err(ncclInvalidArgument, "%s: %s %d is outside 0..%d", func,
@@ -56,60 +63,71 @@ static ncclResult_t check_call(const char *func, const task_t *t, ncclComm_t com
   return ncclSuccess;
 }
 
-static ncclResult_t enqueue(const char *func, op_kind_t kind, const void *sendbuff, void *recvbuff, size_t count,
-                            ncclDataType_t type, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-  task_t t = {.kind = kind, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count, .type = type,
-              .op = is_reducing(kind) ? op : ncclSum, .root = is_rooted(kind) ? root : -1};
+static ncclResult_t enqueue(const char *func, op_kind_t kind, const void *sendbuff, void *recvbuff,
+                            size_t count, ncclDataType_t type, ncclRedOp_t op, int root, ncclComm_t comm,
+                            cudaStream_t stream) {
+  task_t t = {.kind = kind,
+              .sendbuff = sendbuff,
+              .recvbuff = recvbuff,
+              .count = count,
+              .type = type,
+              .op = is_reducing(kind) ? op : ncclSum,
+              .root = is_rooted(kind) ? root : -1};
   CHECK(group_error(check_call(func, &t, comm)));
   t.seq = comm->next_seq++;
-  INFO(LOG_COLL, "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] "
-       "stream %p", func + 4, (unsigned long)t.seq, sendbuff, recvbuff, count, (int)type, (int)op, root,
-       (void *)comm, comm->nranks, (void *)stream);
+  INFO(LOG_COLL,
+       "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] "
+       "stream %p",
+       func + 4, (unsigned long)t.seq, sendbuff, recvbuff, count, (int)type, (int)op, root, (void *)comm,
+       comm->nranks, (void *)stream);
   return group_enqueue(comm, &t);
 }
 
-NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return enqueue("ncclAllReduce", OP_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, comm, stream);
 }
 
-NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   return enqueue("ncclReduce", OP_REDUCE, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
 
-NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-         int root, ncclComm_t comm, cudaStream_t stream) {
-  return enqueue("ncclBroadcast", OP_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream);
+NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  return enqueue("ncclBroadcast", OP_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root, comm,
+                 stream);
 }
 
-NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-         cudaStream_t stream) {
+NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root,
+         ncclComm_t comm, cudaStream_t stream) {
   return enqueue("ncclBcast", OP_BROADCAST, buff, buff, count, datatype, ncclSum, root, comm, stream);
 }
 
 NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  return enqueue("ncclReduceScatter", OP_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream);
+  return enqueue("ncclReduceScatter", OP_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, comm,
+                 stream);
 }
 
 NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  return enqueue("ncclAllGather", OP_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm, stream);
+  return enqueue("ncclAllGather", OP_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm,
+                 stream);
 }
 
-NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-         ncclComm_t comm, cudaStream_t stream) {
+NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return enqueue("ncclAlltoAll", OP_ALLTOALL, sendbuff, recvbuff, count, datatype, ncclSum, 0, comm, stream);
 }
 
-NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-         int root, ncclComm_t comm, cudaStream_t stream) {
+NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   return enqueue("ncclGather", OP_GATHER, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream);
 }
 
-NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-         int root, ncclComm_t comm, cudaStream_t stream) {
+NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   return enqueue("ncclScatter", OP_SCATTER, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream);
 }
 
@@ -118,8 +136,8 @@ NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataTyp
   return enqueue("ncclSend", OP_SEND, sendbuff, NULL, count, datatype, ncclSum, peer, comm, stream);
 }
 
-NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-         cudaStream_t stream) {
+NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream) {
   return enqueue("ncclRecv", OP_RECV, NULL, recvbuff, count, datatype, ncclSum, peer, comm, stream);
 }
 
@@ -136,11 +154,13 @@ NCCL_API(ncclResult_t, ncclGroupEnd, void) {
 NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo) {
   if (simInfo == NULL) return log_err(ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo is NULL");
   if (simInfo->magic != SIM_INFO_MAGIC)
-    return log_err(ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo magic 0x%x is not 0x%x; initialise it with "
-                   "NCCL_SIM_INFO_INITIALIZER", simInfo->magic, SIM_INFO_MAGIC);
+    return log_err(ncclInvalidArgument,
+                   "ncclGroupSimulateEnd: simInfo magic 0x%x is not 0x%x; initialise it with "
+                   "NCCL_SIM_INFO_INITIALIZER",
+                   simInfo->magic, SIM_INFO_MAGIC);
   if (simInfo->size < sizeof(ncclSimInfo_t))
-    return log_err(ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo size %zu is smaller than %zu", simInfo->size,
-                   sizeof(ncclSimInfo_t));
+    return log_err(ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo size %zu is smaller than %zu",
+                   simInfo->size, sizeof(ncclSimInfo_t));
   return group_simulate_end(simInfo);
 }
 

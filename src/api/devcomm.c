@@ -27,12 +27,13 @@ NCCL_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, const void *devComm)
   return not_yet("ncclDevCommDestroy");
 }
 
-NCCL_API(ncclResult_t, ncclLsaBarrierCreateRequirement, team_t team, int nBarriers, void *outHandle, void *outReq) {
+NCCL_API(ncclResult_t, ncclLsaBarrierCreateRequirement, team_t team, int nBarriers, void *outHandle,
+         void *outReq) {
   return not_yet("ncclLsaBarrierCreateRequirement");
 }
 
-NCCL_API(ncclResult_t, ncclGinBarrierCreateRequirement, ncclComm_t comm, team_t team, int nBarriers, void *outHandle,
-         void *outReq) {
+NCCL_API(ncclResult_t, ncclGinBarrierCreateRequirement, ncclComm_t comm, team_t team, int nBarriers,
+         void *outHandle, void *outReq) {
   return not_yet("ncclGinBarrierCreateRequirement");
 }
 

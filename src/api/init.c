@@ -44,12 +44,14 @@ static ncclResult_t deferred_init(void *arg) {
 static ncclResult_t check_init_args(const char *func, ncclComm_t *comm_p, int nranks, int rank, int nid,
                                     const ncclUniqueId *ids) {
   if (comm_p == NULL) return log_err(ncclInvalidArgument, "%s: comm is NULL", func);
-  if (nranks < 1) return log_err(ncclInvalidArgument, "%s: nranks is %d; it must be at least 1", func, nranks);
+  if (nranks < 1)
+    return log_err(ncclInvalidArgument, "%s: nranks is %d; it must be at least 1", func, nranks);
   if (rank < 0 || rank >= nranks)
     return log_err(ncclInvalidArgument, "%s: rank %d is outside 0..%d", func, rank, nranks - 1);
   if (ids == NULL) return log_err(ncclInvalidArgument, "%s: commIds is NULL", func);
   if (nid < 1 || nid > nranks)
-    return log_err(ncclInvalidArgument, "%s: nId is %d; it must be between 1 and nranks (%d)", func, nid, nranks);
+    return log_err(ncclInvalidArgument, "%s: nId is %d; it must be between 1 and nranks (%d)", func, nid,
+                   nranks);
   for (int i = 0; i < nid; i++) {
     ncclResult_t res = boot_check_id(&ids[i]);
     if (res != ncclSuccess) return res;
@@ -99,9 +101,11 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
 
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *devlist) {
   if (comms == NULL) return log_err(ncclInvalidArgument, "ncclCommInitAll: comm is NULL");
-  if (ndev < 1) return log_err(ncclInvalidArgument, "ncclCommInitAll: ndev is %d; it must be at least 1", ndev);
+  if (ndev < 1)
+    return log_err(ncclInvalidArgument, "ncclCommInitAll: ndev is %d; it must be at least 1", ndev);
   for (int i = 0; devlist != NULL && i < ndev; i++) {
-    if (devlist[i] < 0) return log_err(ncclInvalidArgument, "ncclCommInitAll: devlist[%d] is %d", i, devlist[i]);
+    if (devlist[i] < 0)
+      return log_err(ncclInvalidArgument, "ncclCommInitAll: devlist[%d] is %d", i, devlist[i]);
     for (int j = 0; j < i; j++)
       if (devlist[j] == devlist[i])
         return log_err(ncclInvalidUsage, "ncclCommInitAll: device %d appears twice in devlist", devlist[i]);
@@ -141,10 +145,12 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   CHECK(group_error(comm_check_ready(comm, "ncclCommSplit")));
   if (newcomm == NULL) return group_error(log_err(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL"));
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-    return group_error(log_err(ncclInvalidArgument, "ncclCommSplit: color %d is negative (only NCCL_SPLIT_NOCOLOR may be)", color));
+    return group_error(log_err(
+        ncclInvalidArgument, "ncclCommSplit: color %d is negative (only NCCL_SPLIT_NOCOLOR may be)", color));
   split_args_t *a = calloc(1, sizeof *a);
   if (a == NULL) return group_error(log_err(ncclSystemError, "ncclCommSplit: out of host memory"));
-  *a = (split_args_t){.parent = comm, .color = color, .key = key, .newcomm = newcomm, .has_config = config != NULL};
+  *a = (split_args_t){
+      .parent = comm, .color = color, .key = key, .newcomm = newcomm, .has_config = config != NULL};
   if (config != NULL) {
     ncclResult_t res = comm_config_check(config, &a->config);
     if (res != ncclSuccess) {

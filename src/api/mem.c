@@ -20,7 +20,7 @@ typedef struct {
   ncclComm_t comm; /* the communicator it was registered with */
   void *buff;
   size_t size;
-  int flags;       /* window flags; 0 for plain registrations */
+  int flags; /* window flags; 0 for plain registrations */
 } reg_t;
 
 NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size) {
@@ -34,7 +34,8 @@ NCCL_API(ncclResult_t, ncclMemFree, void *ptr) {
   return gpu_mem_free(ptr);
 }
 
-static ncclResult_t reg_make(ncclComm_t comm, void *buff, size_t size, int flags, reg_t **reg_p, const char *func) {
+static ncclResult_t reg_make(ncclComm_t comm, void *buff, size_t size, int flags, reg_t **reg_p,
+                             const char *func) {
   if (buff == NULL) return log_err(ncclInvalidArgument, "%s: buff is NULL", func);
   if (size == 0) return log_err(ncclInvalidArgument, "%s: size is 0", func);
   reg_t *r = malloc(sizeof *r);
@@ -47,9 +48,11 @@ static ncclResult_t reg_make(ncclComm_t comm, void *buff, size_t size, int flags
 
 static ncclResult_t reg_drop(ncclComm_t comm, reg_t *r, const char *func) {
   if (r == NULL) return log_err(ncclInvalidArgument, "%s: handle is NULL", func);
-  if (r->magic != REG_MAGIC) return log_err(ncclInvalidArgument, "%s: handle %p is not a registration", func, (void *)r);
+  if (r->magic != REG_MAGIC)
+    return log_err(ncclInvalidArgument, "%s: handle %p is not a registration", func, (void *)r);
   if (r->comm != comm)
-    return log_err(ncclInvalidArgument, "%s: handle %p was registered with another communicator", func, (void *)r);
+    return log_err(ncclInvalidArgument, "%s: handle %p was registered with another communicator", func,
+                   (void *)r);
   r->magic = 0;
   free(r);
   return ncclSuccess;
@@ -73,7 +76,8 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
   if (winFlags & ~NCCL_WIN_COLL_SYMMETRIC)
     return log_err(ncclInvalidArgument, "ncclCommWindowRegister: unknown flags 0x%x", winFlags);
   if ((winFlags & NCCL_WIN_COLL_SYMMETRIC) && (uintptr_t)buff % NCCL_WIN_REQUIRED_ALIGNMENT != 0)
-    return log_err(ncclInvalidArgument, "ncclCommWindowRegister: a symmetric window must be aligned to %d bytes",
+    return log_err(ncclInvalidArgument,
+                   "ncclCommWindowRegister: a symmetric window must be aligned to %d bytes",
                    NCCL_WIN_REQUIRED_ALIGNMENT);
   return reg_make(comm, buff, size, winFlags, (reg_t **)win, "ncclCommWindowRegister");
 }

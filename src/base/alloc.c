@@ -18,8 +18,8 @@ void mem_charge(alloc_acct_t *acct, size_t bytes, int device, const char *what) 
   if (acct == NULL) return;
   atomic_fetch_add(device ? &acct->dev_bytes : &acct->host_bytes, bytes);
   note_peak(acct);
-  INFO(LOG_ALLOC, "%s: %zu bytes of %s memory (now %zu host, %zu device)", what, bytes, device ? "device" : "host",
-       atomic_load(&acct->host_bytes), atomic_load(&acct->dev_bytes));
+  INFO(LOG_ALLOC, "%s: %zu bytes of %s memory (now %zu host, %zu device)", what, bytes,
+       device ? "device" : "host", atomic_load(&acct->host_bytes), atomic_load(&acct->dev_bytes));
 }
 
 void mem_release(alloc_acct_t *acct, size_t bytes, int device) {

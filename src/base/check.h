@@ -9,23 +9,23 @@
 #include "nccl.h"
 
 /* Returns from the calling function when `call` does not succeed. */
-#define CHECK(call)                                                                                             \
-  do {                                                                                                          \
-    ncclResult_t check_res_ = (call);                                                                           \
-    if (check_res_ != ncclSuccess) return check_res_;                                                           \
+#define CHECK(call)                                                                                          \
+  do {                                                                                                       \
+    ncclResult_t check_res_ = (call);                                                                        \
+    if (check_res_ != ncclSuccess) return check_res_;                                                        \
   } while (0)
 
 /* Stores the result of `call` in `res` and jumps to `label` when it does not succeed. */
-#define CHECK_GOTO(call, res, label)                                                                            \
-  do {                                                                                                          \
-    (res) = (call);                                                                                             \
-    if ((res) != ncclSuccess) goto label;                                                                       \
+#define CHECK_GOTO(call, res, label)                                                                         \
+  do {                                                                                                       \
+    (res) = (call);                                                                                          \
+    if ((res) != ncclSuccess) goto label;                                                                    \
   } while (0)
 
 /* Runs a system call expression, retrying on EINTR; leaves its value in `ret`. */
-#define SYS_RETRY(ret, expr)                                                                                    \
-  do {                                                                                                          \
-    (ret) = (expr);                                                                                             \
+#define SYS_RETRY(ret, expr)                                                                                 \
+  do {                                                                                                       \
+    (ret) = (expr);                                                                                          \
   } while ((ret) == -1 && errno == EINTR)
 
 #endif

@@ -31,10 +31,22 @@ static const struct {
   const char *name;
   uint64_t bit;
 } subsystems[] = {
-    {"INIT", LOG_INIT},   {"COLL", LOG_COLL},       {"P2P", LOG_P2P},       {"SHM", LOG_SHM},
-    {"NET", LOG_NET},     {"GRAPH", LOG_GRAPH},     {"TUNING", LOG_TUNING}, {"ENV", LOG_ENV},
-    {"ALLOC", LOG_ALLOC}, {"CALL", LOG_CALL},       {"PROXY", LOG_PROXY},   {"NVLS", LOG_NVLS},
-    {"BOOTSTRAP", LOG_BOOTSTRAP}, {"REG", LOG_REG}, {"PROFILE", LOG_PROFILE}, {"RAS", LOG_RAS},
+    {"INIT", LOG_INIT},
+    {"COLL", LOG_COLL},
+    {"P2P", LOG_P2P},
+    {"SHM", LOG_SHM},
+    {"NET", LOG_NET},
+    {"GRAPH", LOG_GRAPH},
+    {"TUNING", LOG_TUNING},
+    {"ENV", LOG_ENV},
+    {"ALLOC", LOG_ALLOC},
+    {"CALL", LOG_CALL},
+    {"PROXY", LOG_PROXY},
+    {"NVLS", LOG_NVLS},
+    {"BOOTSTRAP", LOG_BOOTSTRAP},
+    {"REG", LOG_REG},
+    {"PROFILE", LOG_PROFILE},
+    {"RAS", LOG_RAS},
     {"ALL", LOG_ALL},
 };
 
@@ -114,7 +126,8 @@ static void vwrite(log_level_t level, const char *file, int line, const char *fm
   } else if (level == LOG_VERSION) {
     fprintf(log_file, "%s\n", msg);
   } else {
-    fprintf(log_file, "%s:%d:%ld [%d] NCCL %s %s\n", host_name, (int)getpid(), tid, thread_dev, names[level], msg);
+    fprintf(log_file, "%s:%d:%ld [%d] NCCL %s %s\n", host_name, (int)getpid(), tid, thread_dev, names[level],
+            msg);
   }
   fflush(log_file);
   pthread_mutex_unlock(&lock);
@@ -150,14 +163,23 @@ const char *log_last_error(void) {
 
 const char *log_result_name(ncclResult_t res) {
   switch (res) {
-  case ncclSuccess: return "no error";
-  case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-  case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-  case ncclInternalError: return "internal error (run with NCCL_DEBUG=INFO for details)";
-  case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-  case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-  case ncclRemoteError: return "remote process exited or there was a network error";
-  case ncclInProgress: return "operation in progress";
-  default: return "unknown result code";
+  case ncclSuccess:
+    return "no error";
+  case ncclUnhandledCudaError:
+    return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+  case ncclSystemError:
+    return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+  case ncclInternalError:
+    return "internal error (run with NCCL_DEBUG=INFO for details)";
+  case ncclInvalidArgument:
+    return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+  case ncclInvalidUsage:
+    return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+  case ncclRemoteError:
+    return "remote process exited or there was a network error";
+  case ncclInProgress:
+    return "operation in progress";
+  default:
+    return "unknown result code";
   }
 }

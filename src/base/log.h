@@ -12,7 +12,14 @@
 #include "nccl.h"
 
 /* Log levels, as NCCL orders them. */
-typedef enum { LOG_NONE = 0, LOG_VERSION = 1, LOG_WARN = 2, LOG_INFO = 3, LOG_ABORT = 4, LOG_TRACE = 5 } log_level_t;
+typedef enum {
+  LOG_NONE = 0,
+  LOG_VERSION = 1,
+  LOG_WARN = 2,
+  LOG_INFO = 3,
+  LOG_ABORT = 4,
+  LOG_TRACE = 5
+} log_level_t;
 
 /* Subsystem bits of NCCL_DEBUG_SUBSYS (the same bits as NCCL's). */
 enum {
@@ -52,12 +59,12 @@ void log_write(log_level_t level, uint64_t subsys, const char *file, int line, c
 /* The device number shown in "[dev]" for lines logged by the calling thread. */
 void log_set_dev(int dev);
 
-#define LOG_AT(level, subsys, ...)                                                                              \
-  do {                                                                                                          \
-    if (log_enabled(level, subsys)) log_write(level, subsys, __FILE__, __LINE__, __VA_ARGS__);                  \
+#define LOG_AT(level, subsys, ...)                                                                           \
+  do {                                                                                                       \
+    if (log_enabled(level, subsys)) log_write(level, subsys, __FILE__, __LINE__, __VA_ARGS__);               \
   } while (0)
-#define WARN(...) LOG_AT(LOG_WARN, LOG_ALL, __VA_ARGS__)
-#define INFO(subsys, ...) LOG_AT(LOG_INFO, subsys, __VA_ARGS__)
+#define WARN(...)          LOG_AT(LOG_WARN, LOG_ALL, __VA_ARGS__)
+#define INFO(subsys, ...)  LOG_AT(LOG_INFO, subsys, __VA_ARGS__)
 #define TRACE(subsys, ...) LOG_AT(LOG_TRACE, subsys, __VA_ARGS__)
 
 /* Reports an error where it starts: logs it at WARN, records it as the last error, and returns `res`. */

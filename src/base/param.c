@@ -21,9 +21,9 @@ typedef struct {
   kind_t kind;
   const char *def; /* default, as text */
   const char *help;
-  char *value;     /* current value as text, or NULL for the default */
-  char *source;    /* "env" or the file it came from; NULL for the default */
-  int64_t ival;    /* parsed value of an integer knob */
+  char *value;  /* current value as text, or NULL for the default */
+  char *source; /* "env" or the file it came from; NULL for the default */
+  int64_t ival; /* parsed value of an integer knob */
 } param_t;
 
 static param_t params[P_COUNT] = {

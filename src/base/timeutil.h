@@ -11,7 +11,8 @@ double time_now(void);
 /* Sleeps about `us` microseconds. */
 void time_sleep_us(int64_t us);
 /* One pause of a polling loop: spins for the first `spins` rounds, then yields, then sleeps briefly, so that
- * many ranks polling on few cores still let the one with work run. `round` counts the caller's idle rounds. */
+ * many ranks polling on few cores still let the one with work run. `round` counts the caller's idle rounds.
+ */
 void time_backoff(uint64_t round);
 
 #endif

@@ -24,7 +24,8 @@ ncclResult_t comm_config_check(const ncclConfig_t *config, ncclConfig_t *out) {
   *out = config_defaults;
   if (config != NULL) {
     if (config->magic != CONFIG_MAGIC)
-      return log_err(ncclInvalidArgument, "config: magic 0x%x is not 0x%x; initialise it with NCCL_CONFIG_INITIALIZER",
+      return log_err(ncclInvalidArgument,
+                     "config: magic 0x%x is not 0x%x; initialise it with NCCL_CONFIG_INITIALIZER",
                      config->magic, CONFIG_MAGIC);
     size_t least = offsetof(ncclConfig_t, blocking) + sizeof(int);
     if (config->size < least || config->size > 65536)
@@ -40,9 +41,11 @@ ncclResult_t comm_config_check(const ncclConfig_t *config, ncclConfig_t *out) {
     return log_err(ncclInvalidArgument, "config: blocking is %d; it must be 0 or 1", out->blocking);
   if (out->splitShare != NCCL_CONFIG_UNDEF_INT && out->splitShare != 0 && out->splitShare != 1)
     return log_err(ncclInvalidArgument, "config: splitShare is %d; it must be 0 or 1", out->splitShare);
-  if (out->CTAPolicy != NCCL_CONFIG_UNDEF_INT && (out->CTAPolicy < 0 || out->CTAPolicy > NCCL_CTA_POLICY_ZERO))
+  if (out->CTAPolicy != NCCL_CONFIG_UNDEF_INT &&
+      (out->CTAPolicy < 0 || out->CTAPolicy > NCCL_CTA_POLICY_ZERO))
     return log_err(ncclInvalidArgument, "config: CTAPolicy is %d; it must be 0, 1 or 2", out->CTAPolicy);
-  if (out->minCTAs != NCCL_CONFIG_UNDEF_INT && out->maxCTAs != NCCL_CONFIG_UNDEF_INT && out->minCTAs > out->maxCTAs)
+  if (out->minCTAs != NCCL_CONFIG_UNDEF_INT && out->maxCTAs != NCCL_CONFIG_UNDEF_INT &&
+      out->minCTAs > out->maxCTAs)
     return log_err(ncclInvalidArgument, "config: minCTAs %d exceeds maxCTAs %d", out->minCTAs, out->maxCTAs);
   return ncclSuccess;
 }
@@ -113,9 +116,10 @@ static ncclResult_t init_peers(ncclComm_t comm) {
   CHECK(boot_allgather(comm->boot, comm->peers, sizeof(tp_peer_t)));
   for (int r = 0; r < comm->nranks; r++)
     if (comm->peers[r].ring_bytes != comm->ring_bytes)
-      return log_err(ncclInvalidUsage, "%s: BRAID_HOST_BUFFSIZE gives %zu bytes on rank %d but %lu on rank %d; "
-                     "it must be the same on all ranks", comm->name, comm->ring_bytes, comm->rank,
-                     (unsigned long)comm->peers[r].ring_bytes, r);
+      return log_err(ncclInvalidUsage,
+                     "%s: BRAID_HOST_BUFFSIZE gives %zu bytes on rank %d but %lu on rank %d; "
+                     "it must be the same on all ranks",
+                     comm->name, comm->ring_bytes, comm->rank, (unsigned long)comm->peers[r].ring_bytes, r);
   return ncclSuccess;
 }
 
@@ -133,11 +137,13 @@ static ncclResult_t init_links(ncclComm_t comm) {
 static void publish(ncclComm_t comm) {
   atomic_store_explicit(&comm->async_error, ncclSuccess, memory_order_release);
   atomic_store_explicit(&comm->state, COMM_READY, memory_order_release);
-  INFO(LOG_INIT, "%s rank %d nranks %d dev %d - Init COMPLETE", comm->name, comm->rank, comm->nranks, comm->dev);
+  INFO(LOG_INIT, "%s rank %d nranks %d dev %d - Init COMPLETE", comm->name, comm->rank, comm->nranks,
+       comm->dev);
 }
 
 static void banner(void) {
-  LOG_AT(LOG_VERSION, LOG_ALL, "Braid %s (NCCL API %d.%d.%d)", BRAID_VERSION, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  LOG_AT(LOG_VERSION, LOG_ALL, "Braid %s (NCCL API %d.%d.%d)", BRAID_VERSION, NCCL_MAJOR, NCCL_MINOR,
+         NCCL_PATCH);
 }
 
 static void print_banner(void) {
@@ -196,7 +202,8 @@ typedef struct {
 
 /* This rank's place among the ranks of its color, ordered by (key, parent rank): writes its new rank, the
  * number of members and the parent rank of member 0 (the leader). */
-static void split_place(const split_info_t *info, int nranks, int me, int *rank_p, int *count_p, int *leader_p) {
+static void split_place(const split_info_t *info, int nranks, int me, int *rank_p, int *count_p,
+                        int *leader_p) {
   int rank = 0, count = 0, leader = -1;
   for (int r = 0; r < nranks; r++) {
     if (info[r].color != info[me].color) continue;
@@ -209,7 +216,8 @@ static void split_place(const split_info_t *info, int nranks, int me, int *rank_
   *leader_p = leader;
 }
 
-ncclResult_t comm_split(ncclComm_t parent, int color, int key, const ncclConfig_t *config, ncclComm_t *child_p) {
+ncclResult_t comm_split(ncclComm_t parent, int color, int key, const ncclConfig_t *config,
+                        ncclComm_t *child_p) {
   ncclResult_t res;
   split_info_t *info;
   CHECK(MEM_CALLOC(&parent->acct, info, parent->nranks, "split table"));
@@ -223,7 +231,8 @@ ncclResult_t comm_split(ncclComm_t parent, int color, int key, const ncclConfig_
   if (parent->rank == leader) {
     CHECK_GOTO(boot_new_unique_id(&id), res, out);
     for (int r = 0; r < parent->nranks; r++)
-      if (r != leader && info[r].color == color) CHECK_GOTO(boot_send(parent->boot, r, TAG_SPLIT_ID, &id, sizeof id), res, out);
+      if (r != leader && info[r].color == color)
+        CHECK_GOTO(boot_send(parent->boot, r, TAG_SPLIT_ID, &id, sizeof id), res, out);
   } else {
     CHECK_GOTO(boot_recv(parent->boot, leader, TAG_SPLIT_ID, &id, sizeof id), res, out);
   }
@@ -235,8 +244,8 @@ ncclResult_t comm_split(ncclComm_t parent, int color, int key, const ncclConfig_
     comm_destroy(child);
     goto out;
   }
-  INFO(LOG_INIT, "%s rank %d: split color %d key %d -> %s rank %d of %d", parent->name, parent->rank, color, key,
-       child->name, rank, count);
+  INFO(LOG_INIT, "%s rank %d: split color %d key %d -> %s rank %d of %d", parent->name, parent->rank, color,
+       key, child->name, rank, count);
   *child_p = child;
 out:
   mem_free(&parent->acct, info, parent->nranks * sizeof *info);
@@ -246,18 +255,22 @@ out:
 ncclResult_t comm_check(ncclComm_t comm, const char *func) {
   if (comm == NULL) return log_err(ncclInvalidArgument, "%s: comm is NULL", func);
   if (comm->magic == COMM_DEAD) return log_err(ncclInvalidUsage, "%s: the communicator was destroyed", func);
-  if (comm->magic != COMM_MAGIC) return log_err(ncclInvalidArgument, "%s: comm %p is not a communicator", func, (void *)comm);
+  if (comm->magic != COMM_MAGIC)
+    return log_err(ncclInvalidArgument, "%s: comm %p is not a communicator", func, (void *)comm);
   return ncclSuccess;
 }
 
 ncclResult_t comm_check_ready(ncclComm_t comm, const char *func) {
   CHECK(comm_check(comm, func));
   switch (atomic_load_explicit(&comm->state, memory_order_acquire)) {
-  case COMM_READY: return ncclSuccess;
+  case COMM_READY:
+    return ncclSuccess;
   case COMM_INITIALIZING:
-    return log_err(ncclInvalidUsage, "%s: %s is still initialising; wait until ncclCommGetAsyncError gives ncclSuccess",
-                   func, comm->name[0] ? comm->name : "the communicator");
-  case COMM_FINALIZED: return log_err(ncclInvalidUsage, "%s: %s was finalized", func, comm->name);
+    return log_err(ncclInvalidUsage,
+                   "%s: %s is still initialising; wait until ncclCommGetAsyncError gives ncclSuccess", func,
+                   comm->name[0] ? comm->name : "the communicator");
+  case COMM_FINALIZED:
+    return log_err(ncclInvalidUsage, "%s: %s was finalized", func, comm->name);
   default:
     return log_err(ncclInvalidUsage, "%s: %s failed earlier (%s); it can only be destroyed or aborted", func,
                    comm->name, log_result_name((ncclResult_t)atomic_load(&comm->async_error)));

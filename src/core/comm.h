@@ -24,35 +24,35 @@
 #include "transport/transport.h"
 
 #define COMM_MAGIC 0x4272616964436f6dull /* a live communicator */
-#define COMM_DEAD 0x4272616964446564ull  /* a destroyed one */
+#define COMM_DEAD  0x4272616964446564ull /* a destroyed one */
 
 /* Life of a communicator. */
 typedef enum { COMM_INITIALIZING, COMM_READY, COMM_FINALIZED, COMM_FAILED } comm_state_t;
 
 struct ncclComm {
-  uint64_t magic;           /* COMM_MAGIC, COMM_DEAD after destroy */
-  _Atomic int state;        /* comm_state_t; release-stored when it changes */
-  _Atomic int async_error;  /* ncclResult_t: ncclInProgress during non-blocking init, or the error */
-  volatile int abort_flag;  /* set once by ncclCommAbort or a fatal error; every wait polls it */
-  _Atomic int busy;         /* threads running work on this communicator (abort waits for 0) */
+  uint64_t magic;          /* COMM_MAGIC, COMM_DEAD after destroy */
+  _Atomic int state;       /* comm_state_t; release-stored when it changes */
+  _Atomic int async_error; /* ncclResult_t: ncclInProgress during non-blocking init, or the error */
+  volatile int abort_flag; /* set once by ncclCommAbort or a fatal error; every wait polls it */
+  _Atomic int busy;        /* threads running work on this communicator (abort waits for 0) */
   int rank, nranks;
-  int dev;                  /* CUDA device, -1 on the host backend */
-  uint64_t nonce;           /* the unique id's nonce: the communicator's identity */
-  char name[64];            /* "comm <nonce> rank r" or the config's commName, for messages */
-  int blocking;             /* config.blocking, resolved */
-  ncclConfig_t config;      /* the configuration as normalised at init (inherited by split) */
-  boot_t *boot;             /* bootstrap */
-  links_t *links;           /* connections */
-  tp_peer_t *peers;         /* [nranks] what each rank told at init */
-  plan_t plan;              /* the current group's calls and plan */
-  uint64_t next_seq;        /* sequence number of the next call */
-  size_t ring_bytes;        /* staging ring per connection, the same on all ranks; plans slice by half of it */
-  redop_table_t redops;     /* PreMulSum operations made on this communicator */
-  alloc_acct_t acct;        /* memory charged to this communicator */
-  pthread_t init_thread;    /* non-blocking init runs here */
-  int init_thread_live;     /* init_thread must be joined */
+  int dev;               /* CUDA device, -1 on the host backend */
+  uint64_t nonce;        /* the unique id's nonce: the communicator's identity */
+  char name[64];         /* "comm <nonce> rank r" or the config's commName, for messages */
+  int blocking;          /* config.blocking, resolved */
+  ncclConfig_t config;   /* the configuration as normalised at init (inherited by split) */
+  boot_t *boot;          /* bootstrap */
+  links_t *links;        /* connections */
+  tp_peer_t *peers;      /* [nranks] what each rank told at init */
+  plan_t plan;           /* the current group's calls and plan */
+  uint64_t next_seq;     /* sequence number of the next call */
+  size_t ring_bytes;     /* staging ring per connection, the same on all ranks; plans slice by half of it */
+  redop_table_t redops;  /* PreMulSum operations made on this communicator */
+  alloc_acct_t acct;     /* memory charged to this communicator */
+  pthread_t init_thread; /* non-blocking init runs here */
+  int init_thread_live;  /* init_thread must be joined */
   struct ncclComm *group_next; /* next communicator with calls in the calling thread's group */
-  int in_group;             /* on the calling thread's group list */
+  int in_group;                /* on the calling thread's group list */
 };
 
 /* Allocates a communicator for `rank` of `nranks` with a validated configuration (NULL: defaults). */
@@ -62,7 +62,8 @@ ncclResult_t comm_init(ncclComm_t comm, const ncclUniqueId *ids, int nid);
 /* Starts comm_init on a thread (non-blocking communicators); ncclCommGetAsyncError reports its end. */
 ncclResult_t comm_init_async(ncclComm_t comm, const ncclUniqueId *ids, int nid);
 /* Splits `parent`: see ncclCommSplit. *child_p is NULL for NCCL_SPLIT_NOCOLOR. */
-ncclResult_t comm_split(ncclComm_t parent, int color, int key, const ncclConfig_t *config, ncclComm_t *child_p);
+ncclResult_t comm_split(ncclComm_t parent, int color, int key, const ncclConfig_t *config,
+                        ncclComm_t *child_p);
 /* Validates and normalises a user configuration (size, magic, version, values) into *out. */
 ncclResult_t comm_config_check(const ncclConfig_t *config, ncclConfig_t *out);
 /* Checks a handle given to `func`: NULL, foreign and destroyed handles get a message naming `func`. */

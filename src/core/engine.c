@@ -16,7 +16,8 @@
 #include "base/param.h"
 #include "base/timeutil.h"
 
-void engine_start(exec_t *ex, plan_t *plan, links_t *links, const volatile int *abort_flag, const char *comm_name) {
+void engine_start(exec_t *ex, plan_t *plan, links_t *links, const volatile int *abort_flag,
+                  const char *comm_name) {
   *ex = (exec_t){.plan = plan,
                  .links = links,
                  .abort_flag = abort_flag,
@@ -25,7 +26,8 @@ void engine_start(exec_t *ex, plan_t *plan, links_t *links, const volatile int *
                  .result = ncclSuccess};
 }
 
-/* Bytes a transfer moves through its connections: its data padded to XF_ALIGN (local copies are not padded). */
+/* Bytes a transfer moves through its connections: its data padded to XF_ALIGN (local copies are not padded).
+ */
 static size_t wire_bytes(const xfer_t *x) {
   if (x->recv_peer < 0 && x->send_peer < 0) return x->bytes;
   return (x->bytes + XF_ALIGN - 1) / XF_ALIGN * XF_ALIGN;
@@ -156,7 +158,8 @@ static ncclResult_t check_stall(exec_t *ex, double now) {
            ex->comm_name, ex->links->rank, plan_op_name(st->task->kind), (unsigned long)st->task->seq, idle,
            ex->step + 1, ex->plan->nsteps, x->recv_peer >= 0 ? "receive from" : "send to",
            x->recv_peer >= 0 ? x->recv_peer : x->send_peer, x->done, x->bytes);
-  if (timed_out) return log_err(ncclSystemError, "%s; giving up after BRAID_TIMEOUT_S=%ld", what, (long)timeout_s);
+  if (timed_out)
+    return log_err(ncclSystemError, "%s; giving up after BRAID_TIMEOUT_S=%ld", what, (long)timeout_s);
   WARN("%s", what);
   ex->warned = 1;
   return ncclSuccess;
@@ -164,7 +167,8 @@ static ncclResult_t check_stall(exec_t *ex, double now) {
 
 /* One round of one exec. */
 static ncclResult_t progress_exec(exec_t *ex, double now, int *progressed_p) {
-  if (*ex->abort_flag) return log_err(ncclInvalidUsage, "%s rank %d: aborted by ncclCommAbort", ex->comm_name, ex->links->rank);
+  if (*ex->abort_flag)
+    return log_err(ncclInvalidUsage, "%s rank %d: aborted by ncclCommAbort", ex->comm_name, ex->links->rank);
   int progressed = 0, step_done = 0;
   CHECK(progress_step(ex, &progressed, &step_done));
   if (step_done) ex->step++;
@@ -182,7 +186,8 @@ static ncclResult_t flush_all(exec_t *ex, double now, int *done_p) {
   links_t *l = ex->links;
   int64_t timeout_s = param_int(P_BRAID_TIMEOUT_S);
   if (ex->step >= ex->plan->nsteps && timeout_s > 0 && now - ex->last_progress > timeout_s)
-    return log_err(ncclSystemError, "%s rank %d: peers did not take the last %s's data within BRAID_TIMEOUT_S=%ld",
+    return log_err(ncclSystemError,
+                   "%s rank %d: peers did not take the last %s's data within BRAID_TIMEOUT_S=%ld",
                    ex->comm_name, l->rank, plan_op_name(ex->plan->steps[ex->plan->nsteps - 1].task->kind),
                    (long)timeout_s);
   *done_p = 1;
@@ -210,7 +215,8 @@ ncclResult_t engine_run(exec_t *execs, int n) {
       ncclResult_t res = ex->step < ex->plan->nsteps ? progress_exec(ex, now, &progressed) : ncclSuccess;
       /* Bytes a transport holds locally must keep moving even while this rank waits on something else:
        * its peer may be waiting for them. Pushed once done, and whenever a round moved nothing. */
-      if (res == ncclSuccess && (ex->step >= ex->plan->nsteps || !progressed)) res = flush_all(ex, now, &flushed);
+      if (res == ncclSuccess && (ex->step >= ex->plan->nsteps || !progressed))
+        res = flush_all(ex, now, &flushed);
       if (res != ncclSuccess) {
         ex->result = res;
         if (first == ncclSuccess) first = res;

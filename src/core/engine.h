@@ -30,7 +30,8 @@ typedef struct {
 } exec_t;
 
 /* Prepares an exec for a built plan whose connections are ready. */
-void engine_start(exec_t *ex, plan_t *plan, links_t *links, const volatile int *abort_flag, const char *comm_name);
+void engine_start(exec_t *ex, plan_t *plan, links_t *links, const volatile int *abort_flag,
+                  const char *comm_name);
 /* Runs all execs to completion or error. Returns the first error; each exec's result says its own. */
 ncclResult_t engine_run(exec_t *execs, int n);
 

@@ -24,10 +24,10 @@ typedef struct job {
 /* The calling thread's group. */
 static _Thread_local struct {
   int depth;
-  ncclComm_t comms;     /* communicators with calls, linked through group_next */
-  job_t *jobs;          /* deferred jobs, most recent first */
-  ncclResult_t error;   /* first error of a call inside the group */
-  exec_t *execs;        /* engine state, reused across groups */
+  ncclComm_t comms;   /* communicators with calls, linked through group_next */
+  job_t *jobs;        /* deferred jobs, most recent first */
+  ncclResult_t error; /* first error of a call inside the group */
+  exec_t *execs;      /* engine state, reused across groups */
   int cap_execs;
 } grp;
 
@@ -36,7 +36,8 @@ int group_depth(void) {
 }
 
 ncclResult_t group_error(ncclResult_t res) {
-  if (grp.depth > 0 && grp.error == ncclSuccess && res != ncclSuccess && res != ncclInProgress) grp.error = res;
+  if (grp.depth > 0 && grp.error == ncclSuccess && res != ncclSuccess && res != ncclInProgress)
+    grp.error = res;
   return res;
 }
 
@@ -75,7 +76,8 @@ static ncclResult_t run_jobs(void) {
 ncclResult_t group_job(group_job_fn_t fn, void *arg) {
   if (grp.depth == 0) return fn(arg);
   job_t *j = calloc(1, sizeof *j);
-  if (j == NULL) return group_error(log_err(ncclSystemError, "out of host memory deferring an init to ncclGroupEnd"));
+  if (j == NULL)
+    return group_error(log_err(ncclSystemError, "out of host memory deferring an init to ncclGroupEnd"));
   j->fn = fn;
   j->arg = arg;
   j->next = grp.jobs;
@@ -121,9 +123,9 @@ static void connect_phase(int p, exec_t *execs, int n) {
   for (int i = 0; i < n; i++) {
     exec_t *ex = &execs[i];
     if (ex->result != ncclSuccess) continue;
-    ncclResult_t res = p == 0 ? links_listen(ex->links, ex->plan)
-                     : p == 1 ? links_connect(ex->links, ex->plan)
-                              : links_accept(ex->links);
+    ncclResult_t res = p == 0   ? links_listen(ex->links, ex->plan)
+                       : p == 1 ? links_connect(ex->links, ex->plan)
+                                : links_accept(ex->links);
     if (res != ncclSuccess) ex->result = res;
   }
 }
@@ -155,7 +157,8 @@ static ncclResult_t run_calls(void) {
 }
 
 ncclResult_t group_end(void) {
-  if (grp.depth == 0) return log_err(ncclInvalidUsage, "ncclGroupEnd: no group was started (ncclGroupStart missing)");
+  if (grp.depth == 0)
+    return log_err(ncclInvalidUsage, "ncclGroupEnd: no group was started (ncclGroupStart missing)");
   if (--grp.depth > 0) return ncclSuccess;
   ncclResult_t res = run_jobs();
   if (res == ncclSuccess) res = grp.error;

@@ -23,14 +23,14 @@ enum { LINK_NONE = 0, LINK_LISTENING = 1, LINK_READY = 2 };
 
 typedef struct {
   int rank, nranks;
-  boot_t *boot;         /* the communicator's bootstrap (not owned) */
-  tp_ctx_t *tp;         /* transport context (owned) */
-  tp_conn_t **send;     /* [nranks] sending ends, NULL until made */
-  tp_conn_t **recv;     /* [nranks] receiving ends, NULL until made */
-  uint8_t *recv_state;  /* [nranks] LINK_* of the receiving ends */
-  uint32_t *mark_send;  /* [nranks] engine scratch: round in which a sending end was last claimed */
-  uint32_t *mark_recv;  /* [nranks] likewise for receiving ends */
-  alloc_acct_t *acct;   /* where allocations are charged */
+  boot_t *boot;        /* the communicator's bootstrap (not owned) */
+  tp_ctx_t *tp;        /* transport context (owned) */
+  tp_conn_t **send;    /* [nranks] sending ends, NULL until made */
+  tp_conn_t **recv;    /* [nranks] receiving ends, NULL until made */
+  uint8_t *recv_state; /* [nranks] LINK_* of the receiving ends */
+  uint32_t *mark_send; /* [nranks] engine scratch: round in which a sending end was last claimed */
+  uint32_t *mark_recv; /* [nranks] likewise for receiving ends */
+  alloc_acct_t *acct;  /* where allocations are charged */
 } links_t;
 
 /* Makes the links of a communicator (no connection yet). */

@@ -18,7 +18,8 @@ static ncclResult_t grow(void **array, int *cap, int need, size_t size, const ch
   int cap2 = *cap > 0 ? *cap : 16;
   while (cap2 < need) cap2 *= 2;
   void *p = realloc(*array, (size_t)cap2 * size);
-  if (p == NULL) return log_err(ncclSystemError, "out of host memory growing the plan's %s to %d", what, cap2);
+  if (p == NULL)
+    return log_err(ncclSystemError, "out of host memory growing the plan's %s to %d", what, cap2);
   *array = p;
   *cap = cap2;
   return ncclSuccess;
@@ -68,8 +69,8 @@ typedef struct {
   const task_t *task;
   int rank, nranks;
   size_t esize;
-  size_t slice;      /* elements per ring slice */
-  int whole_blocks;  /* ring blocks are the call's count each (reduce-scatter, all-gather), not count / n */
+  size_t slice;     /* elements per ring slice */
+  int whole_blocks; /* ring blocks are the call's count each (reduce-scatter, all-gather), not count / n */
 } ctx_t;
 
 static ncclResult_t add(ctx_t *c, int recv_peer, int send_peer, const void *src, void *dst, size_t elems,
@@ -131,7 +132,8 @@ static ncclResult_t build_allreduce(ctx_t *c) {
     for (int s = 1; s <= n - 2; s++)
       CHECK(add(c, prev, next, sl_at(c, in, r - 1 - s, j), NULL, sl(c, r - 1 - s, j), XF_REDUCE));
     CHECK(add(c, prev, next, sl_at(c, in, r, j), sl_at(c, out, r, j), sl(c, r, j), XF_REDUCE | XF_LAST));
-    for (int s = 1; s <= n - 2; s++) CHECK(add(c, prev, next, NULL, sl_at(c, out, r - s, j), sl(c, r - s, j), 0));
+    for (int s = 1; s <= n - 2; s++)
+      CHECK(add(c, prev, next, NULL, sl_at(c, out, r - s, j), sl(c, r - s, j), 0));
     CHECK(add(c, prev, -1, NULL, sl_at(c, out, r + 1, j), sl(c, r + 1, j), 0));
   }
   return ncclSuccess;
@@ -158,11 +160,13 @@ static ncclResult_t build_allgather(ctx_t *c) {
   const task_t *t = c->task;
   int r = c->rank, n = c->nranks, next = mod(r + 1, n), prev = mod(r - 1, n);
   char *out = t->recvbuff;
-  if (t->sendbuff != sl_at(c, out, r, 0)) CHECK(add(c, -1, -1, t->sendbuff, sl_at(c, out, r, 0), t->count, 0));
+  if (t->sendbuff != sl_at(c, out, r, 0))
+    CHECK(add(c, -1, -1, t->sendbuff, sl_at(c, out, r, 0), t->count, 0));
   if (n == 1) return ncclSuccess;
   for (size_t j = 0; j < nslices(c); j++) {
     CHECK(add(c, -1, next, at(t->sendbuff, j * c->slice, c->esize), NULL, sl(c, r, j), 0));
-    for (int s = 1; s <= n - 2; s++) CHECK(add(c, prev, next, NULL, sl_at(c, out, r - s, j), sl(c, r - s, j), 0));
+    for (int s = 1; s <= n - 2; s++)
+      CHECK(add(c, prev, next, NULL, sl_at(c, out, r - s, j), sl(c, r - s, j), 0));
     CHECK(add(c, prev, -1, NULL, sl_at(c, out, r + 1, j), sl(c, r + 1, j), 0));
   }
   return ncclSuccess;
@@ -195,7 +199,8 @@ static ncclResult_t build_reduce(ctx_t *c) {
 static ncclResult_t scratch(plan_t *p, size_t bytes) {
   if (bytes <= p->scratch_bytes) return ncclSuccess;
   char *s = realloc(p->scratch, bytes);
-  if (s == NULL) return log_err(ncclSystemError, "out of host memory: %zu bytes of in-place all-to-all staging", bytes);
+  if (s == NULL)
+    return log_err(ncclSystemError, "out of host memory: %zu bytes of in-place all-to-all staging", bytes);
   p->scratch = s;
   p->scratch_bytes = bytes;
   return ncclSuccess;
@@ -213,7 +218,8 @@ static ncclResult_t build_alltoall(ctx_t *c) {
     memcpy(c->plan->scratch, in, (size_t)n * cnt * es);
     in = c->plan->scratch;
   }
-  if (in != t->recvbuff) CHECK(add(c, -1, -1, at(in, (size_t)r * cnt, es), at(t->recvbuff, (size_t)r * cnt, es), cnt, 0));
+  if (in != t->recvbuff)
+    CHECK(add(c, -1, -1, at(in, (size_t)r * cnt, es), at(t->recvbuff, (size_t)r * cnt, es), cnt, 0));
   for (int s = 1; s < n; s++) {
     int to = mod(r + s, n), from = mod(r - s, n);
     CHECK(add(c, -1, to, at(in, (size_t)to * cnt, es), NULL, cnt, 0));
@@ -230,7 +236,8 @@ static ncclResult_t build_gather(ctx_t *c) {
   if (r != t->root) return add(c, -1, t->root, t->sendbuff, NULL, cnt, 0);
   if (t->sendbuff != at(t->recvbuff, (size_t)r * cnt, es))
     CHECK(add(c, -1, -1, t->sendbuff, at(t->recvbuff, (size_t)r * cnt, es), cnt, 0));
-  for (int s = 1; s < n; s++) CHECK(add(c, mod(r + s, n), -1, NULL, at(t->recvbuff, (size_t)mod(r + s, n) * cnt, es), cnt, 0));
+  for (int s = 1; s < n; s++)
+    CHECK(add(c, mod(r + s, n), -1, NULL, at(t->recvbuff, (size_t)mod(r + s, n) * cnt, es), cnt, 0));
   return ncclSuccess;
 }
 
@@ -242,7 +249,8 @@ static ncclResult_t build_scatter(ctx_t *c) {
   if (r != t->root) return add(c, t->root, -1, NULL, t->recvbuff, cnt, 0);
   if (at(t->sendbuff, (size_t)r * cnt, es) != t->recvbuff)
     CHECK(add(c, -1, -1, at(t->sendbuff, (size_t)r * cnt, es), t->recvbuff, cnt, 0));
-  for (int s = 1; s < n; s++) CHECK(add(c, -1, mod(r + s, n), at(t->sendbuff, (size_t)mod(r + s, n) * cnt, es), NULL, cnt, 0));
+  for (int s = 1; s < n; s++)
+    CHECK(add(c, -1, mod(r + s, n), at(t->sendbuff, (size_t)mod(r + s, n) * cnt, es), NULL, cnt, 0));
   return ncclSuccess;
 }
 
@@ -253,11 +261,14 @@ static ncclResult_t match_self(ctx_t *c, const task_t *recv) {
   for (const task_t *t = c->plan->tasks; t < c->plan->tasks + c->plan->ntasks; t++) {
     if (t->kind != OP_SEND || t->root != c->rank || k-- > 0) continue;
     if (t->count * dtype_size(t->type) != recv->count * dtype_size(recv->type))
-      return log_err(ncclInvalidUsage, "rank %d sends %zu bytes to itself but receives %zu bytes from itself (call %lu)",
-                     c->rank, t->count * dtype_size(t->type), recv->count * dtype_size(recv->type), (unsigned long)recv->seq);
+      return log_err(ncclInvalidUsage,
+                     "rank %d sends %zu bytes to itself but receives %zu bytes from itself (call %lu)",
+                     c->rank, t->count * dtype_size(t->type), recv->count * dtype_size(recv->type),
+                     (unsigned long)recv->seq);
     return add(c, -1, -1, t->sendbuff, recv->recvbuff, recv->count, 0);
   }
-  return log_err(ncclInvalidUsage, "rank %d receives from itself (call %lu) without a matching send to itself in the group",
+  return log_err(ncclInvalidUsage,
+                 "rank %d receives from itself (call %lu) without a matching send to itself in the group",
                  c->rank, (unsigned long)recv->seq);
 }
 
@@ -272,9 +283,15 @@ static ncclResult_t build_p2p(ctx_t *c) {
 
 typedef ncclResult_t (*build_fn_t)(ctx_t *c);
 static const build_fn_t builders[OP_COUNT] = {
-    [OP_ALLREDUCE] = build_allreduce, [OP_BROADCAST] = build_broadcast,         [OP_REDUCE] = build_reduce,
-    [OP_ALLGATHER] = build_allgather, [OP_REDUCESCATTER] = build_reducescatter, [OP_ALLTOALL] = build_alltoall,
-    [OP_GATHER] = build_gather,       [OP_SCATTER] = build_scatter,             [OP_SEND] = build_p2p,
+    [OP_ALLREDUCE] = build_allreduce,
+    [OP_BROADCAST] = build_broadcast,
+    [OP_REDUCE] = build_reduce,
+    [OP_ALLGATHER] = build_allgather,
+    [OP_REDUCESCATTER] = build_reducescatter,
+    [OP_ALLTOALL] = build_alltoall,
+    [OP_GATHER] = build_gather,
+    [OP_SCATTER] = build_scatter,
+    [OP_SEND] = build_p2p,
     [OP_RECV] = build_p2p,
 };
 

@@ -39,12 +39,12 @@ typedef struct {
   op_kind_t kind;
   const void *sendbuff;
   void *recvbuff;
-  size_t count;        /* elements, as the call gave them (per rank / per block as NCCL defines) */
+  size_t count; /* elements, as the call gave them (per rank / per block as NCCL defines) */
   ncclDataType_t type;
-  ncclRedOp_t op;      /* as the call gave it (ncclSum for non-reducing calls) */
-  int root;            /* root of rooted collectives, peer of send/recv, -1 otherwise */
-  red_t red;           /* the reduction, resolved when the call was enqueued */
-  uint64_t seq;        /* this call's sequence number on its communicator, for diagnostics */
+  ncclRedOp_t op; /* as the call gave it (ncclSum for non-reducing calls) */
+  int root;       /* root of rooted collectives, peer of send/recv, -1 otherwise */
+  red_t red;      /* the reduction, resolved when the call was enqueued */
+  uint64_t seq;   /* this call's sequence number on its communicator, for diagnostics */
 } task_t;
 
 /* Flags of a transfer. */
@@ -56,15 +56,15 @@ enum {
 
 /* One streaming transfer. Without a receive peer the data comes from `src` (a local copy or a send). */
 typedef struct {
-  int recv_peer;     /* rank to receive from, -1 for none */
-  int send_peer;     /* rank to send (or forward) to, -1 for none */
-  const char *src;   /* local operand: data to send or copy, or to combine with what arrives; may be NULL */
-  char *dst;         /* where the result is stored; NULL when it is only forwarded */
-  size_t bytes;      /* data bytes (wire bytes are rounded up to XF_ALIGN) */
-  uint32_t esize;    /* element size: pieces are whole elements */
-  uint32_t flags;    /* XF_* */
-  const red_t *red;  /* the reduction for XF_REDUCE / XF_PREPARE */
-  size_t done;       /* progress: wire bytes moved so far */
+  int recv_peer;    /* rank to receive from, -1 for none */
+  int send_peer;    /* rank to send (or forward) to, -1 for none */
+  const char *src;  /* local operand: data to send or copy, or to combine with what arrives; may be NULL */
+  char *dst;        /* where the result is stored; NULL when it is only forwarded */
+  size_t bytes;     /* data bytes (wire bytes are rounded up to XF_ALIGN) */
+  uint32_t esize;   /* element size: pieces are whole elements */
+  uint32_t flags;   /* XF_* */
+  const red_t *red; /* the reduction for XF_REDUCE / XF_PREPARE */
+  size_t done;      /* progress: wire bytes moved so far */
 } xfer_t;
 
 /* Every transfer starts at a multiple of this many bytes of its connection's stream. */
@@ -72,20 +72,20 @@ typedef struct {
 
 /* A set of transfers that run concurrently; the next step starts when all are done. */
 typedef struct {
-  int first, count;    /* range in plan_t.xfers */
-  const task_t *task;  /* the call this step serves (the first point-to-point call for the p2p step) */
+  int first, count;   /* range in plan_t.xfers */
+  const task_t *task; /* the call this step serves (the first point-to-point call for the p2p step) */
 } step_t;
 
 /* A communicator's plan for one group. Its arrays grow and are reused, so building allocates nothing once
  * warm. */
 typedef struct {
-  task_t *tasks;       /* the group's calls, in call order */
+  task_t *tasks; /* the group's calls, in call order */
   int ntasks, cap_tasks;
   xfer_t *xfers;
   int nxfers, cap_xfers;
   step_t *steps;
   int nsteps, cap_steps;
-  char *scratch;       /* staging for in-place all-to-all */
+  char *scratch; /* staging for in-place all-to-all */
   size_t scratch_bytes;
 } plan_t;
 
@@ -99,7 +99,8 @@ ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes);
 void plan_reset(plan_t *plan);
 /* Frees the arrays. */
 void plan_free(plan_t *plan);
-/* Estimated time of the plan in microseconds, from a simple latency/bandwidth model (ncclGroupSimulateEnd). */
+/* Estimated time of the plan in microseconds, from a simple latency/bandwidth model (ncclGroupSimulateEnd).
+ */
 double plan_estimate_us(const plan_t *plan, int nranks);
 /* The name of a call kind ("AllReduce", ...). */
 const char *plan_op_name(op_kind_t kind);

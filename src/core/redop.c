@@ -17,7 +17,8 @@ ncclResult_t redop_create(redop_table_t *t, const void *scalar, ncclDataType_t t
   if (slot == t->cap) {
     int cap = t->cap > 0 ? 2 * t->cap : 8;
     redop_user_t *s = realloc(t->slots, cap * sizeof *s);
-    if (s == NULL) return log_err(ncclSystemError, "ncclRedOpCreatePreMulSum: out of host memory for %d operations", cap);
+    if (s == NULL)
+      return log_err(ncclSystemError, "ncclRedOpCreatePreMulSum: out of host memory for %d operations", cap);
     t->slots = s;
     t->cap = cap;
   }
@@ -50,8 +51,8 @@ ncclResult_t redop_check(const redop_table_t *t, ncclRedOp_t op, ncclDataType_t 
   const redop_user_t *u = lookup(t, op);
   if (u == NULL) return log_err(ncclInvalidArgument, "%s: invalid reduction operation %d", func, (int)op);
   if (u->type != type)
-    return log_err(ncclInvalidArgument, "%s: operation %d was made for %s but the call reduces %s", func, (int)op,
-                   dtype_name(u->type), dtype_name(type));
+    return log_err(ncclInvalidArgument, "%s: operation %d was made for %s but the call reduces %s", func,
+                   (int)op, dtype_name(u->type), dtype_name(type));
   return ncclSuccess;
 }
 
@@ -70,19 +71,44 @@ static void decode_scalar(const void *p, ncclDataType_t type, double *f, int64_t
   } v;
   memcpy(&v, p, dtype_size(type));
   switch (type) {
-  case ncclInt8: *i = v.i8; break;
-  case ncclUint8: *i = v.u8; break;
-  case ncclInt32: *i = v.i32; break;
-  case ncclUint32: *i = v.u32; break;
-  case ncclInt64: *i = v.i64; break;
-  case ncclUint64: *i = (int64_t)v.u64; break;
-  case ncclFloat16: *f = red_half_to_float(v.h); break;
-  case ncclBfloat16: *f = red_bf16_to_float(v.h); break;
-  case ncclFloat32: *f = v.f32; break;
-  case ncclFloat64: *f = v.f64; break;
-  case ncclFloat8e4m3: *f = red_e4m3_to_float(v.u8); break;
-  case ncclFloat8e5m2: *f = red_e5m2_to_float(v.u8); break;
-  default: break;
+  case ncclInt8:
+    *i = v.i8;
+    break;
+  case ncclUint8:
+    *i = v.u8;
+    break;
+  case ncclInt32:
+    *i = v.i32;
+    break;
+  case ncclUint32:
+    *i = v.u32;
+    break;
+  case ncclInt64:
+    *i = v.i64;
+    break;
+  case ncclUint64:
+    *i = (int64_t)v.u64;
+    break;
+  case ncclFloat16:
+    *f = red_half_to_float(v.h);
+    break;
+  case ncclBfloat16:
+    *f = red_bf16_to_float(v.h);
+    break;
+  case ncclFloat32:
+    *f = v.f32;
+    break;
+  case ncclFloat64:
+    *f = v.f64;
+    break;
+  case ncclFloat8e4m3:
+    *f = red_e4m3_to_float(v.u8);
+    break;
+  case ncclFloat8e5m2:
+    *f = red_e5m2_to_float(v.u8);
+    break;
+  default:
+    break;
   }
 }
 
@@ -98,8 +124,8 @@ void redop_resolve(const redop_table_t *t, ncclRedOp_t op, ncclDataType_t type, 
   } else {
     const redop_user_t *u = lookup(t, op);
     red->kind = RED_PREMULSUM;
-    decode_scalar(u->residence == ncclScalarHostImmediate ? (const void *)u->value : u->ptr, type, &red->fscale,
-                  &red->iscale);
+    decode_scalar(u->residence == ncclScalarHostImmediate ? (const void *)u->value : u->ptr, type,
+                  &red->fscale, &red->iscale);
   }
 }
 

@@ -12,11 +12,11 @@
 
 /* One PreMulSum operation made by the user. */
 typedef struct {
-  int used;                       /* the slot holds a live operation */
-  ncclDataType_t type;            /* the type it was made for */
+  int used;            /* the slot holds a live operation */
+  ncclDataType_t type; /* the type it was made for */
   ncclScalarResidence_t residence;
-  unsigned char value[8];         /* the scalar, for ncclScalarHostImmediate */
-  const void *ptr;                /* the scalar's address, for ncclScalarDevice (read when the call runs) */
+  unsigned char value[8]; /* the scalar, for ncclScalarHostImmediate */
+  const void *ptr;        /* the scalar's address, for ncclScalarDevice (read when the call runs) */
 } redop_user_t;
 
 /* A communicator's user operations; op value ncclNumOps + i names slot i. */

@@ -39,7 +39,8 @@ static void choose(void) {
   } else if (strcmp(want, "auto") == 0 || strcmp(want, "cuda") == 0) {
     cuda_devices = probe_cuda();
     if (cuda_devices > 0)
-      choice_err = "this build of Braid has no CUDA executor yet; set BRAID_DEVICE=host to run on host memory";
+      choice_err =
+          "this build of Braid has no CUDA executor yet; set BRAID_DEVICE=host to run on host memory";
     else if (strcmp(want, "cuda") == 0)
       choice_err = "BRAID_DEVICE=cuda but no CUDA driver or device was found";
     chosen = GPU_BACKEND_HOST;
@@ -53,7 +54,8 @@ static void choose(void) {
 
 ncclResult_t gpu_backend(gpu_backend_t *backend_p) {
   pthread_once(&once, choose);
-  if (choice_err != NULL) return log_err(ncclInvalidUsage, "%s (BRAID_DEVICE=%s)", choice_err, param_str(P_BRAID_DEVICE));
+  if (choice_err != NULL)
+    return log_err(ncclInvalidUsage, "%s (BRAID_DEVICE=%s)", choice_err, param_str(P_BRAID_DEVICE));
   *backend_p = chosen;
   return ncclSuccess;
 }

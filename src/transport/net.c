@@ -35,7 +35,7 @@
 /* Seconds between two checks, on a sender, that the receiver did not close or fail. */
 /* A received remainder shorter than this moves to the ring's start, and only then is the socket read
  * (see net_recv_peek). It is the executor's stream alignment, which no element exceeds. */
-#define COMPACT_BYTES 16
+#define COMPACT_BYTES     16
 #define LIVENESS_PERIOD_S 0.1
 
 /* An accepted connection whose hello names a listen that has not been accepted yet. */
@@ -321,7 +321,7 @@ static ncclResult_t net_send_peek(tp_conn_t *conn, void **ptr_p, size_t *bytes_p
   net_conn_t *c = (net_conn_t *)conn;
   if (c->broken != ncclSuccess) return c->broken;
   if (c->head == c->tail) c->head = c->tail = 0; /* empty: start over at the ring's start, all contiguous */
-  if (c->tail != c->head) CHECK(push(c)); /* keep the socket busy */
+  if (c->tail != c->head) CHECK(push(c));        /* keep the socket busy */
   CHECK(check_receiver(c));
   size_t off = (size_t)(c->tail % c->ring_bytes);
   size_t room = c->ring_bytes - (size_t)(c->tail - c->head);
@@ -369,7 +369,8 @@ static ncclResult_t net_recv_peek(tp_conn_t *conn, void **ptr_p, size_t *bytes_p
    * after sending everything this rank needs is never noticed, let alone reported. */
   if (have < COMPACT_BYTES && c->tail < c->ring_bytes && c->broken == ncclSuccess) {
     size_t moved = 0;
-    ncclResult_t res = sock_recv_some(c->fd, c->ring + c->tail, c->ring_bytes - (size_t)c->tail, &moved, c->what);
+    ncclResult_t res =
+        sock_recv_some(c->fd, c->ring + c->tail, c->ring_bytes - (size_t)c->tail, &moved, c->what);
     if (res != ncclSuccess) c->broken = res;
     c->tail += moved;
   }

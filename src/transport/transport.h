@@ -29,7 +29,7 @@
 typedef struct {
   uint64_t host_hash; /* equal on ranks of one machine */
   int32_t pid;
-  int32_t dev;        /* device index, -1 on the host backend */
+  int32_t dev;         /* device index, -1 on the host backend */
   uint64_t ring_bytes; /* the staging ring size this rank uses; must be the same on all ranks */
 } tp_peer_t;
 
@@ -39,8 +39,8 @@ typedef struct tp_ctx tp_ctx_t;
 /* One end of a connection; each transport extends it privately. */
 typedef struct tp_conn {
   const struct tp_ops *ops;
-  int peer;                  /* the rank at the other end */
-  int is_send;               /* 1: this end sends */
+  int peer;    /* the rank at the other end */
+  int is_send; /* 1: this end sends */
 } tp_conn_t;
 
 typedef struct tp_ops {
@@ -70,10 +70,10 @@ typedef struct tp_ops {
 /* What a communicator gives its transport context. */
 typedef struct {
   int rank, nranks;
-  uint64_t nonce;                /* the communicator's id, carried in every handshake */
-  const tp_peer_t *peers;        /* nranks entries; copied */
+  uint64_t nonce;         /* the communicator's id, carried in every handshake */
+  const tp_peer_t *peers; /* nranks entries; copied */
   const volatile int *abort_flag;
-  size_t ring_bytes;             /* staging ring size per connection (BRAID_HOST_BUFFSIZE) */
+  size_t ring_bytes; /* staging ring size per connection (BRAID_HOST_BUFFSIZE) */
 } tp_config_t;
 
 /* Makes a transport context (opens the net listening socket). */

@@ -15,11 +15,11 @@
 static ncclUniqueId id;
 
 /* The last error message must contain `what`. */
-#define EXPECT_ERR(call, code, what)                                                                            \
-  do {                                                                                                          \
-    EXPECT_RES(call, code);                                                                                     \
-    EXPECT(strstr(ncclGetLastError(NULL), what) != NULL, "last error \"%s\" does not mention \"%s\"",          \
-           ncclGetLastError(NULL), what);                                                                       \
+#define EXPECT_ERR(call, code, what)                                                                         \
+  do {                                                                                                       \
+    EXPECT_RES(call, code);                                                                                  \
+    EXPECT(strstr(ncclGetLastError(NULL), what) != NULL, "last error \"%s\" does not mention \"%s\"",        \
+           ncclGetLastError(NULL), what);                                                                    \
   } while (0)
 
 static void version_and_strings(void) {
@@ -27,22 +27,66 @@ static void version_and_strings(void) {
   EXPECT_OK(ncclGetVersion(&v));
   EXPECT(v == 22809, "version %d", v);
   EXPECT_ERR(ncclGetVersion(NULL), ncclInvalidArgument, "version");
-  for (int r = 0; r <= ncclNumResults; r++) EXPECT(ncclGetErrorString((ncclResult_t)r) != NULL, "string of %d", r);
+  for (int r = 0; r <= ncclNumResults; r++)
+    EXPECT(ncclGetErrorString((ncclResult_t)r) != NULL, "string of %d", r);
   EXPECT(strcmp(ncclGetErrorString(ncclSuccess), "no error") == 0, "success string");
   EXPECT(strstr(ncclGetErrorString(ncclNumResults), "unknown") != NULL, "unknown code");
 }
 
 /* Every host function of NCCL 2.28.9 is exported under both names, and nothing else is. */
 static void exports(void) {
-  static const char *names[] = {
-      "AllGather", "AllReduce", "AlltoAll", "Bcast", "Broadcast", "CommAbort", "CommCount", "CommCuDevice",
-      "CommDeregister", "CommDestroy", "CommFinalize", "CommGetAsyncError", "CommInitAll", "CommInitRank",
-      "CommInitRankConfig", "CommInitRankScalable", "CommRegister", "CommRevoke", "CommShrink", "CommSplit",
-      "CommUserRank", "CommWindowDeregister", "CommWindowRegister", "DevCommCreate", "DevCommDestroy", "Gather",
-      "GetErrorString", "GetLastError", "GetUniqueId", "GetVersion", "GinBarrierCreateRequirement", "GroupEnd",
-      "GroupSimulateEnd", "GroupStart", "LLA2ACalcSlots", "LLA2ACreateRequirement", "LsaBarrierCreateRequirement",
-      "MemAlloc", "MemFree", "Recv", "RedOpCreatePreMulSum", "RedOpDestroy", "Reduce", "ReduceScatter",
-      "ResetDebugInit", "Scatter", "Send", "TeamLsa", "TeamRail", "TeamRankToLsa", "TeamRankToWorld", "TeamWorld"};
+  static const char *names[] = {"AllGather",
+                                "AllReduce",
+                                "AlltoAll",
+                                "Bcast",
+                                "Broadcast",
+                                "CommAbort",
+                                "CommCount",
+                                "CommCuDevice",
+                                "CommDeregister",
+                                "CommDestroy",
+                                "CommFinalize",
+                                "CommGetAsyncError",
+                                "CommInitAll",
+                                "CommInitRank",
+                                "CommInitRankConfig",
+                                "CommInitRankScalable",
+                                "CommRegister",
+                                "CommRevoke",
+                                "CommShrink",
+                                "CommSplit",
+                                "CommUserRank",
+                                "CommWindowDeregister",
+                                "CommWindowRegister",
+                                "DevCommCreate",
+                                "DevCommDestroy",
+                                "Gather",
+                                "GetErrorString",
+                                "GetLastError",
+                                "GetUniqueId",
+                                "GetVersion",
+                                "GinBarrierCreateRequirement",
+                                "GroupEnd",
+                                "GroupSimulateEnd",
+                                "GroupStart",
+                                "LLA2ACalcSlots",
+                                "LLA2ACreateRequirement",
+                                "LsaBarrierCreateRequirement",
+                                "MemAlloc",
+                                "MemFree",
+                                "Recv",
+                                "RedOpCreatePreMulSum",
+                                "RedOpDestroy",
+                                "Reduce",
+                                "ReduceScatter",
+                                "ResetDebugInit",
+                                "Scatter",
+                                "Send",
+                                "TeamLsa",
+                                "TeamRail",
+                                "TeamRankToLsa",
+                                "TeamRankToWorld",
+                                "TeamWorld"};
   void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
   EXPECT(lib != NULL, "libnccl.so.2 is not loaded: %s", dlerror());
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -112,11 +156,15 @@ static void bad_calls(void) {
   long fake[64] = {0};
   EXPECT_ERR(ncclAllReduce(buf, buf, 8, ncclFloat, ncclSum, (ncclComm_t)fake, NULL), ncclInvalidArgument,
              "not a communicator");
-  EXPECT_ERR(ncclAllReduce(NULL, buf, 8, ncclFloat, ncclSum, comm, NULL), ncclInvalidArgument, "sendbuff is NULL");
-  EXPECT_ERR(ncclAllReduce(buf, NULL, 8, ncclFloat, ncclSum, comm, NULL), ncclInvalidArgument, "recvbuff is NULL");
+  EXPECT_ERR(ncclAllReduce(NULL, buf, 8, ncclFloat, ncclSum, comm, NULL), ncclInvalidArgument,
+             "sendbuff is NULL");
+  EXPECT_ERR(ncclAllReduce(buf, NULL, 8, ncclFloat, ncclSum, comm, NULL), ncclInvalidArgument,
+             "recvbuff is NULL");
   EXPECT_OK(ncclAllReduce(NULL, NULL, 0, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_ERR(ncclAllReduce(buf, buf, 8, (ncclDataType_t)12, ncclSum, comm, NULL), ncclInvalidArgument, "datatype");
-  EXPECT_ERR(ncclAllReduce(buf, buf, 8, ncclFloat, (ncclRedOp_t)9, comm, NULL), ncclInvalidArgument, "operation");
+  EXPECT_ERR(ncclAllReduce(buf, buf, 8, (ncclDataType_t)12, ncclSum, comm, NULL), ncclInvalidArgument,
+             "datatype");
+  EXPECT_ERR(ncclAllReduce(buf, buf, 8, ncclFloat, (ncclRedOp_t)9, comm, NULL), ncclInvalidArgument,
+             "operation");
   EXPECT_ERR(ncclBroadcast(buf, buf, 8, ncclFloat, 1, comm, NULL), ncclInvalidArgument, "root 1");
   EXPECT_ERR(ncclReduce(buf, buf, 8, ncclFloat, ncclSum, -1, comm, NULL), ncclInvalidArgument, "root -1");
   EXPECT_ERR(ncclSend(buf, 8, ncclFloat, 3, comm, NULL), ncclInvalidArgument, "peer 3");
@@ -131,8 +179,10 @@ static void bad_calls(void) {
   EXPECT_RES(ncclGroupEnd(), ncclInvalidArgument);
   ncclRedOp_t op;
   float scalar = 2;
-  EXPECT_ERR(ncclRedOpCreatePreMulSum(NULL, &scalar, ncclFloat, ncclScalarHostImmediate, comm), ncclInvalidArgument, "op");
-  EXPECT_ERR(ncclRedOpCreatePreMulSum(&op, NULL, ncclFloat, ncclScalarHostImmediate, comm), ncclInvalidArgument, "scalar");
+  EXPECT_ERR(ncclRedOpCreatePreMulSum(NULL, &scalar, ncclFloat, ncclScalarHostImmediate, comm),
+             ncclInvalidArgument, "op");
+  EXPECT_ERR(ncclRedOpCreatePreMulSum(&op, NULL, ncclFloat, ncclScalarHostImmediate, comm),
+             ncclInvalidArgument, "scalar");
   EXPECT_OK(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, comm));
   EXPECT_ERR(ncclAllReduce(buf, buf, 8, ncclDouble, op, comm, NULL), ncclInvalidArgument, "made for float");
   EXPECT_OK(ncclRedOpDestroy(op, comm));
@@ -166,7 +216,8 @@ static void memory(void) {
   ncclWindow_t win;
   EXPECT_OK(ncclCommRegister(comm, p, 12345, &handle));
   EXPECT_OK(ncclCommWindowRegister(comm, p, 12345, &win, NCCL_WIN_COLL_SYMMETRIC));
-  EXPECT_ERR(ncclCommWindowRegister(comm, (char *)p + 1, 100, &win, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidArgument, "aligned");
+  EXPECT_ERR(ncclCommWindowRegister(comm, (char *)p + 1, 100, &win, NCCL_WIN_COLL_SYMMETRIC),
+             ncclInvalidArgument, "aligned");
   EXPECT_OK(ncclAllReduce(p, p, 12345 / 4, ncclFloat, ncclSum, comm, NULL));
   EXPECT_OK(ncclCommWindowDeregister(comm, win));
   EXPECT_OK(ncclCommDeregister(comm, handle));

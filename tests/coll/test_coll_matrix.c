@@ -26,8 +26,14 @@ static void run_small(ncclComm_t comm, int n, uint64_t *seed) {
       for (int op = 0; op < (reduces(k) ? N_OPS : 1); op++)
         for (size_t s = 0; s < sizeof counts / sizeof counts[0]; s++)
           for (int inplace = 0; inplace < 2; inplace++) {
-            coll_case_t c = {.kind = k, .type = t, .op = op, .count = counts[s], .inplace = inplace,
-                             .root = (int)(*seed % n), .offset = (int)(*seed % 3), .seed = (*seed)++};
+            coll_case_t c = {.kind = k,
+                             .type = t,
+                             .op = op,
+                             .count = counts[s],
+                             .inplace = inplace,
+                             .root = (int)(*seed % n),
+                             .offset = (int)(*seed % 3),
+                             .seed = (*seed)++};
             coll_check(comm, &c);
           }
 }
@@ -42,10 +48,18 @@ static void run_large(ncclComm_t comm, int n, uint64_t *seed) {
   for (int k = 0; k < K_COUNT; k++)
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
       for (int inplace = 0; inplace < 2; inplace++) {
-        size_t count = sizes[s].count / (k == K_ALLGATHER || k == K_ALLTOALL || k == K_GATHER || k == K_SCATTER ||
-                                         k == K_REDUCESCATTER ? (size_t)n : 1);
-        coll_case_t c = {.kind = k, .type = sizes[s].type, .op = ncclSum, .count = count, .inplace = inplace,
-                         .root = n - 1, .offset = inplace, .seed = (*seed)++};
+        size_t count = sizes[s].count / (k == K_ALLGATHER || k == K_ALLTOALL || k == K_GATHER ||
+                                                 k == K_SCATTER || k == K_REDUCESCATTER
+                                             ? (size_t)n
+                                             : 1);
+        coll_case_t c = {.kind = k,
+                         .type = sizes[s].type,
+                         .op = ncclSum,
+                         .count = count,
+                         .inplace = inplace,
+                         .root = n - 1,
+                         .offset = inplace,
+                         .seed = (*seed)++};
         coll_check(comm, &c);
       }
 }
@@ -65,12 +79,24 @@ static void run_with(int n) {
   EXPECT(run_ranks(n, 500, rank_main, NULL) == 0, "a rank failed");
 }
 
-static void ranks_1(void) { run_with(1); }
-static void ranks_2(void) { run_with(2); }
-static void ranks_3(void) { run_with(3); }
-static void ranks_4(void) { run_with(4); }
-static void ranks_5(void) { run_with(5); }
-static void ranks_8(void) { run_with(8); }
+static void ranks_1(void) {
+  run_with(1);
+}
+static void ranks_2(void) {
+  run_with(2);
+}
+static void ranks_3(void) {
+  run_with(3);
+}
+static void ranks_4(void) {
+  run_with(4);
+}
+static void ranks_5(void) {
+  run_with(5);
+}
+static void ranks_8(void) {
+  run_with(8);
+}
 
 int main(void) {
   setenv("BRAID_HOST_BUFFSIZE", "65536", 1);

@@ -40,10 +40,12 @@ static void p2p_rank(int rank, int n, void *arg) {
       for (size_t j = 0; j < cnt; j++) {
         int want = (int)(from * 1000003 + ((rank * per_pair + k) * cnt + j) * 7);
         int got = recv[(from * per_pair + k) * cnt + j];
-        EXPECT(got == want, "rank %d: element %zu of send %d from rank %d is %d, expected %d", rank, j, k, from, got, want);
+        EXPECT(got == want, "rank %d: element %zu of send %d from rank %d is %d, expected %d", rank, j, k,
+               from, got, want);
       }
   for (size_t i = 0; i < 513; i++)
-    EXPECT(ar_out[i] == data_expect(77, n, i, ncclFloat32, ncclSum, 0), "rank %d: all-reduce element %zu", rank, i);
+    EXPECT(ar_out[i] == data_expect(77, n, i, ncclFloat32, ncclSum, 0), "rank %d: all-reduce element %zu",
+           rank, i);
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
@@ -148,17 +150,20 @@ static void init_all(void) {
   }
   EXPECT_OK(ncclGroupStart());
   EXPECT_OK(ncclGroupStart());
-  for (int r = 0; r < N; r++) EXPECT_OK(ncclAllReduce(in[r], out[r], CNT, ncclFloat32, ncclSum, comms[r], NULL));
+  for (int r = 0; r < N; r++)
+    EXPECT_OK(ncclAllReduce(in[r], out[r], CNT, ncclFloat32, ncclSum, comms[r], NULL));
   EXPECT_OK(ncclGroupEnd());
   for (int r = 0; r < N; r++) EXPECT_OK(ncclSend(in[r], 10, ncclFloat32, (r + 1) % N, comms[r], NULL));
-  for (int r = 0; r < N; r++) EXPECT_OK(ncclRecv(in[r] + 10, 10, ncclFloat32, (r + N - 1) % N, comms[r], NULL));
+  for (int r = 0; r < N; r++)
+    EXPECT_OK(ncclRecv(in[r] + 10, 10, ncclFloat32, (r + N - 1) % N, comms[r], NULL));
   EXPECT_OK(ncclGroupEnd());
   for (int r = 0; r < N; r++)
     for (size_t i = 0; i < CNT; i++)
       EXPECT(out[r][i] == data_expect(11, N, i, ncclFloat32, ncclSum, 0), "rank %d element %zu", r, i);
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   EXPECT_OK(ncclGroupStart());
-  for (int r = 0; r < N; r++) EXPECT_OK(ncclAllReduce(in[r], out[r], CNT, ncclFloat32, ncclSum, comms[r], NULL));
+  for (int r = 0; r < N; r++)
+    EXPECT_OK(ncclAllReduce(in[r], out[r], CNT, ncclFloat32, ncclSum, comms[r], NULL));
   EXPECT_OK(ncclGroupSimulateEnd(&sim));
   EXPECT(sim.estimatedTime > 0, "simulated time %f", sim.estimatedTime);
   for (int r = 0; r < N; r++) EXPECT_OK(ncclCommDestroy(comms[r]));

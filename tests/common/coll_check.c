@@ -11,8 +11,8 @@
 #include "harness.h"
 
 const char *coll_kind_name(kind_t kind) {
-  static const char *names[] = {"AllReduce", "Reduce", "ReduceScatter", "AllGather",
-                                "Broadcast", "AlltoAll", "Gather", "Scatter"};
+  static const char *names[] = {"AllReduce", "Reduce",   "ReduceScatter", "AllGather",
+                                "Broadcast", "AlltoAll", "Gather",        "Scatter"};
   return names[kind];
 }
 
@@ -29,18 +29,25 @@ static int reduces(kind_t k) {
 static layout_t layout(const coll_case_t *c, int n, int rank) {
   size_t cnt = c->count;
   switch (c->kind) {
-  case K_REDUCESCATTER: return (layout_t){n * cnt, cnt, 0};
-  case K_ALLGATHER: return (layout_t){cnt, n * cnt, rank * cnt};
-  case K_ALLTOALL: return (layout_t){n * cnt, n * cnt, 0};
-  case K_GATHER: return (layout_t){cnt, n * cnt, rank * cnt};
-  case K_SCATTER: return (layout_t){n * cnt, cnt, 0};
-  default: return (layout_t){cnt, cnt, 0};
+  case K_REDUCESCATTER:
+    return (layout_t){n * cnt, cnt, 0};
+  case K_ALLGATHER:
+    return (layout_t){cnt, n * cnt, rank * cnt};
+  case K_ALLTOALL:
+    return (layout_t){n * cnt, n * cnt, 0};
+  case K_GATHER:
+    return (layout_t){cnt, n * cnt, rank * cnt};
+  case K_SCATTER:
+    return (layout_t){n * cnt, cnt, 0};
+  default:
+    return (layout_t){cnt, cnt, 0};
   }
 }
 
 /* The value of input element j of `rank` (ranks' inputs are independent of the kind). */
 static double input(const coll_case_t *c, int rank, size_t j) {
-  return data_value(c->seed, rank, j, c->type, c->op < ncclNumOps && reduces(c->kind) ? (ncclRedOp_t)c->op : ncclSum);
+  return data_value(c->seed, rank, j, c->type,
+                    c->op < ncclNumOps && reduces(c->kind) ? (ncclRedOp_t)c->op : ncclSum);
 }
 
 /* Expected output element i of `rank`, or NAN where the output is not written. */
@@ -48,15 +55,24 @@ static double expected(const coll_case_t *c, int n, int rank, size_t i) {
   size_t cnt = c->count;
   ncclRedOp_t op = (ncclRedOp_t)c->op;
   switch (c->kind) {
-  case K_ALLREDUCE: return data_expect(c->seed, n, i, c->type, op, 2.0);
-  case K_REDUCE: return rank == c->root ? data_expect(c->seed, n, i, c->type, op, 2.0) : NAN;
-  case K_REDUCESCATTER: return data_expect(c->seed, n, rank * cnt + i, c->type, op, 2.0);
-  case K_ALLGATHER: return input(c, (int)(i / cnt), i % cnt);
-  case K_BROADCAST: return input(c, c->root, i);
-  case K_ALLTOALL: return input(c, (int)(i / cnt), rank * cnt + i % cnt);
-  case K_GATHER: return rank == c->root ? input(c, (int)(i / cnt), i % cnt) : NAN;
-  case K_SCATTER: return input(c, c->root, rank * cnt + i);
-  default: break;
+  case K_ALLREDUCE:
+    return data_expect(c->seed, n, i, c->type, op, 2.0);
+  case K_REDUCE:
+    return rank == c->root ? data_expect(c->seed, n, i, c->type, op, 2.0) : NAN;
+  case K_REDUCESCATTER:
+    return data_expect(c->seed, n, rank * cnt + i, c->type, op, 2.0);
+  case K_ALLGATHER:
+    return input(c, (int)(i / cnt), i % cnt);
+  case K_BROADCAST:
+    return input(c, c->root, i);
+  case K_ALLTOALL:
+    return input(c, (int)(i / cnt), rank * cnt + i % cnt);
+  case K_GATHER:
+    return rank == c->root ? input(c, (int)(i / cnt), i % cnt) : NAN;
+  case K_SCATTER:
+    return input(c, c->root, rank * cnt + i);
+  default:
+    break;
   }
   return NAN;
 }
@@ -64,15 +80,24 @@ static double expected(const coll_case_t *c, int n, int rank, size_t i) {
 static ncclResult_t call(ncclComm_t comm, const coll_case_t *c, const void *s, void *r, ncclRedOp_t op) {
   ncclDataType_t t = c->type;
   switch (c->kind) {
-  case K_ALLREDUCE: return ncclAllReduce(s, r, c->count, t, op, comm, NULL);
-  case K_REDUCE: return ncclReduce(s, r, c->count, t, op, c->root, comm, NULL);
-  case K_REDUCESCATTER: return ncclReduceScatter(s, r, c->count, t, op, comm, NULL);
-  case K_ALLGATHER: return ncclAllGather(s, r, c->count, t, comm, NULL);
-  case K_BROADCAST: return ncclBroadcast(s, r, c->count, t, c->root, comm, NULL);
-  case K_ALLTOALL: return ncclAlltoAll(s, r, c->count, t, comm, NULL);
-  case K_GATHER: return ncclGather(s, r, c->count, t, c->root, comm, NULL);
-  case K_SCATTER: return ncclScatter(s, r, c->count, t, c->root, comm, NULL);
-  default: return ncclInternalError;
+  case K_ALLREDUCE:
+    return ncclAllReduce(s, r, c->count, t, op, comm, NULL);
+  case K_REDUCE:
+    return ncclReduce(s, r, c->count, t, op, c->root, comm, NULL);
+  case K_REDUCESCATTER:
+    return ncclReduceScatter(s, r, c->count, t, op, comm, NULL);
+  case K_ALLGATHER:
+    return ncclAllGather(s, r, c->count, t, comm, NULL);
+  case K_BROADCAST:
+    return ncclBroadcast(s, r, c->count, t, c->root, comm, NULL);
+  case K_ALLTOALL:
+    return ncclAlltoAll(s, r, c->count, t, comm, NULL);
+  case K_GATHER:
+    return ncclGather(s, r, c->count, t, c->root, comm, NULL);
+  case K_SCATTER:
+    return ncclScatter(s, r, c->count, t, c->root, comm, NULL);
+  default:
+    return ncclInternalError;
   }
 }
 
@@ -93,10 +118,11 @@ static void verify(const coll_case_t *c, int n, int rank, const char *out, size_
     if (want != want) continue; /* not written on this rank */
     double got = data_get(out, i, c->type);
     if (!data_match(got, want, c->type, op, n))
-      test_fail(__FILE__, __LINE__,
-                "%s %s %s count %zu %s-place root %d offset %d on rank %d of %d: element %zu is %g, expected %g",
-                coll_kind_name(c->kind), data_type_name(c->type), data_op_name(op), c->count,
-                c->inplace ? "in" : "out-of", c->root, c->offset, rank, n, i, got, want);
+      test_fail(
+          __FILE__, __LINE__,
+          "%s %s %s count %zu %s-place root %d offset %d on rank %d of %d: element %zu is %g, expected %g",
+          coll_kind_name(c->kind), data_type_name(c->type), data_op_name(op), c->count,
+          c->inplace ? "in" : "out-of", c->root, c->offset, rank, n, i, got, want);
   }
 }
 

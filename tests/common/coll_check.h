@@ -10,8 +10,17 @@
 
 #include "nccl.h"
 
-typedef enum { K_ALLREDUCE, K_REDUCE, K_REDUCESCATTER, K_ALLGATHER, K_BROADCAST, K_ALLTOALL, K_GATHER, K_SCATTER,
-               K_COUNT } kind_t;
+typedef enum {
+  K_ALLREDUCE,
+  K_REDUCE,
+  K_REDUCESCATTER,
+  K_ALLGATHER,
+  K_BROADCAST,
+  K_ALLTOALL,
+  K_GATHER,
+  K_SCATTER,
+  K_COUNT
+} kind_t;
 
 /* A collective call to check. op >= ncclNumOps means a PreMulSum by 2 (scalar on the host if op ==
  * ncclNumOps, "device" residence otherwise). */
@@ -19,10 +28,10 @@ typedef struct {
   kind_t kind;
   ncclDataType_t type;
   int op;
-  size_t count;  /* per-rank count as the API takes it */
+  size_t count; /* per-rank count as the API takes it */
   int inplace;
   int root;
-  int offset;    /* byte offset of the buffers from an aligned allocation */
+  int offset; /* byte offset of the buffers from an aligned allocation */
   uint64_t seed;
 } coll_case_t;
 

@@ -92,19 +92,44 @@ void data_set(void *buf, size_t i, ncclDataType_t t, double v) {
     double d;
   } u;
   switch (t) {
-  case ncclInt8: u.i8 = (int8_t)v; break;
-  case ncclUint8: u.u8 = (uint8_t)v; break;
-  case ncclInt32: u.i32 = (int32_t)v; break;
-  case ncclUint32: u.u32 = (uint32_t)v; break;
-  case ncclInt64: u.i64 = (int64_t)v; break;
-  case ncclUint64: u.u64 = (uint64_t)v; break;
-  case ncclFloat16: u.u16 = (uint16_t)encode(v, fmt_half); break;
-  case ncclBfloat16: u.u16 = (uint16_t)encode(v, fmt_bf16); break;
-  case ncclFloat32: u.f = (float)v; break;
-  case ncclFloat64: u.d = v; break;
-  case ncclFloat8e4m3: u.u8 = (uint8_t)encode(v, fmt_e4m3); break;
-  case ncclFloat8e5m2: u.u8 = (uint8_t)encode(v, fmt_e5m2); break;
-  default: return;
+  case ncclInt8:
+    u.i8 = (int8_t)v;
+    break;
+  case ncclUint8:
+    u.u8 = (uint8_t)v;
+    break;
+  case ncclInt32:
+    u.i32 = (int32_t)v;
+    break;
+  case ncclUint32:
+    u.u32 = (uint32_t)v;
+    break;
+  case ncclInt64:
+    u.i64 = (int64_t)v;
+    break;
+  case ncclUint64:
+    u.u64 = (uint64_t)v;
+    break;
+  case ncclFloat16:
+    u.u16 = (uint16_t)encode(v, fmt_half);
+    break;
+  case ncclBfloat16:
+    u.u16 = (uint16_t)encode(v, fmt_bf16);
+    break;
+  case ncclFloat32:
+    u.f = (float)v;
+    break;
+  case ncclFloat64:
+    u.d = v;
+    break;
+  case ncclFloat8e4m3:
+    u.u8 = (uint8_t)encode(v, fmt_e4m3);
+    break;
+  case ncclFloat8e5m2:
+    u.u8 = (uint8_t)encode(v, fmt_e5m2);
+    break;
+  default:
+    return;
   }
   memcpy(p, &u, data_esize(t));
 }
@@ -124,19 +149,32 @@ double data_get(const void *buf, size_t i, ncclDataType_t t) {
   } u;
   memcpy(&u, p, data_esize(t));
   switch (t) {
-  case ncclInt8: return u.i8;
-  case ncclUint8: return u.u8;
-  case ncclInt32: return u.i32;
-  case ncclUint32: return u.u32;
-  case ncclInt64: return (double)u.i64;
-  case ncclUint64: return (double)u.u64;
-  case ncclFloat16: return decode(u.u16, fmt_half);
-  case ncclBfloat16: return decode(u.u16, fmt_bf16);
-  case ncclFloat32: return u.f;
-  case ncclFloat64: return u.d;
-  case ncclFloat8e4m3: return decode(u.u8, fmt_e4m3);
-  case ncclFloat8e5m2: return decode(u.u8, fmt_e5m2);
-  default: return NAN;
+  case ncclInt8:
+    return u.i8;
+  case ncclUint8:
+    return u.u8;
+  case ncclInt32:
+    return u.i32;
+  case ncclUint32:
+    return u.u32;
+  case ncclInt64:
+    return (double)u.i64;
+  case ncclUint64:
+    return (double)u.u64;
+  case ncclFloat16:
+    return decode(u.u16, fmt_half);
+  case ncclBfloat16:
+    return decode(u.u16, fmt_bf16);
+  case ncclFloat32:
+    return u.f;
+  case ncclFloat64:
+    return u.d;
+  case ncclFloat8e4m3:
+    return decode(u.u8, fmt_e4m3);
+  case ncclFloat8e5m2:
+    return decode(u.u8, fmt_e5m2);
+  default:
+    return NAN;
   }
 }
 
@@ -147,12 +185,18 @@ void data_fill(void *buf, size_t n, uint64_t seed, int rank, ncclDataType_t type
 /* Wraps an integer result to the type's width, as the library's integer arithmetic does. */
 static double wrap(int64_t v, ncclDataType_t t) {
   switch (t) {
-  case ncclInt8: return (int8_t)v;
-  case ncclUint8: return (uint8_t)v;
-  case ncclInt32: return (int32_t)v;
-  case ncclUint32: return (uint32_t)v;
-  case ncclUint64: return (double)(uint64_t)v;
-  default: return (double)v;
+  case ncclInt8:
+    return (int8_t)v;
+  case ncclUint8:
+    return (uint8_t)v;
+  case ncclInt32:
+    return (int32_t)v;
+  case ncclUint32:
+    return (uint32_t)v;
+  case ncclUint64:
+    return (double)(uint64_t)v;
+  default:
+    return (double)v;
   }
 }
 
@@ -184,12 +228,18 @@ double data_expect(uint64_t seed, int nranks, size_t i, ncclDataType_t t, ncclRe
 /* Relative precision of a float type. */
 static double eps(ncclDataType_t t) {
   switch (t) {
-  case ncclFloat16: return 0x1p-10;
-  case ncclBfloat16: return 0x1p-7;
-  case ncclFloat8e4m3: return 0x1p-3;
-  case ncclFloat8e5m2: return 0x1p-2;
-  case ncclFloat32: return 0x1p-23;
-  default: return 0x1p-52;
+  case ncclFloat16:
+    return 0x1p-10;
+  case ncclBfloat16:
+    return 0x1p-7;
+  case ncclFloat8e4m3:
+    return 0x1p-3;
+  case ncclFloat8e5m2:
+    return 0x1p-2;
+  case ncclFloat32:
+    return 0x1p-23;
+  default:
+    return 0x1p-52;
   }
 }
 
@@ -204,8 +254,8 @@ void data_poison(void *buf, size_t bytes) {
 }
 
 const char *data_type_name(ncclDataType_t t) {
-  static const char *n[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
-                            "half", "float", "double", "bf16",  "e4m3",  "e5m2"};
+  static const char *n[] = {"int8", "uint8", "int32",  "uint32", "int64", "uint64",
+                            "half", "float", "double", "bf16",   "e4m3",  "e5m2"};
   return (unsigned)t < 12 ? n[t] : "?";
 }
 

@@ -10,22 +10,23 @@
 #include <stdlib.h>
 
 /* Fails the current case (process) with file, line and a message. */
-void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4), noreturn));
+void test_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
 
 /* Fails naming the condition that did not hold, then the message. */
 void test_fail_expect(const char *file, int line, const char *cond, const char *fmt, ...)
     __attribute__((format(printf, 4, 5), noreturn));
 
-#define EXPECT(cond, ...)                                                                                       \
-  do {                                                                                                          \
-    if (!(cond)) test_fail_expect(__FILE__, __LINE__, #cond, " " __VA_ARGS__);                                    \
+#define EXPECT(cond, ...)                                                                                    \
+  do {                                                                                                       \
+    if (!(cond)) test_fail_expect(__FILE__, __LINE__, #cond, " " __VA_ARGS__);                               \
   } while (0)
 /* Expects an ncclResult_t call to return `want`. */
-#define EXPECT_RES(call, want)                                                                                  \
-  do {                                                                                                          \
-    int expect_res_ = (int)(call);                                                                              \
-    if (expect_res_ != (int)(want))                                                                             \
-      test_fail(__FILE__, __LINE__, "%s returned %d, expected %d", #call, expect_res_, (int)(want));           \
+#define EXPECT_RES(call, want)                                                                               \
+  do {                                                                                                       \
+    int expect_res_ = (int)(call);                                                                           \
+    if (expect_res_ != (int)(want))                                                                          \
+      test_fail(__FILE__, __LINE__, "%s returned %d, expected %d", #call, expect_res_, (int)(want));         \
   } while (0)
 #define EXPECT_OK(call) EXPECT_RES(call, 0)
 

@@ -25,8 +25,13 @@ int main(int argc, char **argv) {
   for (int k = 0; k < K_COUNT; k++)
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
       for (size_t s = 0; s < sizeof counts / sizeof counts[0]; s++) {
-        coll_case_t c = {.kind = k, .type = types[t], .op = (int)(seed % ncclNumOps), .count = counts[s],
-                         .inplace = (int)(seed % 2), .root = (int)(seed % n), .seed = seed};
+        coll_case_t c = {.kind = k,
+                         .type = types[t],
+                         .op = (int)(seed % ncclNumOps),
+                         .count = counts[s],
+                         .inplace = (int)(seed % 2),
+                         .root = (int)(seed % n),
+                         .seed = seed};
         seed++;
         coll_check(comm, &c);
       }
