@@ -187,6 +187,22 @@ static void threads(void) {
   for (int r = 0; r < 3; r++) pthread_join(t[r], NULL);
 }
 
+/* ncclCommInitRankScalable: 5 ranks spread over two roots. */
+static void scalable_rank(int rank, int n, void *arg) {
+  ncclUniqueId ids[2] = {id, id2};
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRankScalable(&comm, n, rank, 2, ids, NULL));
+  coll_case_t c = {.kind = K_ALLTOALL, .type = ncclUint64, .count = 301, .seed = 31};
+  coll_check(comm, &c);
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+static void scalable_init(void) {
+  EXPECT_OK(ncclGetUniqueId(&id));
+  EXPECT_OK(ncclGetUniqueId(&id2));
+  EXPECT(run_ranks(5, 120, scalable_rank, NULL) == 0, "a rank failed");
+}
+
 int main(void) {
   TEST(p2p_mixed, 300);
   TEST(two_comms, 200);
@@ -194,5 +210,6 @@ int main(void) {
   TEST(nonblocking_init, 200);
   TEST(init_all, 200);
   TEST(threads, 200);
+  TEST(scalable_init, 200);
   return test_summary();
 }
