@@ -129,7 +129,8 @@ static ncclResult_t init_links(ncclComm_t comm) {
                     .nonce = comm->nonce,
                     .peers = comm->peers,
                     .abort_flag = &comm->abort_flag,
-                    .ring_bytes = comm->ring_bytes};
+                    .ring_bytes = comm->ring_bytes,
+                    .acct = &comm->acct};
   return links_init(comm->boot, &tc, &comm->acct, &comm->links);
 }
 
@@ -307,7 +308,8 @@ void comm_destroy(ncclComm_t comm) {
   mem_free(&comm->acct, comm->peers, comm->nranks * sizeof *comm->peers);
   plan_free(&comm->plan);
   redop_free(&comm->redops);
-  INFO(LOG_INIT, "%s rank %d: destroyed", comm->name, comm->rank);
+  INFO(LOG_INIT | LOG_ALLOC, "%s rank %d: destroyed; its memory peaked at %zu bytes", comm->name, comm->rank,
+       atomic_load(&comm->acct.peak_bytes));
   comm->links = NULL;
   comm->boot = NULL;
   comm->peers = NULL;

@@ -124,6 +124,8 @@ static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, net_conn_t **
   c->base.ops = &tp_net_ops;
   c->base.peer = peer;
   c->base.is_send = is_send;
+  c->base.acct = cfg->acct;
+  tp_charge(&c->base, c->ring_bytes, "net staging ring");
   c->net = tp_ctx_net(ctx);
   c->fd = -1;
   snprintf(c->what, sizeof c->what, "net connection from rank %d to rank %d", is_send ? cfg->rank : peer,
@@ -133,6 +135,7 @@ static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, net_conn_t **
 }
 
 static void free_conn(net_conn_t *c) {
+  tp_uncharge(&c->base);
   sock_close(c->fd);
   free(c->ring);
   free(c);

@@ -108,6 +108,7 @@ static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, shm_conn_t **
   c->base.ops = &tp_shm_ops;
   c->base.peer = peer;
   c->base.is_send = is_send;
+  c->base.acct = cfg->acct;
   c->rank = cfg->rank;
   c->config_pid = cfg->peers[peer].pid;
   *conn_p = c;
@@ -165,6 +166,7 @@ static ncclResult_t shm_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **
            cfg->rank, peer, (int)getpid(),
            atomic_fetch_add_explicit(&segment_counter, 1, memory_order_relaxed));
   CHECK_GOTO(create_segment(c), res, err_free_conn);
+  tp_charge(&c->base, c->map_bytes, "shm ring"); /* the receiver owns the segment; the sender maps it too */
   c->ctrl->ring_bytes = c->ring_bytes;
   /* release: the pid and ring size are complete before the sender, which maps after it gets the blob,
    * reads them. The blob travels through the bootstrap's system calls, which order this store anyway. */
@@ -318,6 +320,7 @@ static void shm_close(tp_conn_t *conn) {
   shm_conn_t *c = (shm_conn_t *)conn;
   if (c == NULL) return;
   if (c->ctrl != NULL) munmap(c->ctrl, c->map_bytes);
+  tp_uncharge(&c->base);
   /* The sender normally removed the name already; it is still there when no sender ever attached. */
   if (!c->base.is_send && shm_unlink(c->name) != 0 && errno != ENOENT)
     WARN("shm connection from rank %d: shm_unlink(%s) failed: %s", c->base.peer, c->name, strerror(errno));

@@ -7,6 +7,7 @@
  */
 #include "transport/transport.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,4 +70,16 @@ const tp_config_t *tp_ctx_config(const tp_ctx_t *ctx) {
 
 tp_net_ctx_t *tp_ctx_net(tp_ctx_t *ctx) {
   return ctx->net;
+}
+
+void tp_charge(tp_conn_t *conn, size_t bytes, const char *what) {
+  char label[96];
+  snprintf(label, sizeof label, "%s %s rank %d", what, conn->is_send ? "to" : "from", conn->peer);
+  mem_charge(conn->acct, bytes, 0, label);
+  conn->charged += bytes;
+}
+
+void tp_uncharge(tp_conn_t *conn) {
+  mem_release(conn->acct, conn->charged, 0);
+  conn->charged = 0;
 }

@@ -21,6 +21,7 @@
 #include <sys/types.h>
 
 #include "nccl.h"
+#include "base/alloc.h"
 
 /* Bytes of connect information a transport may put in its blob. */
 #define TP_BLOB_BYTES 256
@@ -39,9 +40,16 @@ typedef struct tp_ctx tp_ctx_t;
 /* One end of a connection; each transport extends it privately. */
 typedef struct tp_conn {
   const struct tp_ops *ops;
-  int peer;    /* the rank at the other end */
-  int is_send; /* 1: this end sends */
+  int peer;           /* the rank at the other end */
+  int is_send;        /* 1: this end sends */
+  alloc_acct_t *acct; /* where its memory is charged (the communicator's account) */
+  size_t charged;     /* bytes charged for it, released at close */
 } tp_conn_t;
+
+/* Charges a connection's staging memory to its account (and logs it under ALLOC). */
+void tp_charge(tp_conn_t *conn, size_t bytes, const char *what);
+/* Releases what tp_charge charged. */
+void tp_uncharge(tp_conn_t *conn);
 
 typedef struct tp_ops {
   const char *name;
@@ -73,7 +81,8 @@ typedef struct {
   uint64_t nonce;         /* the communicator's id, carried in every handshake */
   const tp_peer_t *peers; /* nranks entries; copied */
   const volatile int *abort_flag;
-  size_t ring_bytes; /* staging ring size per connection (BRAID_HOST_BUFFSIZE) */
+  size_t ring_bytes;  /* staging ring size per connection (BRAID_HOST_BUFFSIZE) */
+  alloc_acct_t *acct; /* the communicator's memory account (may be NULL) */
 } tp_config_t;
 
 /* Makes a transport context (opens the net listening socket). */
