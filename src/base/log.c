@@ -85,6 +85,8 @@ static FILE *open_log_file(const char *pattern) {
       path[n++] = *p;
     }
   }
+  /* snprintf returns the untruncated length: a long host name near the end would put n past the buffer. */
+  if (n > sizeof path - 1) n = sizeof path - 1;
   path[n] = '\0';
   FILE *f = fopen(path, "w");
   if (f != NULL) setvbuf(f, NULL, _IOLBF, 0);
