@@ -69,8 +69,9 @@ typedef struct {
   const task_t *task;
   int rank, nranks;
   size_t esize;
-  size_t slice;     /* elements per ring slice */
-  int whole_blocks; /* ring blocks are the call's count each (reduce-scatter, all-gather), not count / n */
+  size_t slice;        /* elements per ring slice */
+  size_t scratch_used; /* bytes of plan->scratch handed out so far */
+  int whole_blocks;    /* ring blocks are the call's count each (reduce-scatter, all-gather), not count / n */
 } ctx_t;
 
 static ncclResult_t add(ctx_t *c, int recv_peer, int send_peer, const void *src, void *dst, size_t elems,
@@ -195,7 +196,7 @@ static ncclResult_t build_reduce(ctx_t *c) {
   return add(c, prev, -1, t->sendbuff, t->recvbuff, t->count, XF_REDUCE | XF_LAST);
 }
 
-/* Makes sure the plan's scratch holds `bytes`. */
+/* Makes sure the plan's scratch holds `bytes`. Called once per build, before any transfer points into it. */
 static ncclResult_t scratch(plan_t *p, size_t bytes) {
   if (bytes <= p->scratch_bytes) return ncclSuccess;
   char *s = realloc(p->scratch, bytes);
@@ -206,6 +207,15 @@ static ncclResult_t scratch(plan_t *p, size_t bytes) {
   return ncclSuccess;
 }
 
+static ncclResult_t open_step(plan_t *p, const task_t *task);
+static void close_step(plan_t *p);
+
+/* Ends the current step of the call being built and starts another: what follows runs after it. */
+static ncclResult_t next_step(ctx_t *c) {
+  close_step(c->plan);
+  return open_step(c->plan, c->task);
+}
+
 /* All-to-all: block p goes to rank p directly. In place, the input is first staged so that arriving blocks
  * cannot overwrite blocks not yet sent. */
 static ncclResult_t build_alltoall(ctx_t *c) {
@@ -213,10 +223,12 @@ static ncclResult_t build_alltoall(ctx_t *c) {
   int r = c->rank, n = c->nranks;
   size_t cnt = t->count, es = c->esize;
   const char *in = t->sendbuff;
-  if (in == t->recvbuff && n > 1) {
-    CHECK(scratch(c->plan, (size_t)n * cnt * es));
-    memcpy(c->plan->scratch, in, (size_t)n * cnt * es);
-    in = c->plan->scratch;
+  if (in == t->recvbuff && n > 1 && cnt > 0) {
+    char *stage = c->plan->scratch + c->scratch_used;
+    c->scratch_used += (size_t)n * cnt * es;
+    CHECK(add(c, -1, -1, in, stage, (size_t)n * cnt, 0));
+    CHECK(next_step(c));
+    in = stage;
   }
   if (in != t->recvbuff)
     CHECK(add(c, -1, -1, at(in, (size_t)r * cnt, es), at(t->recvbuff, (size_t)r * cnt, es), cnt, 0));
@@ -308,10 +320,23 @@ static void close_step(plan_t *p) {
   if (s->count == 0) p->nsteps--;
 }
 
-/* Collectives in call order, one step each; then all point-to-point calls together in one last step. */
+/* Staging that in-place all-to-alls of the plan need, reserved before any transfer points into it. */
+static ncclResult_t reserve_scratch(plan_t *plan, int nranks) {
+  size_t need = 0;
+  for (int i = 0; i < plan->ntasks; i++) {
+    const task_t *t = &plan->tasks[i];
+    if (t->kind == OP_ALLTOALL && t->sendbuff == t->recvbuff && nranks > 1)
+      need += (size_t)nranks * t->count * dtype_size(t->type);
+  }
+  return scratch(plan, need);
+}
+
+/* Collectives in call order, one step each (an in-place all-to-all takes two); then all point-to-point calls
+ * together in one last step. */
 ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes) {
   plan->nxfers = plan->nsteps = 0;
   ctx_t c = {.plan = plan, .rank = rank, .nranks = nranks};
+  CHECK(reserve_scratch(plan, nranks));
   for (int pass = 0; pass < 2; pass++) {
     int p2p_open = 0;
     for (int i = 0; i < plan->ntasks; i++) {

@@ -187,6 +187,33 @@ static void threads(void) {
   for (int r = 0; r < 3; r++) pthread_join(t[r], NULL);
 }
 
+/* Calls of one group run in order: an in-place all-to-all sends what the all-reduce before it produced. */
+static void ordered_rank(int rank, int n, void *arg) {
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+  enum { CNT = 1000 };
+  int x[3 * CNT], y[3 * CNT];
+  for (int i = 0; i < n * CNT; i++) x[i] = i * (rank + 1);
+  data_poison(y, sizeof y);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclAllReduce(x, y, n * CNT, ncclInt32, ncclSum, comm, NULL));
+  EXPECT_OK(ncclAlltoAll(y, y, CNT, ncclInt32, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  /* Every rank holds the same sums, so block p of the result is block `rank` of the sums. */
+  for (int p = 0; p < n; p++)
+    for (int i = 0; i < CNT; i++) {
+      int j = rank * CNT + i, want = j * n * (n + 1) / 2;
+      EXPECT(y[p * CNT + i] == want, "rank %d block %d element %d is %d, expected %d", rank, p, i,
+             y[p * CNT + i], want);
+    }
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+static void ordered_in_group(void) {
+  EXPECT_OK(ncclGetUniqueId(&id));
+  EXPECT(run_ranks(3, 120, ordered_rank, NULL) == 0, "a rank failed");
+}
+
 /* ncclCommInitRankScalable: 5 ranks spread over two roots. */
 static void scalable_rank(int rank, int n, void *arg) {
   ncclUniqueId ids[2] = {id, id2};
@@ -211,5 +238,6 @@ int main(void) {
   TEST(init_all, 200);
   TEST(threads, 200);
   TEST(scalable_init, 200);
+  TEST(ordered_in_group, 200);
   return test_summary();
 }
