@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/check.h"
 #include "base/log.h"
 #include "base/param.h"
 
@@ -62,7 +63,7 @@ ncclResult_t gpu_backend(gpu_backend_t *backend_p) {
 
 ncclResult_t gpu_mem_alloc(size_t bytes, void **ptr_p) {
   gpu_backend_t backend;
-  if (gpu_backend(&backend) != ncclSuccess) return ncclInvalidUsage;
+  CHECK(gpu_backend(&backend));
   void *p = NULL;
   if (posix_memalign(&p, 4096, bytes > 0 ? bytes : 1) != 0)
     return log_err(ncclSystemError, "ncclMemAlloc: out of host memory allocating %zu bytes", bytes);
