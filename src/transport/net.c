@@ -109,9 +109,8 @@ void tp_net_ctx_destroy(tp_net_ctx_t *n) {
 
 static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, net_conn_t **conn_p) {
   const tp_config_t *cfg = tp_ctx_config(ctx);
-  if (peer < 0 || peer >= cfg->nranks || peer == cfg->rank)
-    return log_err(ncclInvalidArgument, "net connection on rank %d: peer %d is not another rank of %d",
-                   cfg->rank, peer, cfg->nranks);
+  tp_conn_t base;
+  CHECK(tp_conn_init(ctx, &tp_net_ops, peer, is_send, &base));
   net_conn_t *c = calloc(1, sizeof *c);
   if (c == NULL) return log_err(ncclSystemError, "net connection with rank %d: out of memory", peer);
   c->ring_bytes = cfg->ring_bytes;
@@ -121,10 +120,7 @@ static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, net_conn_t **
     return log_err(ncclSystemError, "net connection with rank %d: out of memory for a ring of %zu bytes",
                    peer, cfg->ring_bytes);
   }
-  c->base.ops = &tp_net_ops;
-  c->base.peer = peer;
-  c->base.is_send = is_send;
-  c->base.acct = cfg->acct;
+  c->base = base;
   tp_charge(&c->base, c->ring_bytes, "net staging ring");
   c->net = tp_ctx_net(ctx);
   c->fd = -1;

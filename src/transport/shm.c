@@ -100,15 +100,11 @@ static ncclResult_t idle_check(shm_conn_t *c) {
 
 static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, shm_conn_t **conn_p) {
   const tp_config_t *cfg = tp_ctx_config(ctx);
-  if (peer < 0 || peer >= cfg->nranks || peer == cfg->rank)
-    return log_err(ncclInvalidArgument, "shm connection on rank %d: peer %d is not another rank of %d",
-                   cfg->rank, peer, cfg->nranks);
+  tp_conn_t base;
+  CHECK(tp_conn_init(ctx, &tp_shm_ops, peer, is_send, &base));
   shm_conn_t *c = calloc(1, sizeof *c);
   if (c == NULL) return log_err(ncclSystemError, "shm connection to rank %d: out of memory", peer);
-  c->base.ops = &tp_shm_ops;
-  c->base.peer = peer;
-  c->base.is_send = is_send;
-  c->base.acct = cfg->acct;
+  c->base = base;
   c->rank = cfg->rank;
   c->config_pid = cfg->peers[peer].pid;
   *conn_p = c;

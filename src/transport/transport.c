@@ -83,3 +83,13 @@ void tp_uncharge(tp_conn_t *conn) {
   mem_release(conn->acct, conn->charged, 0);
   conn->charged = 0;
 }
+
+ncclResult_t tp_conn_init(const tp_ctx_t *ctx, const struct tp_ops *ops, int peer, int is_send,
+                          tp_conn_t *conn) {
+  const tp_config_t *cfg = tp_ctx_config(ctx);
+  if (peer < 0 || peer >= cfg->nranks || peer == cfg->rank)
+    return log_err(ncclInvalidArgument, "%s connection on rank %d: peer %d is not another rank of %d",
+                   ops->name, cfg->rank, peer, cfg->nranks);
+  *conn = (tp_conn_t){.ops = ops, .peer = peer, .is_send = is_send, .acct = cfg->acct};
+  return ncclSuccess;
+}

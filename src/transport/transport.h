@@ -46,6 +46,9 @@ typedef struct tp_conn {
   size_t charged;     /* bytes charged for it, released at close */
 } tp_conn_t;
 
+/* Checks that `peer` is another rank of the context and fills the generic part of a new connection. */
+ncclResult_t tp_conn_init(const tp_ctx_t *ctx, const struct tp_ops *ops, int peer, int is_send,
+                          tp_conn_t *conn);
 /* Charges a connection's staging memory to its account (and logs it under ALLOC). */
 void tp_charge(tp_conn_t *conn, size_t bytes, const char *what);
 /* Releases what tp_charge charged. */
