@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/param.h"
+#include "gpu/gpu.h"
 
 /* What the CUDA driver probe found. */
 typedef struct {
@@ -40,13 +42,14 @@ static void probe_cuda(cuda_probe_t *p) {
   dlclose(h);
 }
 
-/* The backend BRAID_DEVICE and the probe imply. */
-static const char *backend(const cuda_probe_t *p) {
-  const char *want = param_str(P_BRAID_DEVICE);
-  if (strcmp(want, "host") == 0) return "host (BRAID_DEVICE=host)";
-  if (strcmp(want, "cuda") == 0)
-    return p->ngpus > 0 ? "cuda (BRAID_DEVICE=cuda)" : "cuda requested, but no GPU";
-  return p->ngpus > 0 ? "cuda" : "host (no CUDA device)";
+/* The executor the library would use here: its own decision (gpu_backend), or why it has none. */
+static void print_backend(void) {
+  gpu_backend_t b;
+  if (gpu_backend(&b) != ncclSuccess)
+    printf("Backend: none usable: %s\n", log_last_error());
+  else
+    printf("Backend: %s (BRAID_DEVICE=%s)\n", b == GPU_BACKEND_HOST ? "host" : "cuda",
+           param_str(P_BRAID_DEVICE));
 }
 
 static void print_system(void) {
@@ -59,7 +62,7 @@ static void print_system(void) {
     printf("CUDA driver: loaded, %s\n", p.why);
   else
     printf("CUDA driver: loaded, %d device(s)\n", p.ngpus);
-  printf("Backend: %s\n", backend(&p));
+  print_backend();
 }
 
 static void print_params(void) {
