@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "base/check.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "base/param.h"
 #include "base/timeutil.h"
@@ -49,7 +50,7 @@
 
 /* The contents of an ncclUniqueId. */
 typedef struct {
-  uint64_t checksum; /* FNV-1a of all 128 id bytes with this field zero */
+  uint64_t checksum; /* hash_bytes of all 128 id bytes with this field zero */
   uint64_t magic;    /* BOOT_MAGIC */
   uint32_t version;  /* ID_VERSION */
   uint32_t flags;    /* ID_ROOT_BY_RANK0 or 0 */
@@ -141,13 +142,6 @@ struct boot {
 
 /* ---- Helpers ---- */
 
-static uint64_t fnv1a(const void *data, size_t n, uint64_t h) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-#define FNV_SEED 0xcbf29ce484222325ull
-
 static int block_of(int rank, int nid, int nranks) {
   return (int)((int64_t)rank * nid / nranks);
 }
@@ -190,7 +184,7 @@ static ncclResult_t slice_or_fail(const boot_t *b, double deadline, const char *
 static void encode_id(const id_body_t *body, ncclUniqueId *id) {
   memset(id, 0, sizeof *id);
   memcpy(id->internal, body, sizeof *body);
-  uint64_t sum = fnv1a(id->internal, sizeof id->internal, FNV_SEED);
+  uint64_t sum = hash_bytes(id->internal, sizeof id->internal);
   memcpy(id->internal, &sum, sizeof sum);
 }
 
@@ -210,7 +204,7 @@ ncclResult_t boot_check_id(const ncclUniqueId *id) {
                    body.version, ID_VERSION);
   ncclUniqueId copy = *id;
   memset(copy.internal, 0, sizeof body.checksum);
-  uint64_t sum = fnv1a(copy.internal, sizeof copy.internal, FNV_SEED);
+  uint64_t sum = hash_bytes(copy.internal, sizeof copy.internal);
   if (sum != body.checksum)
     return log_err(ncclInvalidArgument, "ncclUniqueId is corrupt (checksum %#llx, contents hash to %#llx)",
                    (unsigned long long)body.checksum, (unsigned long long)sum);
@@ -509,7 +503,7 @@ ncclResult_t boot_get_unique_id(ncclUniqueId *id_p) {
   body.version = ID_VERSION;
   body.flags = ID_ROOT_BY_RANK0;
   CHECK(sock_parse_addr(comm_id, &body.root));
-  body.nonce = fnv1a(comm_id, strlen(comm_id), FNV_SEED) | 1;
+  body.nonce = hash_bytes(comm_id, strlen(comm_id)) | 1;
   encode_id(&body, id_p);
   return ncclSuccess;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/check.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "base/param.h"
 #include "base/timeutil.h"
@@ -67,18 +68,11 @@ ncclResult_t comm_alloc(int nranks, int rank, const ncclConfig_t *config, ncclCo
   return ncclSuccess;
 }
 
-/* FNV-1a: a stable hash of a string. */
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (; *s != '\0'; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-  return h;
-}
-
 /* Equal on ranks of one machine: NCCL_HOSTID if set, else the host name and this boot's id. */
 static uint64_t host_hash(void) {
   char buf[512] = {0};
   const char *id = param_str(P_NCCL_HOSTID);
-  if (*id != '\0') return hash_str(id);
+  if (*id != '\0') return hash_bytes(id, strlen(id));
   gethostname(buf, 255);
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (f != NULL) {
@@ -86,7 +80,7 @@ static uint64_t host_hash(void) {
     if (fgets(buf + len, sizeof buf - len, f) == NULL) buf[len] = '\0';
     fclose(f);
   }
-  return hash_str(buf);
+  return hash_bytes(buf, strlen(buf));
 }
 
 static ncclResult_t init_bootstrap(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
