@@ -1,24 +1,111 @@
 /*
- * The narrow device interface: which executor this process uses, and the memory calls that depend on it.
+ * The narrow device interface: which executor this process uses, and everything the layers above need from a
+ * GPU: devices, memory (device, host-pinned, exportable to other processes), events, streams, kernels.
  *
  * Two implementations stand behind it: the host backend (collectives on host memory, moved by CPU threads)
- * and CUDA. The CUDA driver is looked up at run time, so the library loads and runs the host backend on a
- * machine without a GPU driver. BRAID_DEVICE=host forces the host backend.
+ * and CUDA (gpu_cuda.c). CUDA's driver is loaded with dlopen at run time, so the library loads and runs the
+ * host backend on a machine without a GPU driver. BRAID_DEVICE=host forces the host backend.
+ *
+ * Every call that touches a device runs in that device's primary context (the one the CUDA runtime uses);
+ * callers make it current with gpu_enter and restore the caller's with gpu_leave. Streams are the caller's
+ * cudaStream_t (the same object as a driver CUstream).
  */
 #ifndef BRAID_GPU_GPU_H
 #define BRAID_GPU_GPU_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nccl.h"
 
 typedef enum { GPU_BACKEND_HOST = 0, GPU_BACKEND_CUDA = 1 } gpu_backend_t;
 
-/* The process's backend, decided once (BRAID_DEVICE, then whether a CUDA device is present). Fails with a
- * clear message when a CUDA device is present but this build cannot drive it. */
+/* The process's backend, decided once (BRAID_DEVICE, then whether a CUDA driver, a device and this build's
+ * kernels are present; the choice is logged at INFO). Fails with a clear message when BRAID_DEVICE=cuda is
+ * asked for and cannot be had. */
 ncclResult_t gpu_backend(gpu_backend_t *backend_p);
-/* Memory for ncclMemAlloc: page-aligned, zero-copy capable on the active backend. */
+
+/* ---- Devices and contexts ---- */
+
+/* The calling thread's current device, as cudaGetDevice reports it (0 when no context is current). */
+ncclResult_t gpu_current_device(int *dev_p);
+ncclResult_t gpu_device_count(int *count_p);
+/* Multiprocessors of `dev`. */
+ncclResult_t gpu_device_sms(int dev, int *sms_p);
+/* The device's PCI bus id, "0000:19:00.0", NUL-terminated in 16 bytes. */
+ncclResult_t gpu_device_busid(int dev, char busid[16]);
+/* Whether `dev` can map memory of `peer_dev` (always 1 for dev == peer_dev). */
+ncclResult_t gpu_can_access_peer(int dev, int peer_dev, int *yes_p);
+/* Lets `dev` access memory of `peer_dev` (cuCtxEnablePeerAccess; already enabled is fine). */
+ncclResult_t gpu_enable_peer_access(int dev, int peer_dev);
+
+/* What gpu_enter replaced, for gpu_leave. */
+typedef struct {
+  void *saved; /* the caller's current context (CUcontext) */
+  int switched;
+} gpu_scope_t;
+/* Makes `dev`'s primary context current on the calling thread (retaining it the first time). */
+ncclResult_t gpu_enter(int dev, gpu_scope_t *scope);
+/* Restores the context that gpu_enter replaced. */
+void gpu_leave(gpu_scope_t *scope);
+
+/* ---- Memory ---- */
+
+/* A device allocation (opaque). */
+typedef struct gpu_mem gpu_mem_t;
+/* Zeroed device memory on `dev` that other processes can import: a cuMem allocation exportable as a POSIX
+ * file descriptor where the driver supports it, else cuMemAlloc (exported through legacy CUDA IPC). */
+ncclResult_t gpu_dev_alloc(int dev, size_t bytes, gpu_mem_t **mem_p);
+/* The allocation's device address. */
+void *gpu_mem_ptr(const gpu_mem_t *mem);
+/* Bytes actually reserved (rounded up to the allocation granularity). */
+size_t gpu_mem_size(const gpu_mem_t *mem);
+/* Unmaps and frees an allocation, or unmaps an imported one. */
+void gpu_mem_release(gpu_mem_t *mem);
+
+/* What another process needs to map an allocation. Fixed size: it travels in transport blobs. */
+#define GPU_EXPORT_BYTES 112
+typedef struct {
+  unsigned char bytes[GPU_EXPORT_BYTES];
+} gpu_export_t;
+/* Describes `mem` for gpu_mem_import in another process (its file descriptor is served by this process
+ * until the allocation is released). */
+ncclResult_t gpu_mem_export(const gpu_mem_t *mem, gpu_export_t *blob_p);
+/* Maps, on `dev`, an allocation another process exported. */
+ncclResult_t gpu_mem_import(int dev, const gpu_export_t *blob, gpu_mem_t **mem_p);
+
+/* Zeroed page-locked host memory mapped into every device's address space; *dev_p is its device address. */
+ncclResult_t gpu_host_alloc(size_t bytes, void **host_p, void **dev_p);
+void gpu_host_free(void *host);
+/* Page-locks existing host memory (e.g. POSIX shared memory) and maps it for devices. */
+ncclResult_t gpu_host_register(void *host, size_t bytes, void **dev_p);
+void gpu_host_unregister(void *host);
+/* Synchronous copy from host memory to device memory (init time only). */
+ncclResult_t gpu_copy_to_device(void *dst, const void *src, size_t bytes);
+
+/* Memory for ncclMemAlloc: on CUDA, device memory on the current device, mapped for every device that can
+ * access it, exportable; on the host backend, page-aligned host memory. */
 ncclResult_t gpu_mem_alloc(size_t bytes, void **ptr_p);
 ncclResult_t gpu_mem_free(void *ptr);
+
+/* ---- Streams, events, kernels ---- */
+
+typedef struct gpu_event gpu_event_t; /* a CUevent, without timing */
+ncclResult_t gpu_event_create(gpu_event_t **event_p);
+void gpu_event_destroy(gpu_event_t *event);
+ncclResult_t gpu_event_record(gpu_event_t *event, cudaStream_t stream);
+/* Makes `stream` wait for the event's last record. */
+ncclResult_t gpu_stream_wait(cudaStream_t stream, gpu_event_t *event);
+/* Whether `stream` is being captured into a CUDA graph. */
+ncclResult_t gpu_stream_capturing(cudaStream_t stream, int *yes_p);
+/* Waits for everything enqueued on the stream (teardown only; collectives never call it). */
+ncclResult_t gpu_stream_sync(cudaStream_t stream);
+
+typedef struct gpu_func gpu_func_t; /* a kernel of a loaded module */
+/* Loads `name` from `fatbin` in `dev`'s primary context (once per device; later calls return the same). */
+ncclResult_t gpu_func_load(int dev, const void *fatbin, const char *name, gpu_func_t **func_p);
+/* Launches with one by-value parameter of `param_bytes` bytes. The caller has entered the device. */
+ncclResult_t gpu_launch(gpu_func_t *func, unsigned grid, unsigned block, void *param, size_t param_bytes,
+                        cudaStream_t stream);
 
 #endif

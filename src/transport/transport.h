@@ -2,7 +2,13 @@
  * Connections between two ranks of a communicator, one per (peer, direction), each behind an ops table.
  *
  * Host backend transports: shm (a byte ring in POSIX shared memory, for ranks of one machine) and net (a TCP
- * socket per connection, between machines or when shm is disabled). The GPU data path adds p2p later.
+ * socket per connection, between machines or when shm is disabled).
+ *
+ * GPU transports give each end of a connection `nch` rings (device/dev.h) that the kernels read and write
+ * themselves; their ops tables have no data-path functions. p2p puts the receiver's rings in its GPU memory
+ * (mapped by the sender: a plain pointer within a process, an exported cuMem allocation or legacy CUDA IPC
+ * between processes); gpu_shm puts them in POSIX shared memory mapped into both GPUs; gpu_net gives each end
+ * host rings and a proxy thread moves slots between them over one TCP connection per ring.
  *
  * A connection is made in three phases so that one thread can connect several communicators at once without
  * deadlock: the receiver `listen`s (making the endpoint and a blob of connect information), the blob travels
@@ -22,6 +28,7 @@
 
 #include "nccl.h"
 #include "base/alloc.h"
+#include "device/dev.h"
 
 /* Bytes of connect information a transport may put in its blob. */
 #define TP_BLOB_BYTES 256
@@ -44,6 +51,8 @@ typedef struct tp_conn {
   int is_send;        /* 1: this end sends */
   alloc_acct_t *acct; /* where its memory is charged (the communicator's account) */
   size_t charged;     /* bytes charged for it, released at close */
+  dev_ring_t *rings;  /* GPU transports: `nrings` rings as this rank's kernel uses them (host array); else NULL */
+  int nrings;
 } tp_conn_t;
 
 /* Checks that `peer` is another rank of the context and fills the generic part of a new connection. */
@@ -85,12 +94,16 @@ typedef struct {
   const tp_peer_t *peers; /* nranks entries; copied */
   const volatile int *abort_flag;
   size_t ring_bytes;  /* staging ring size per connection (BRAID_HOST_BUFFSIZE) */
+  int dev;            /* this rank's CUDA device; -1 on the host backend (host byte-ring connections) */
+  int nch;            /* GPU connections: rings per connection (the same on all ranks) */
   alloc_acct_t *acct; /* the communicator's memory account (may be NULL) */
 } tp_config_t;
 
 /* Makes a transport context (opens the net listening socket). */
 ncclResult_t tp_init(const tp_config_t *config, tp_ctx_t **ctx_p);
-/* The transport to use towards `peer`: shm on the same host unless NCCL_SHM_DISABLE=1, else net. */
+/* The transport to use towards `peer`. Host backend: shm on the same host unless NCCL_SHM_DISABLE=1, else
+ * net. GPU: p2p on the same host when the devices can map each other's memory and NCCL_P2P_DISABLE is 0,
+ * else gpu_shm on the same host unless NCCL_SHM_DISABLE=1, else gpu_net. Both ends choose the same. */
 const tp_ops_t *tp_select(const tp_ctx_t *ctx, int peer);
 /* Frees the context (connections must be closed first). */
 void tp_destroy(tp_ctx_t *ctx);
@@ -99,5 +112,8 @@ const tp_config_t *tp_ctx_config(const tp_ctx_t *ctx);
 
 extern const tp_ops_t tp_shm_ops;
 extern const tp_ops_t tp_net_ops;
+extern const tp_ops_t tp_p2p_ops;
+extern const tp_ops_t tp_gpu_shm_ops;
+extern const tp_ops_t tp_gpu_net_ops;
 
 #endif

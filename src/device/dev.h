@@ -1,0 +1,134 @@
+/*
+ * What the host and the kernels share: plain C structs and constants, read by host C code and by nvcc.
+ *
+ * The GPU executor runs one kernel launch per group per GPU. The launch carries a work description by value
+ * (dev_work_t): a list of transfers cut into steps. Steps run one after another (a grid-wide barrier
+ * separates them); within a step, transfers are grouped into lanes: the transfers of one lane share a
+ * connection and run in list order, different lanes run at the same time on different blocks. Each transfer
+ * is split over `nch` channels; channel c of a transfer uses ring c of its connections, so the two ends of a
+ * connection see the same sequence of pieces on every ring.
+ *
+ * A ring is DEV_SLOTS slots of DEV_SLOT_BYTES in memory the consumer reads (the receiver's GPU for p2p, host
+ * memory for shm and net), with two counters in a control block:
+ *   tail: slots produced. Written only by the producer, after the slot's bytes (and sizes[slot]), with a
+ *         system-scope release: stores to the slot, block barrier, then thread 0 fences and stores tail.
+ *   head: slots consumed. Written only by the consumer once every thread of its block has read the slot
+ *         (block barrier, then thread 0 stores head); the producer reuses a slot only after it saw head move.
+ * The counters only grow, so a kernel continues from where the previous launch left them; the kernel keeps
+ * its own copies in dev_comm_t.sent / recvd (device memory), never the host. Nothing on the host counts slots.
+ *
+ * Slicing: a transfer of `bytes` over `nch` channels is processed in slices of nch * DEV_SLICE_BYTES; slice j
+ * covers bytes [j * S, min((j + 1) * S, bytes)) where S = nch * DEV_SLICE_BYTES. A slice is split over the
+ * channels in parts that are multiples of 16 bytes: part = roundup16(ceil(slice / nch)), channel c takes
+ * [c * part, min((c + 1) * part, slice)) (possibly empty). A channel moves its part in pieces of at most
+ * DEV_SLOT_BYTES, one slot each. The transfers of a lane are interleaved slice by slice: slice 0 of every
+ * transfer of the lane in list order, then slice 1, ...; a transfer with no bytes left in slice j is skipped.
+ * Half a ring per slice per channel is what keeps ring algorithms free of deadlock (as on the host backend).
+ */
+#ifndef BRAID_DEVICE_DEV_H
+#define BRAID_DEVICE_DEV_H
+
+#include <stdint.h>
+
+#define DEV_SLOTS         8
+#define DEV_SLOT_BYTES    (64 * 1024)
+#define DEV_SLICE_BYTES   (DEV_SLOTS / 2 * DEV_SLOT_BYTES) /* per channel per slice: half a ring */
+#define DEV_MAX_CHANNELS  16
+#define DEV_THREADS       512 /* threads per block */
+#define DEV_MAX_XFERS     56  /* transfers carried by value in one launch */
+#define DEV_MAX_STEPS     16  /* steps carried by value in one launch */
+#define DEV_CHANNEL_BYTES (32 * 1024) /* a transfer uses one channel per this many bytes, up to nch_max */
+#define DEV_KERNEL_NAME   "braid_kernel"
+
+/* The control block of one ring; 128-byte fields keep the two writers' counters on separate lines. */
+typedef struct {
+  volatile uint64_t tail; /* slots produced (producer writes) */
+  uint64_t pad0[15];
+  volatile uint64_t head; /* slots consumed (consumer writes) */
+  uint64_t pad1[15];
+  volatile uint64_t sizes[DEV_SLOTS]; /* bytes in each slot, written by the producer before tail (for proxies) */
+  uint64_t pad2[16 - DEV_SLOTS];
+} dev_ctrl_t;
+
+/* Bytes of one ring in memory: its control block then its slots. */
+#define DEV_RING_BYTES ((uint64_t)sizeof(dev_ctrl_t) + (uint64_t)DEV_SLOTS * DEV_SLOT_BYTES)
+
+/* One ring as this rank's kernel sees it: where to put (or find) slot data and the control block. */
+typedef struct {
+  char *data;       /* DEV_SLOTS * DEV_SLOT_BYTES; NULL: not connected */
+  dev_ctrl_t *ctrl; /* its control block */
+} dev_ring_t;
+
+/* Error codes a kernel reports (dev_error_t.code). */
+enum { DEV_OK = 0, DEV_ERR_ABORTED = 1, DEV_ERR_TIMEOUT = 2, DEV_ERR_INVALID = 3 };
+
+/* The first error a launch met; host-mapped memory, written once by the first failing block (atomicCAS on
+ * code, then the other fields, then a system fence). The host reads it in ncclCommGetAsyncError. */
+typedef struct {
+  volatile int32_t code;  /* DEV_ERR_*, 0 while none */
+  int32_t peer;           /* the peer waited for, -1 if none */
+  int32_t channel;        /* ring index */
+  int32_t is_send;        /* 1: waiting for room to send; 0: waiting for data */
+  uint64_t seq;           /* the call's sequence number (dev_work_t.seq + step's task offset) */
+  uint64_t waited_ns;     /* how long it waited */
+} dev_error_t;
+
+/* A communicator as its kernels see it; lives in device memory, made at init. */
+typedef struct {
+  int32_t rank, nranks;
+  int32_t nch_max;              /* rings per connection */
+  int32_t pad;
+  dev_ring_t *send;             /* [nranks * nch_max]: ring c towards peer p at p * nch_max + c */
+  dev_ring_t *recv;             /* [nranks * nch_max]: ring c from peer p */
+  uint64_t *sent;               /* [nranks * nch_max] slots this rank produced on each send ring */
+  uint64_t *recvd;              /* [nranks * nch_max] slots this rank consumed on each recv ring */
+  uint32_t *barrier;            /* [2] grid barrier: arrivals, and blocks finished (reset at kernel end) */
+  const volatile int32_t *abort_flag; /* host-mapped; nonzero: stop every wait */
+  dev_error_t *error;           /* host-mapped */
+  uint64_t timeout_ns;          /* a wait longer than this fails with DEV_ERR_TIMEOUT (0: never) */
+} dev_comm_t;
+
+/* Transfer flags (the same values as the planner's XF_*). */
+enum { DEV_XF_REDUCE = 1, DEV_XF_PREPARE = 2, DEV_XF_LAST = 4 };
+
+/* Reduction kinds (the same values as host_reduce.h's red_kind_t). */
+enum { DEV_RED_SUM, DEV_RED_PROD, DEV_RED_MAX, DEV_RED_MIN, DEV_RED_PREMULSUM, DEV_RED_SUM_POSTDIV };
+
+/* One transfer: receive from recv_peer (or read src), combine, store to dst and/or send to send_peer. */
+typedef struct {
+  const char *src;       /* local operand, or NULL */
+  char *dst;             /* where the result goes, or NULL */
+  uint64_t bytes;        /* data bytes */
+  int16_t recv_peer;     /* -1: none */
+  int16_t send_peer;     /* -1: none */
+  uint8_t flags;         /* DEV_XF_* */
+  uint8_t type;          /* ncclDataType_t */
+  uint8_t red;           /* DEV_RED_* */
+  uint8_t nch;           /* channels it is split over: 1 .. nch_max */
+  uint16_t lane;         /* lane within its step */
+  uint16_t task;         /* index of its call in the group, for messages */
+  union {
+    double f;            /* PREMULSUM factor on a float type */
+    int64_t i;           /* PREMULSUM factor on an integer type; SUM_POSTDIV divisor */
+  } scalar;
+  const void *scalar_ptr; /* PREMULSUM with a device-resident factor (of the transfer's type), else NULL */
+} dev_xfer_t;
+
+/* A launch's work, passed by value as the kernel's only parameter. */
+typedef struct {
+  dev_comm_t *comm;
+  uint64_t seq;                   /* sequence number of the group's first call */
+  uint16_t nxfers, nsteps;
+  uint16_t step_end[DEV_MAX_STEPS];   /* transfers of step s are [step_end[s-1], step_end[s]) */
+  uint16_t step_lanes[DEV_MAX_STEPS]; /* lanes in step s; the block count covers the widest */
+  dev_xfer_t xfers[DEV_MAX_XFERS];  /* sorted by (step, lane), list order kept within a lane */
+} dev_work_t;
+
+/* The kernel: extern "C" __global__ void braid_kernel(dev_work_t work), launched with
+ * grid = max(step_lanes) * comm->nch_max blocks of DEV_THREADS threads; block b serves lane b / nch_max,
+ * channel b % nch_max. The embedded fatbin that holds it (made by nvcc from src/device) is reached through
+ * these symbols; dev_fatbin_size is 0 in a build without CUDA. */
+extern const unsigned char dev_fatbin[];
+extern const unsigned long long dev_fatbin_size;
+
+#endif
