@@ -20,8 +20,8 @@
 ncclResult_t fd_serve(int fd, uint64_t *token_p);
 /* Stops serving a token and closes the duplicate. */
 void fd_unserve(uint64_t token);
-/* Gets the descriptor served under `token` by process `pid` (bounded by BRAID_BOOTSTRAP_TIMEOUT_S; abort-aware
- * when abort_flag is not NULL). The caller owns *fd_p. */
+/* Gets the descriptor served under `token` by process `pid` (bounded by BRAID_BOOTSTRAP_TIMEOUT_S;
+ * abort-aware when abort_flag is not NULL). The caller owns *fd_p. */
 ncclResult_t fd_fetch(pid_t pid, uint64_t token, const volatile int *abort_flag, int *fd_p);
 
 #endif

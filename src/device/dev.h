@@ -15,7 +15,8 @@
  *   head: slots consumed. Written only by the consumer once every thread of its block has read the slot
  *         (block barrier, then thread 0 stores head); the producer reuses a slot only after it saw head move.
  * The counters only grow, so a kernel continues from where the previous launch left them; the kernel keeps
- * its own copies in dev_comm_t.sent / recvd (device memory), never the host. Nothing on the host counts slots.
+ * its own copies in dev_comm_t.sent / recvd (device memory), never the host. Nothing on the host counts
+ * slots.
  *
  * Slicing: a transfer of `bytes` over `nch` channels is processed in slices of nch * DEV_SLICE_BYTES; slice j
  * covers bytes [j * S, min((j + 1) * S, bytes)) where S = nch * DEV_SLICE_BYTES. A slice is split over the
@@ -34,9 +35,9 @@
 #define DEV_SLOT_BYTES    (64 * 1024)
 #define DEV_SLICE_BYTES   (DEV_SLOTS / 2 * DEV_SLOT_BYTES) /* per channel per slice: half a ring */
 #define DEV_MAX_CHANNELS  16
-#define DEV_THREADS       512 /* threads per block */
-#define DEV_MAX_XFERS     56  /* transfers carried by value in one launch */
-#define DEV_MAX_STEPS     16  /* steps carried by value in one launch */
+#define DEV_THREADS       512         /* threads per block */
+#define DEV_MAX_XFERS     56          /* transfers carried by value in one launch */
+#define DEV_MAX_STEPS     16          /* steps carried by value in one launch */
 #define DEV_CHANNEL_BYTES (32 * 1024) /* a transfer uses one channel per this many bytes, up to nch_max */
 #define DEV_KERNEL_NAME   "braid_kernel"
 
@@ -46,7 +47,8 @@ typedef struct {
   uint64_t pad0[15];
   volatile uint64_t head; /* slots consumed (consumer writes) */
   uint64_t pad1[15];
-  volatile uint64_t sizes[DEV_SLOTS]; /* bytes in each slot, written by the producer before tail (for proxies) */
+  volatile uint64_t
+      sizes[DEV_SLOTS]; /* bytes in each slot, written by the producer before tail (for proxies) */
   uint64_t pad2[16 - DEV_SLOTS];
 } dev_ctrl_t;
 
@@ -65,27 +67,27 @@ enum { DEV_OK = 0, DEV_ERR_ABORTED = 1, DEV_ERR_TIMEOUT = 2, DEV_ERR_INVALID = 3
 /* The first error a launch met; host-mapped memory, written once by the first failing block (atomicCAS on
  * code, then the other fields, then a system fence). The host reads it in ncclCommGetAsyncError. */
 typedef struct {
-  volatile int32_t code;  /* DEV_ERR_*, 0 while none */
-  int32_t peer;           /* the peer waited for, -1 if none */
-  int32_t channel;        /* ring index */
-  int32_t is_send;        /* 1: waiting for room to send; 0: waiting for data */
-  uint64_t seq;           /* the call's sequence number (dev_work_t.seq + step's task offset) */
-  uint64_t waited_ns;     /* how long it waited */
+  volatile int32_t code; /* DEV_ERR_*, 0 while none */
+  int32_t peer;          /* the peer waited for, -1 if none */
+  int32_t channel;       /* ring index */
+  int32_t is_send;       /* 1: waiting for room to send; 0: waiting for data */
+  uint64_t seq;          /* the call's sequence number (dev_work_t.seq + step's task offset) */
+  uint64_t waited_ns;    /* how long it waited */
 } dev_error_t;
 
 /* A communicator as its kernels see it; lives in device memory, made at init. */
 typedef struct {
   int32_t rank, nranks;
-  int32_t nch_max;              /* rings per connection */
+  int32_t nch_max; /* rings per connection */
   int32_t pad;
-  dev_ring_t *send;             /* [nranks * nch_max]: ring c towards peer p at p * nch_max + c */
-  dev_ring_t *recv;             /* [nranks * nch_max]: ring c from peer p */
-  uint64_t *sent;               /* [nranks * nch_max] slots this rank produced on each send ring */
-  uint64_t *recvd;              /* [nranks * nch_max] slots this rank consumed on each recv ring */
-  uint32_t *barrier;            /* [2] grid barrier: arrivals, and blocks finished (reset at kernel end) */
+  dev_ring_t *send;  /* [nranks * nch_max]: ring c towards peer p at p * nch_max + c */
+  dev_ring_t *recv;  /* [nranks * nch_max]: ring c from peer p */
+  uint64_t *sent;    /* [nranks * nch_max] slots this rank produced on each send ring */
+  uint64_t *recvd;   /* [nranks * nch_max] slots this rank consumed on each recv ring */
+  uint32_t *barrier; /* [2] grid barrier: arrivals, and blocks finished (reset at kernel end) */
   const volatile int32_t *abort_flag; /* host-mapped; nonzero: stop every wait */
-  dev_error_t *error;           /* host-mapped */
-  uint64_t timeout_ns;          /* a wait longer than this fails with DEV_ERR_TIMEOUT (0: never) */
+  dev_error_t *error;                 /* host-mapped */
+  uint64_t timeout_ns;                /* a wait longer than this fails with DEV_ERR_TIMEOUT (0: never) */
 } dev_comm_t;
 
 /* Transfer flags (the same values as the planner's XF_*). */
@@ -96,20 +98,20 @@ enum { DEV_RED_SUM, DEV_RED_PROD, DEV_RED_MAX, DEV_RED_MIN, DEV_RED_PREMULSUM, D
 
 /* One transfer: receive from recv_peer (or read src), combine, store to dst and/or send to send_peer. */
 typedef struct {
-  const char *src;       /* local operand, or NULL */
-  char *dst;             /* where the result goes, or NULL */
-  uint64_t bytes;        /* data bytes */
-  int16_t recv_peer;     /* -1: none */
-  int16_t send_peer;     /* -1: none */
-  uint8_t flags;         /* DEV_XF_* */
-  uint8_t type;          /* ncclDataType_t */
-  uint8_t red;           /* DEV_RED_* */
-  uint8_t nch;           /* channels it is split over: 1 .. nch_max */
-  uint16_t lane;         /* lane within its step */
-  uint16_t task;         /* index of its call in the group, for messages */
+  const char *src;   /* local operand, or NULL */
+  char *dst;         /* where the result goes, or NULL */
+  uint64_t bytes;    /* data bytes */
+  int16_t recv_peer; /* -1: none */
+  int16_t send_peer; /* -1: none */
+  uint8_t flags;     /* DEV_XF_* */
+  uint8_t type;      /* ncclDataType_t */
+  uint8_t red;       /* DEV_RED_* */
+  uint8_t nch;       /* channels it is split over: 1 .. nch_max */
+  uint16_t lane;     /* lane within its step */
+  uint16_t task;     /* index of its call in the group, for messages */
   union {
-    double f;            /* PREMULSUM factor on a float type */
-    int64_t i;           /* PREMULSUM factor on an integer type; SUM_POSTDIV divisor */
+    double f;  /* PREMULSUM factor on a float type */
+    int64_t i; /* PREMULSUM factor on an integer type; SUM_POSTDIV divisor */
   } scalar;
   const void *scalar_ptr; /* PREMULSUM with a device-resident factor (of the transfer's type), else NULL */
 } dev_xfer_t;
@@ -117,11 +119,11 @@ typedef struct {
 /* A launch's work, passed by value as the kernel's only parameter. */
 typedef struct {
   dev_comm_t *comm;
-  uint64_t seq;                   /* sequence number of the group's first call */
+  uint64_t seq; /* sequence number of the group's first call */
   uint16_t nxfers, nsteps;
   uint16_t step_end[DEV_MAX_STEPS];   /* transfers of step s are [step_end[s-1], step_end[s]) */
   uint16_t step_lanes[DEV_MAX_STEPS]; /* lanes in step s; the block count covers the widest */
-  dev_xfer_t xfers[DEV_MAX_XFERS];  /* sorted by (step, lane), list order kept within a lane */
+  dev_xfer_t xfers[DEV_MAX_XFERS];    /* sorted by (step, lane), list order kept within a lane */
 } dev_work_t;
 
 /* The kernel: extern "C" __global__ void braid_kernel(dev_work_t work), launched with

@@ -51,7 +51,8 @@ typedef struct tp_conn {
   int is_send;        /* 1: this end sends */
   alloc_acct_t *acct; /* where its memory is charged (the communicator's account) */
   size_t charged;     /* bytes charged for it, released at close */
-  dev_ring_t *rings;  /* GPU transports: `nrings` rings as this rank's kernel uses them (host array); else NULL */
+  dev_ring_t
+      *rings; /* GPU transports: `nrings` rings as this rank's kernel uses them (host array); else NULL */
   int nrings;
 } tp_conn_t;
 
