@@ -72,7 +72,8 @@ static ncclResult_t enqueue(const char *func, op_kind_t kind, const void *sendbu
               .count = count,
               .type = type,
               .op = is_reducing(kind) ? op : ncclSum,
-              .root = is_rooted(kind) ? root : -1};
+              .root = is_rooted(kind) ? root : -1,
+              .stream = stream};
   CHECK(group_error(check_call(func, &t, comm)));
   t.seq = comm->next_seq++;
   INFO(LOG_COLL,

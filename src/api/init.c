@@ -63,10 +63,14 @@ static ncclResult_t check_init_args(const char *func, ncclComm_t *comm_p, int nr
 /* Every init entry point comes here: checks, allocates, and runs init now, in the background (non-blocking
  * communicators) or at the end of the enclosing group. */
 static ncclResult_t init_rank(const char *func, ncclComm_t *comm_p, int nranks, int rank, int nid,
-                              const ncclUniqueId *ids, const ncclConfig_t *config) {
+                              const ncclUniqueId *ids, const ncclConfig_t *config, int dev) {
   CHECK(group_error(check_init_args(func, comm_p, nranks, rank, nid, ids)));
+  gpu_backend_t backend;
+  CHECK(group_error(gpu_backend(&backend)));
+  if (backend == GPU_BACKEND_CUDA && dev < 0) CHECK(group_error(gpu_current_device(&dev)));
   ncclComm_t comm;
   CHECK(group_error(comm_alloc(nranks, rank, config, &comm)));
+  comm->dev = backend == GPU_BACKEND_CUDA ? dev : -1;
   *comm_p = comm;
   if (!comm->blocking) return comm_init_async(comm, ids, nid);
   if (group_depth() > 0) {
@@ -86,17 +90,17 @@ static ncclResult_t init_rank(const char *func, ncclComm_t *comm_p, int nranks, 
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
-  return init_rank("ncclCommInitRank", comm, nranks, rank, 1, &commId, NULL);
+  return init_rank("ncclCommInitRank", comm, nranks, rank, 1, &commId, NULL, -1);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
          ncclConfig_t *config) {
-  return init_rank("ncclCommInitRankConfig", comm, nranks, rank, 1, &commId, config);
+  return init_rank("ncclCommInitRankConfig", comm, nranks, rank, 1, &commId, config, -1);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank, int nId,
          ncclUniqueId *commIds, ncclConfig_t *config) {
-  return init_rank("ncclCommInitRankScalable", newcomm, nranks, myrank, nId, commIds, config);
+  return init_rank("ncclCommInitRankScalable", newcomm, nranks, myrank, nId, commIds, config, -1);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *devlist) {
@@ -114,13 +118,13 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
   CHECK(boot_new_unique_id(&id));
   memset(comms, 0, ndev * sizeof *comms);
   group_start();
-  for (int i = 0; i < ndev; i++) init_rank("ncclCommInitAll", &comms[i], ndev, i, 1, &id, NULL);
+  for (int i = 0; i < ndev; i++)
+    init_rank("ncclCommInitAll", &comms[i], ndev, i, 1, &id, NULL, devlist != NULL ? devlist[i] : i);
   ncclResult_t res = group_end();
   for (int i = 0; i < ndev && res != ncclSuccess; i++) {
     if (comms[i] != NULL) comm_destroy(comms[i]);
     comms[i] = NULL;
   }
-  for (int i = 0; i < ndev && res == ncclSuccess && devlist != NULL; i++) comms[i]->dev = devlist[i];
   return res;
 }
 
@@ -195,7 +199,7 @@ NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asyncError) {
   CHECK(comm_check(comm, "ncclCommGetAsyncError"));
   if (asyncError == NULL) return log_err(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
-  *asyncError = (ncclResult_t)atomic_load_explicit(&comm->async_error, memory_order_acquire);
+  *asyncError = comm_async_error(comm);
   return ncclSuccess;
 }
 

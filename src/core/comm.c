@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/timeutil.h"
+#include "gpu/gpu.h"
 
 #define CONFIG_MAGIC 0xcafebeefu
 /* Bootstrap tag of the unique id a split's leader sends to the members of its color. */
@@ -124,8 +125,19 @@ static ncclResult_t init_links(ncclComm_t comm) {
                     .peers = comm->peers,
                     .abort_flag = &comm->abort_flag,
                     .ring_bytes = comm->ring_bytes,
+                    .dev = comm->dev,
+                    .nch = comm->nch,
                     .acct = &comm->acct};
   return links_init(comm->boot, &tc, &comm->acct, &comm->links);
+}
+
+/* GPU communicators connect to every peer now (so that nothing is set up inside a captured call) and make
+ * the kernels' view of the connections. */
+static ncclResult_t init_gpu(ncclComm_t comm) {
+  if (comm->dev < 0) return ncclSuccess;
+  CHECK(links_connect_all(comm->links));
+  return gx_init(comm->dev, comm->rank, comm->nranks, comm->nch, comm->links, &comm->acct, comm->name,
+                 &comm->gx);
 }
 
 /* Makes the communicator usable: the release store orders every field written by init before the state. */
@@ -150,12 +162,21 @@ ncclResult_t comm_init(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
   ncclResult_t res;
   double t0 = time_now();
   print_banner();
-  CHECK_GOTO(init_bootstrap(comm, ids, nid), res, fail);
-  CHECK_GOTO(init_peers(comm), res, fail);
-  CHECK_GOTO(init_links(comm), res, fail);
+  gpu_scope_t scope = {0};
+  if (comm->dev >= 0) {
+    CHECK_GOTO(gpu_enter(comm->dev, &scope), res, fail);
+    comm->nch = gx_channels(comm->nranks);
+  }
+  CHECK_GOTO(init_bootstrap(comm, ids, nid), res, fail_leave);
+  CHECK_GOTO(init_peers(comm), res, fail_leave);
+  CHECK_GOTO(init_links(comm), res, fail_leave);
+  CHECK_GOTO(init_gpu(comm), res, fail_leave);
+  if (comm->dev >= 0) gpu_leave(&scope);
   publish(comm);
   INFO(LOG_INIT, "%s rank %d: init took %.1f ms", comm->name, comm->rank, (time_now() - t0) * 1e3);
   return ncclSuccess;
+fail_leave:
+  if (comm->dev >= 0) gpu_leave(&scope);
 fail:
   comm_set_error(comm, res);
   return res;
@@ -272,6 +293,14 @@ ncclResult_t comm_check_ready(ncclComm_t comm, const char *func) {
   }
 }
 
+ncclResult_t comm_async_error(ncclComm_t comm) {
+  ncclResult_t res = (ncclResult_t)atomic_load_explicit(&comm->async_error, memory_order_acquire);
+  if (res != ncclSuccess || comm->gx == NULL) return res;
+  res = gx_error(comm->gx);
+  if (res != ncclSuccess) comm_set_error(comm, res);
+  return res;
+}
+
 void comm_set_error(ncclComm_t comm, ncclResult_t res) {
   int expected = ncclSuccess;
   if (!atomic_compare_exchange_strong(&comm->async_error, &expected, res)) {
@@ -297,6 +326,8 @@ void comm_destroy(ncclComm_t comm) {
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
   }
+  gx_destroy(comm->gx); /* first: waits until no kernel uses the connections */
+  comm->gx = NULL;
   links_destroy(comm->links);
   if (comm->boot != NULL) boot_close(comm->boot);
   mem_free(&comm->acct, comm->peers, comm->nranks * sizeof *comm->peers);
@@ -312,6 +343,7 @@ void comm_destroy(ncclComm_t comm) {
 
 void comm_abort(ncclComm_t comm) {
   __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+  gx_abort(comm->gx);           /* kernels waiting for a peer leave */
   if (comm->init_thread_live) { /* the abort flag ends its waits */
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;

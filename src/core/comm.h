@@ -18,6 +18,7 @@
 #include "nccl.h"
 #include "base/alloc.h"
 #include "bootstrap/bootstrap.h"
+#include "core/launch.h"
 #include "core/links.h"
 #include "core/plan.h"
 #include "core/redop.h"
@@ -36,7 +37,9 @@ struct ncclComm {
   volatile int abort_flag; /* set once by ncclCommAbort or a fatal error; every wait polls it */
   _Atomic int busy;        /* threads running work on this communicator (abort waits for 0) */
   int rank, nranks;
-  int dev;               /* CUDA device, -1 on the host backend */
+  int dev;               /* CUDA device, -1 on the host backend (set before init) */
+  int nch;               /* GPU: rings per connection, the same on all ranks */
+  gx_t *gx;              /* GPU executor state; NULL on the host backend */
   uint64_t nonce;        /* the unique id's nonce: the communicator's identity */
   char name[64];         /* "comm <nonce> rank r" or the config's commName, for messages */
   int blocking;          /* config.blocking, resolved */
@@ -70,6 +73,8 @@ ncclResult_t comm_config_check(const ncclConfig_t *config, ncclConfig_t *out);
 ncclResult_t comm_check(ncclComm_t comm, const char *func);
 /* Like comm_check, and the communicator must be ready for work (initialised, not failed or finalized). */
 ncclResult_t comm_check_ready(ncclComm_t comm, const char *func);
+/* ncclCommGetAsyncError: init's state, or an error a kernel reported (which then fails the communicator). */
+ncclResult_t comm_async_error(ncclComm_t comm);
 /* Records a fatal error: the communicator fails and tells its peers. */
 void comm_set_error(ncclComm_t comm, ncclResult_t res);
 /* Finalize: waits for every rank, then no more work is accepted. */

@@ -130,7 +130,15 @@ static void connect_phase(int p, exec_t *execs, int n) {
   }
 }
 
-/* Plans, connects and runs the calls of every communicator of the group. */
+/* GPU communicators: plan with whole blocks (the kernels slice) and launch; nothing waits for the GPU. */
+static ncclResult_t launch_calls(ncclComm_t c) {
+  CHECK(gx_scratch(c->gx, &c->plan, c->nranks));
+  CHECK(plan_build(&c->plan, c->rank, c->nranks, (size_t)1 << 62));
+  return gx_launch(c->gx, &c->plan);
+}
+
+/* Plans, connects and runs the calls of every communicator of the group: GPU communicators launch, host ones
+ * run together on the host executor. */
 static ncclResult_t run_calls(void) {
   int n = 0;
   for (ncclComm_t c = grp.comms; c != NULL; c = c->group_next) n++;
@@ -139,9 +147,15 @@ static ncclResult_t run_calls(void) {
   for (ncclComm_t c = grp.comms; c != NULL; c = c->group_next, i++) {
     atomic_fetch_add(&c->busy, 1);
     for (int t = 0; t < c->plan.ntasks; t++)
-      redop_resolve(&c->redops, c->plan.tasks[t].op, c->plan.tasks[t].type, c->nranks, &c->plan.tasks[t].red);
+      redop_resolve(&c->redops, c->plan.tasks[t].op, c->plan.tasks[t].type, c->nranks, c->gx != NULL,
+                    &c->plan.tasks[t].red);
     engine_start(&grp.execs[i], &c->plan, c->links, &c->abort_flag, c->name);
-    grp.execs[i].result = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2);
+    if (c->gx != NULL) {
+      grp.execs[i].result = launch_calls(c);
+      grp.execs[i].step = -1; /* launched: nothing left for the host executor */
+    } else {
+      grp.execs[i].result = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2);
+    }
   }
   for (int p = 0; p < 3; p++) connect_phase(p, grp.execs, n);
   ncclResult_t res = engine_run(grp.execs, n);

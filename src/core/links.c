@@ -33,16 +33,33 @@ err_free:
   return res;
 }
 
+/* Makes the receiving end from `peer` and sends its blob. */
+static ncclResult_t listen_peer(links_t *l, int peer) {
+  char blob[TP_BLOB_BYTES] = {0};
+  const tp_ops_t *ops = tp_select(l->tp, peer);
+  CHECK(ops->listen(l->tp, peer, blob, &l->recv[peer]));
+  l->recv_state[peer] = LINK_LISTENING;
+  CHECK(boot_send(l->boot, peer, TAG_LINK_BLOB, blob, sizeof blob));
+  INFO(LOG_INIT | LOG_SHM | LOG_NET | LOG_P2P, "rank %d: receiving from rank %d via %s", l->rank, peer,
+       ops->name);
+  return ncclSuccess;
+}
+
+/* Makes the sending end to `peer` with the blob it sent. */
+static ncclResult_t connect_peer(links_t *l, int peer) {
+  char blob[TP_BLOB_BYTES];
+  CHECK(boot_recv(l->boot, peer, TAG_LINK_BLOB, blob, sizeof blob));
+  const tp_ops_t *ops = tp_select(l->tp, peer);
+  CHECK(ops->connect(l->tp, peer, blob, &l->send[peer]));
+  INFO(LOG_INIT | LOG_SHM | LOG_NET | LOG_P2P, "rank %d: sending to rank %d via %s", l->rank, peer,
+       ops->name);
+  return ncclSuccess;
+}
+
 ncclResult_t links_listen(links_t *l, const plan_t *plan) {
   for (int i = 0; i < plan->nxfers; i++) {
     int peer = plan->xfers[i].recv_peer;
-    if (peer < 0 || l->recv_state[peer] != LINK_NONE) continue;
-    char blob[TP_BLOB_BYTES] = {0};
-    const tp_ops_t *ops = tp_select(l->tp, peer);
-    CHECK(ops->listen(l->tp, peer, blob, &l->recv[peer]));
-    l->recv_state[peer] = LINK_LISTENING;
-    CHECK(boot_send(l->boot, peer, TAG_LINK_BLOB, blob, sizeof blob));
-    INFO(LOG_INIT | LOG_SHM | LOG_NET, "rank %d: receiving from rank %d via %s", l->rank, peer, ops->name);
+    if (peer >= 0 && l->recv_state[peer] == LINK_NONE) CHECK(listen_peer(l, peer));
   }
   return ncclSuccess;
 }
@@ -50,14 +67,21 @@ ncclResult_t links_listen(links_t *l, const plan_t *plan) {
 ncclResult_t links_connect(links_t *l, const plan_t *plan) {
   for (int i = 0; i < plan->nxfers; i++) {
     int peer = plan->xfers[i].send_peer;
-    if (peer < 0 || l->send[peer] != NULL) continue;
-    char blob[TP_BLOB_BYTES];
-    CHECK(boot_recv(l->boot, peer, TAG_LINK_BLOB, blob, sizeof blob));
-    const tp_ops_t *ops = tp_select(l->tp, peer);
-    CHECK(ops->connect(l->tp, peer, blob, &l->send[peer]));
-    INFO(LOG_INIT | LOG_SHM | LOG_NET, "rank %d: sending to rank %d via %s", l->rank, peer, ops->name);
+    if (peer >= 0 && l->send[peer] == NULL) CHECK(connect_peer(l, peer));
   }
   return ncclSuccess;
+}
+
+ncclResult_t links_connect_all(links_t *l) {
+  for (int i = 1; i < l->nranks; i++) {
+    int peer = (l->rank + i) % l->nranks;
+    if (l->recv_state[peer] == LINK_NONE) CHECK(listen_peer(l, peer));
+  }
+  for (int i = 1; i < l->nranks; i++) {
+    int peer = (l->rank - i + l->nranks) % l->nranks;
+    if (l->send[peer] == NULL) CHECK(connect_peer(l, peer));
+  }
+  return links_accept(l);
 }
 
 ncclResult_t links_accept(links_t *l) {

@@ -41,6 +41,10 @@ ncclResult_t links_listen(links_t *links, const plan_t *plan);
 ncclResult_t links_connect(links_t *links, const plan_t *plan);
 /* Phase 3: completes the receiving ends made in phase 1. */
 ncclResult_t links_accept(links_t *links);
+/* All three phases for every peer, in both directions (GPU communicators connect everything at init). The
+ * calling thread must not also drive the peers' ranks (each rank of a process runs its init on its own
+ * thread). */
+ncclResult_t links_connect_all(links_t *links);
 /* Tells every connected peer that this rank failed (their waits end with an error). */
 void links_fail(links_t *links);
 /* Closes every connection and frees the links. */

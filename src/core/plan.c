@@ -224,7 +224,7 @@ static ncclResult_t build_alltoall(ctx_t *c) {
   size_t cnt = t->count, es = c->esize;
   const char *in = t->sendbuff;
   if (in == t->recvbuff && n > 1 && cnt > 0) {
-    char *stage = c->plan->scratch + c->scratch_used;
+    char *stage = (c->plan->ext_scratch != NULL ? c->plan->ext_scratch : c->plan->scratch) + c->scratch_used;
     c->scratch_used += (size_t)n * cnt * es;
     CHECK(add(c, -1, -1, in, stage, (size_t)n * cnt, 0));
     CHECK(next_step(c));
@@ -328,6 +328,12 @@ static ncclResult_t reserve_scratch(plan_t *plan, int nranks) {
     if (t->kind == OP_ALLTOALL && t->sendbuff == t->recvbuff && nranks > 1)
       need += (size_t)nranks * t->count * dtype_size(t->type);
   }
+  if (plan->ext_scratch != NULL)
+    return need <= plan->ext_scratch_bytes
+               ? ncclSuccess
+               : log_err(ncclInternalError,
+                         "in-place all-to-all needs %zu bytes of staging; %zu were provided", need,
+                         plan->ext_scratch_bytes);
   return scratch(plan, need);
 }
 

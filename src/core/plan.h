@@ -41,10 +41,11 @@ typedef struct {
   void *recvbuff;
   size_t count; /* elements, as the call gave them (per rank / per block as NCCL defines) */
   ncclDataType_t type;
-  ncclRedOp_t op; /* as the call gave it (ncclSum for non-reducing calls) */
-  int root;       /* root of rooted collectives, peer of send/recv, -1 otherwise */
-  red_t red;      /* the reduction, resolved when the call was enqueued */
-  uint64_t seq;   /* this call's sequence number on its communicator, for diagnostics */
+  ncclRedOp_t op;      /* as the call gave it (ncclSum for non-reducing calls) */
+  int root;            /* root of rooted collectives, peer of send/recv, -1 otherwise */
+  red_t red;           /* the reduction, resolved when the call was enqueued */
+  uint64_t seq;        /* this call's sequence number on its communicator, for diagnostics */
+  cudaStream_t stream; /* the call's stream (GPU backend) */
 } task_t;
 
 /* Flags of a transfer. */
@@ -85,8 +86,10 @@ typedef struct {
   int nxfers, cap_xfers;
   step_t *steps;
   int nsteps, cap_steps;
-  char *scratch; /* staging for in-place all-to-all */
+  char *scratch; /* staging for in-place all-to-all (host memory) */
   size_t scratch_bytes;
+  char *ext_scratch; /* when set, staging provided by the executor (device memory) instead of `scratch` */
+  size_t ext_scratch_bytes;
 } plan_t;
 
 /* Appends a call to the plan's task list. */

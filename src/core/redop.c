@@ -112,7 +112,8 @@ static void decode_scalar(const void *p, ncclDataType_t type, double *f, int64_t
   }
 }
 
-void redop_resolve(const redop_table_t *t, ncclRedOp_t op, ncclDataType_t type, int nranks, red_t *red) {
+void redop_resolve(const redop_table_t *t, ncclRedOp_t op, ncclDataType_t type, int nranks, int on_gpu,
+                   red_t *red) {
   static const red_kind_t builtin[] = {RED_SUM, RED_PROD, RED_MAX, RED_MIN};
   *red = (red_t){.kind = RED_SUM, .type = type, .fscale = 1.0, .iscale = 1, .divisor = 1};
   if ((int)op >= 0 && (int)op < ncclAvg) {
@@ -124,6 +125,10 @@ void redop_resolve(const redop_table_t *t, ncclRedOp_t op, ncclDataType_t type, 
   } else {
     const redop_user_t *u = lookup(t, op);
     red->kind = RED_PREMULSUM;
+    if (on_gpu && u->residence == ncclScalarDevice) {
+      red->scalar_dev = u->ptr; /* device memory: only the kernels may read it, when they run */
+      return;
+    }
     decode_scalar(u->residence == ncclScalarHostImmediate ? (const void *)u->value : u->ptr, type,
                   &red->fscale, &red->iscale);
   }

@@ -32,8 +32,10 @@ ncclResult_t redop_create(redop_table_t *table, const void *scalar, ncclDataType
 ncclResult_t redop_destroy(redop_table_t *table, ncclRedOp_t op);
 /* Checks that `op` can reduce `type` on this communicator; the message names `func`. */
 ncclResult_t redop_check(const redop_table_t *table, ncclRedOp_t op, ncclDataType_t type, const char *func);
-/* The arithmetic of `op` on `type` over nranks ranks. */
-void redop_resolve(const redop_table_t *table, ncclRedOp_t op, ncclDataType_t type, int nranks, red_t *red);
+/* The arithmetic of `op` on `type` over nranks ranks. On the GPU backend (`on_gpu`) a device-resident
+ * PreMulSum factor is left for the kernels to read (red->scalar_dev); on the host backend it is read now. */
+void redop_resolve(const redop_table_t *table, ncclRedOp_t op, ncclDataType_t type, int nranks, int on_gpu,
+                   red_t *red);
 /* Frees the table. */
 void redop_free(redop_table_t *table);
 

@@ -138,6 +138,9 @@ void gpu_event_destroy(gpu_event_t *event) {}
 ncclResult_t gpu_event_record(gpu_event_t *event, cudaStream_t stream) {
   return no_cuda("gpu_event_record");
 }
+ncclResult_t gpu_event_query(gpu_event_t *event, int *done_p) {
+  return no_cuda("gpu_event_query");
+}
 ncclResult_t gpu_stream_wait(cudaStream_t stream, gpu_event_t *event) {
   return no_cuda("gpu_stream_wait");
 }

@@ -94,6 +94,8 @@ typedef struct gpu_event gpu_event_t; /* a CUevent, without timing */
 ncclResult_t gpu_event_create(gpu_event_t **event_p);
 void gpu_event_destroy(gpu_event_t *event);
 ncclResult_t gpu_event_record(gpu_event_t *event, cudaStream_t stream);
+/* *done_p = 1 when the work before the event's last record has finished (or it was never recorded). */
+ncclResult_t gpu_event_query(gpu_event_t *event, int *done_p);
 /* Makes `stream` wait for the event's last record. */
 ncclResult_t gpu_stream_wait(cudaStream_t stream, gpu_event_t *event);
 /* Whether `stream` is being captured into a CUDA graph. */

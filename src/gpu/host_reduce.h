@@ -19,9 +19,11 @@ typedef enum { RED_SUM, RED_PROD, RED_MAX, RED_MIN, RED_PREMULSUM, RED_SUM_POSTD
 typedef struct {
   red_kind_t kind;
   ncclDataType_t type;
-  double fscale;   /* PREMULSUM on a float type: the factor */
-  int64_t iscale;  /* PREMULSUM on an integer type: the factor */
-  int64_t divisor; /* SUM_POSTDIV: what the final sum is divided by */
+  double fscale;          /* PREMULSUM on a float type: the factor */
+  int64_t iscale;         /* PREMULSUM on an integer type: the factor */
+  int64_t divisor;        /* SUM_POSTDIV: what the final sum is divided by */
+  const void *scalar_dev; /* PREMULSUM on the GPU backend with a device-resident factor: its address (the
+                             kernels read it when they run); NULL otherwise */
 } red_t;
 
 /* out[i] = f(local[i]), f scaling by the PREMULSUM factor and the identity otherwise: what a rank sends or

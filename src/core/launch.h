@@ -1,0 +1,40 @@
+/*
+ * The GPU executor: turns a communicator's plan into one kernel launch per group (src/device/dev.h) on the
+ * calls' stream, and owns what those kernels need on the device: the communicator's kernel view (rings of
+ * every connection, slot counters, grid barrier), host-mapped abort and error words, and the events that
+ * order launches of one communicator made on different streams.
+ *
+ * Nothing here waits for the GPU on a collective call: a launch returns once enqueued. Kernels report
+ * failures (abort, a peer that never came) in the host-mapped error word, which gx_error turns into a
+ * result for ncclCommGetAsyncError. Captured launches (CUDA graphs) touch no host-side counter: the kernels
+ * keep their slot counters in device memory (DESIGN.md, principle 3).
+ */
+#ifndef BRAID_CORE_LAUNCH_H
+#define BRAID_CORE_LAUNCH_H
+
+#include <stdint.h>
+
+#include "nccl.h"
+#include "base/alloc.h"
+#include "core/links.h"
+#include "core/plan.h"
+
+typedef struct gx gx_t;
+
+/* Channels (rings per connection) for a communicator of `nranks` ranks: the same on every rank. */
+int gx_channels(int nranks);
+/* Makes the GPU state of a communicator whose connections to every peer are made (links). */
+ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, alloc_acct_t *acct,
+                     const char *name, gx_t **gx_p);
+/* Device scratch for the plan's in-place all-to-alls (grown before plan_build; never during capture). */
+ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks);
+/* Launches a built plan (the calls' streams are in its tasks). */
+ncclResult_t gx_launch(gx_t *gx, const plan_t *plan);
+/* Stops every kernel of the communicator that waits (they record DEV_ERR_ABORTED and leave). */
+void gx_abort(gx_t *gx);
+/* ncclSuccess, or the error a kernel reported (logged once, with what it waited for). */
+ncclResult_t gx_error(gx_t *gx);
+/* Waits (bounded, abort-aware) for the communicator's last launch, then frees everything. */
+void gx_destroy(gx_t *gx);
+
+#endif
