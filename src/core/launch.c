@@ -35,13 +35,14 @@ struct gx {
   const char *name;
   alloc_acct_t *acct;
   gpu_func_t *func;
-  gpu_mem_t *mem;      /* dev_comm_t, ring tables, counters, barrier */
-  dev_comm_t *dcomm;   /* its device address */
-  flags_t *flags;      /* host address of the host-mapped flags */
-  gpu_event_t *done;   /* recorded after each eager launch */
-  int launched;        /* done was recorded at least once */
-  cudaStream_t last;   /* stream of the last eager launch */
-  gpu_event_t **joins; /* one per extra stream of a group */
+  gpu_mem_t *mem;            /* dev_comm_t, ring tables, counters, barrier */
+  dev_comm_t *dcomm;         /* its device address */
+  flags_t *flags;            /* host address of the host-mapped flags */
+  gpu_event_t *done;         /* recorded after each eager launch */
+  gpu_event_t *capture_join; /* joins a captured group's streams */
+  int launched;              /* done was recorded at least once */
+  cudaStream_t last;         /* stream of the last eager launch */
+  gpu_event_t **joins;       /* one per extra stream of a group */
   int njoins;
   gpu_mem_t *scratch; /* in-place all-to-all staging */
   int reported;       /* the kernel error was logged */
@@ -233,9 +234,16 @@ static ncclResult_t before(gx_t *gx, const plan_t *plan, cudaStream_t s, int cap
   return ncclSuccess;
 }
 
-/* After the launch: the group's other streams wait for it, and the next launch will. */
+/* After the launch: the group's other streams wait for it, and so will the next eager launch. Inside a
+ * capture, `done` keeps its last eager record (an eager wait on an event recorded in a graph is not
+ * allowed), and a separate event joins the streams. */
 static ncclResult_t after(gx_t *gx, const plan_t *plan, cudaStream_t s, int capturing) {
-  CHECK(gpu_event_record(gx->done, s));
+  gpu_event_t *ev = gx->done;
+  if (capturing) {
+    if (gx->capture_join == NULL) CHECK(gpu_event_create(&gx->capture_join));
+    ev = gx->capture_join;
+  }
+  CHECK(gpu_event_record(ev, s));
   if (!capturing) {
     gx->launched = 1;
     gx->last = s;
@@ -244,7 +252,7 @@ static ncclResult_t after(gx_t *gx, const plan_t *plan, cudaStream_t s, int capt
     cudaStream_t o = plan->tasks[i].stream;
     int seen = o == s;
     for (int k = 1; k < i && !seen; k++) seen = plan->tasks[k].stream == o;
-    if (!seen) CHECK(gpu_stream_wait(o, gx->done));
+    if (!seen) CHECK(gpu_stream_wait(o, ev));
   }
   return ncclSuccess;
 }
@@ -338,6 +346,7 @@ void gx_destroy(gx_t *gx) {
   for (int i = 0; i < gx->njoins; i++) gpu_event_destroy(gx->joins[i]);
   free(gx->joins);
   if (gx->done != NULL) gpu_event_destroy(gx->done);
+  if (gx->capture_join != NULL) gpu_event_destroy(gx->capture_join);
   if (gx->scratch != NULL) {
     mem_release(gx->acct, gpu_mem_size(gx->scratch), 1);
     gpu_mem_release(gx->scratch);
