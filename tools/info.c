@@ -42,14 +42,29 @@ static void probe_cuda(cuda_probe_t *p) {
   dlclose(h);
 }
 
+/* The devices the CUDA backend runs on. */
+static void print_devices(void) {
+  int n = 0;
+  if (gpu_device_count(&n) != ncclSuccess) return;
+  for (int d = 0; d < n; d++) {
+    char busid[16] = "?";
+    int sms = 0;
+    gpu_device_busid(d, busid);
+    gpu_device_sms(d, &sms);
+    printf("  GPU %d: PCI %s, %d SMs\n", d, busid, sms);
+  }
+}
+
 /* The executor the library would use here: its own decision (gpu_backend), or why it has none. */
 static void print_backend(void) {
   gpu_backend_t b;
-  if (gpu_backend(&b) != ncclSuccess)
+  if (gpu_backend(&b) != ncclSuccess) {
     printf("Backend: none usable: %s\n", log_last_error());
-  else
-    printf("Backend: %s (BRAID_DEVICE=%s)\n", b == GPU_BACKEND_HOST ? "host" : "cuda",
-           param_str(P_BRAID_DEVICE));
+    return;
+  }
+  printf("Backend: %s (BRAID_DEVICE=%s)\n", b == GPU_BACKEND_HOST ? "host" : "cuda",
+         param_str(P_BRAID_DEVICE));
+  if (b == GPU_BACKEND_CUDA) print_devices();
 }
 
 static void print_system(void) {

@@ -32,7 +32,7 @@ ncclResult_t gpu_current_device(int *dev_p);
 ncclResult_t gpu_device_count(int *count_p);
 /* Multiprocessors of `dev`. */
 ncclResult_t gpu_device_sms(int dev, int *sms_p);
-/* The device's PCI bus id, "0000:19:00.0", NUL-terminated in 16 bytes. */
+/* The device's PCI bus id in lower case, as sysfs names it ("0000:1b:00.0"), NUL-terminated in 16 bytes. */
 ncclResult_t gpu_device_busid(int dev, char busid[16]);
 /* Whether `dev` can map memory of `peer_dev` (always 1 for dev == peer_dev). */
 ncclResult_t gpu_can_access_peer(int dev, int peer_dev, int *yes_p);
@@ -71,7 +71,9 @@ typedef struct {
 /* Describes `mem` for gpu_mem_import in another process (its file descriptor is served by this process
  * until the allocation is released). */
 ncclResult_t gpu_mem_export(const gpu_mem_t *mem, gpu_export_t *blob_p);
-/* Maps, on `dev`, an allocation another process exported. */
+/* Maps, on `dev`, an allocation another process exported. A cuMem allocation's file descriptor is fetched
+ * from its owner (base/fdpass), waiting at most BRAID_BOOTSTRAP_TIMEOUT_S. Importing in the exporting process
+ * is a usage error: it has the pointer already. */
 ncclResult_t gpu_mem_import(int dev, const gpu_export_t *blob, gpu_mem_t **mem_p);
 
 /* Zeroed page-locked host memory mapped into every device's address space; *dev_p is its device address. */
@@ -91,6 +93,7 @@ ncclResult_t gpu_mem_free(void *ptr);
 /* ---- Streams, events, kernels ---- */
 
 typedef struct gpu_event gpu_event_t; /* a CUevent, without timing */
+/* Creates an event in the current context (the caller has entered the device). */
 ncclResult_t gpu_event_create(gpu_event_t **event_p);
 void gpu_event_destroy(gpu_event_t *event);
 ncclResult_t gpu_event_record(gpu_event_t *event, cudaStream_t stream);

@@ -1,0 +1,218 @@
+/*
+ * Tests of base/fdpass: a served memfd reaches other processes as the same file (they read its content and
+ * their writes show in the owner's copy); a wrong or released token, a process without a server, a server
+ * that never answers and an abort all fail within a bound; two processes fetch from each other at once.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/fdpass.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/timeutil.h"
+#include "harness.h"
+
+#define FILE_BYTES 8192
+#define NCHILDREN  6
+
+/* A memfd of FILE_BYTES random bytes; the content is also written to `content`. */
+static int make_file(unsigned char *content) {
+  int fd = memfd_create("fdpass-test", MFD_CLOEXEC);
+  EXPECT(fd >= 0, "memfd_create failed");
+  EXPECT(getrandom(content, FILE_BYTES, 0) == FILE_BYTES);
+  EXPECT(pwrite(fd, content, FILE_BYTES, 0) == FILE_BYTES);
+  return fd;
+}
+
+/* What the children of one case share. */
+typedef struct {
+  pid_t owner;
+  uint64_t token;
+  unsigned char content[FILE_BYTES];
+} served_t;
+
+static void fetch_and_check(int rank, int nranks, void *arg) {
+  served_t *s = arg;
+  int fd = -1;
+  EXPECT_OK(fd_fetch(s->owner, s->token, NULL, &fd));
+  unsigned char got[FILE_BYTES];
+  EXPECT(pread(fd, got, FILE_BYTES, 0) == FILE_BYTES);
+  EXPECT(memcmp(got, s->content, FILE_BYTES) == 0, "rank %d read other bytes than were served", rank);
+  /* The same file, not a copy: the owner sees this byte. */
+  unsigned char mark = (unsigned char)(0xA0 + rank);
+  EXPECT(pwrite(fd, &mark, 1, FILE_BYTES + rank) == 1);
+  close(fd);
+}
+
+static void test_serve_fetch(void) {
+  served_t s = {.owner = getpid()};
+  int fd = make_file(s.content);
+  EXPECT_OK(fd_serve(fd, &s.token));
+  EXPECT(s.token != 0);
+  EXPECT(run_ranks(NCHILDREN, 30, fetch_and_check, &s) == 0);
+  for (int r = 0; r < NCHILDREN; r++) {
+    unsigned char mark = 0;
+    EXPECT(pread(fd, &mark, 1, FILE_BYTES + r) == 1);
+    EXPECT(mark == 0xA0 + r, "child %d's write is missing from the owner's file", r);
+  }
+  /* The owner may close its own descriptor: the served duplicate stays valid. */
+  close(fd);
+  EXPECT(run_ranks(2, 30, fetch_and_check, &s) == 0);
+  fd_unserve(s.token);
+}
+
+static void test_unknown_token(void) {
+  unsigned char content[FILE_BYTES];
+  int fd = make_file(content);
+  uint64_t token;
+  EXPECT_OK(fd_serve(fd, &token));
+  int got = -1;
+  double t0 = time_now();
+  EXPECT_RES(fd_fetch(getpid(), token ^ 1, NULL, &got), ncclSystemError);
+  EXPECT(strstr(log_last_error(), "no descriptor under token") != NULL, "message: %s", log_last_error());
+  fd_unserve(token);
+  EXPECT_RES(fd_fetch(getpid(), token, NULL, &got), ncclSystemError);
+  EXPECT(got == -1);
+  EXPECT(time_now() - t0 < 2, "refusals took %.1f s", time_now() - t0);
+  close(fd);
+}
+
+/* A live process that serves nothing. */
+static pid_t idle_child(void) {
+  pid_t pid = fork();
+  EXPECT(pid >= 0);
+  if (pid == 0) {
+    pause();
+    _exit(0);
+  }
+  return pid;
+}
+
+static void reap(pid_t pid) {
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+static void test_no_server(void) {
+  pid_t pid = idle_child();
+  int got = -1;
+  double t0 = time_now();
+  EXPECT_RES(fd_fetch(pid, 1234, NULL, &got), ncclSystemError);
+  char want[64];
+  snprintf(want, sizeof want, "process %d serves no descriptors", (int)pid);
+  EXPECT(strstr(log_last_error(), want) != NULL, "message: %s", log_last_error());
+  EXPECT(time_now() - t0 < 1);
+  reap(pid);
+}
+
+/* Binds the name a server of `pid` would use, and never accepts: fetches from `pid` then wait. */
+static int silent_server(pid_t pid) {
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  int n = snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1, "braid-fd-%d", (int)pid);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  EXPECT(fd >= 0);
+  EXPECT(bind(fd, (struct sockaddr *)&addr, offsetof(struct sockaddr_un, sun_path) + 1 + n) == 0);
+  EXPECT(listen(fd, 4) == 0);
+  return fd;
+}
+
+static void test_silent_server_times_out(void) {
+  pid_t pid = idle_child();
+  int lfd = silent_server(pid);
+  setenv("BRAID_BOOTSTRAP_TIMEOUT_S", "1", 1);
+  param_reload();
+  int got = -1;
+  double t0 = time_now();
+  EXPECT_RES(fd_fetch(pid, 1, NULL, &got), ncclSystemError);
+  double took = time_now() - t0;
+  EXPECT(took >= 0.9 && took < 3, "took %.2f s for a 1 s bound", took);
+  EXPECT(strstr(log_last_error(), "timed out") != NULL, "message: %s", log_last_error());
+  close(lfd);
+  reap(pid);
+}
+
+static void *raise_after(void *arg) {
+  time_sleep_us(200000);
+  __atomic_store_n((int *)arg, 1, __ATOMIC_RELAXED);
+  return NULL;
+}
+
+static void test_abort(void) {
+  pid_t pid = idle_child();
+  int lfd = silent_server(pid);
+  int flag = 0;
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, raise_after, &flag) == 0);
+  int got = -1;
+  double t0 = time_now();
+  EXPECT_RES(fd_fetch(pid, 1, &flag, &got), ncclSystemError);
+  EXPECT(time_now() - t0 < 2, "abort took %.2f s", time_now() - t0);
+  EXPECT(strstr(log_last_error(), "aborted") != NULL, "message: %s", log_last_error());
+  pthread_join(t, NULL);
+  close(lfd);
+  reap(pid);
+}
+
+/* Two ranks that serve a file each and fetch the other's at the same time. */
+typedef struct {
+  _Atomic int published, done;
+  pid_t pid[2];
+  uint64_t token[2];
+  unsigned char content[2][FILE_BYTES];
+} cross_t;
+
+static void wait_count(_Atomic int *counter, int want) {
+  double deadline = time_now() + 20;
+  while (atomic_load(counter) < want) {
+    EXPECT(time_now() < deadline, "the other rank did not arrive");
+    time_sleep_us(1000);
+  }
+}
+
+static void cross_rank(int rank, int nranks, void *arg) {
+  cross_t *x = arg;
+  int fd = make_file(x->content[rank]);
+  x->pid[rank] = getpid();
+  EXPECT_OK(fd_serve(fd, &x->token[rank]));
+  atomic_fetch_add(&x->published, 1); /* seq_cst: the pid and token above are visible to the other rank */
+  wait_count(&x->published, 2);
+  int other = 1 - rank, got = -1;
+  EXPECT_OK(fd_fetch(x->pid[other], x->token[other], NULL, &got));
+  unsigned char buf[FILE_BYTES];
+  EXPECT(pread(got, buf, FILE_BYTES, 0) == FILE_BYTES);
+  EXPECT(memcmp(buf, x->content[other], FILE_BYTES) == 0);
+  close(got);
+  atomic_fetch_add(&x->done, 1);
+  wait_count(&x->done, 2); /* keep serving until the other rank has its copy */
+  fd_unserve(x->token[rank]);
+  close(fd);
+}
+
+static void test_cross_fetch(void) {
+  cross_t *x = mmap(NULL, sizeof *x, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  EXPECT(x != MAP_FAILED);
+  for (int round = 0; round < 20; round++) {
+    memset(x, 0, sizeof *x);
+    EXPECT(run_ranks(2, 30, cross_rank, x) == 0, "round %d", round);
+  }
+  munmap(x, sizeof *x);
+}
+
+int main(void) {
+  TEST(test_serve_fetch, 60);
+  TEST(test_unknown_token, 30);
+  TEST(test_no_server, 30);
+  TEST(test_silent_server_times_out, 30);
+  TEST(test_abort, 30);
+  TEST(test_cross_fetch, 120);
+  return test_summary();
+}

@@ -1,0 +1,527 @@
+/*
+ * A stand-in CUDA driver (see mock_cuda.h): enough of the driver API, with cuda.h's exact signatures, for
+ * gpu_cuda.c to run on a machine without a GPU. Every entry point is reached through cuGetProcAddress_v2, as
+ * the library reaches the real driver. Single-threaded use per process is assumed except for the
+ * thread-local current context.
+ */
+#include <cuda.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "mock_cuda.h"
+
+__attribute__((visibility("default"))) mock_cuda_stats_t mock_cuda_stats;
+
+struct CUctx_st {
+  int dev;
+  unsigned peers; /* bit p: peer access to device p enabled */
+};
+struct CUevent_st {
+  int recorded;
+};
+struct CUmod_st {
+  int dev;
+};
+struct CUfunc_st {
+  int unused;
+};
+
+#define MAX_DEVICES 8
+#define MAX_LEGACY  64
+
+static struct CUctx_st contexts[MAX_DEVICES];
+static struct CUfunc_st kernel;
+static _Thread_local CUcontext current;
+
+/* cuMemAlloc allocations (own and opened through IPC), backed by POSIX shared memory. */
+static struct {
+  CUdeviceptr ptr;
+  size_t size;
+  int own;
+  char name[48];
+} legacy[MAX_LEGACY];
+
+static int ndevices(void) {
+  const char *v = getenv("MOCK_CUDA_DEVICES");
+  int n = v != NULL ? atoi(v) : 2;
+  return n < 0 ? 0 : n > MAX_DEVICES ? MAX_DEVICES : n;
+}
+
+static CUresult check_dev(CUdevice dev) {
+  return dev >= 0 && dev < ndevices() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+static void fill_garbage(void *p, size_t n) {
+  memset(p, MOCK_CUDA_GARBAGE, n);
+}
+
+/* ---- Initialisation, devices, contexts ---- */
+
+static CUresult mock_cuGetErrorName(CUresult r, const char **name) {
+  switch (r) {
+  case CUDA_SUCCESS:
+    *name = "CUDA_SUCCESS";
+    break;
+  case CUDA_ERROR_INVALID_VALUE:
+    *name = "CUDA_ERROR_INVALID_VALUE";
+    break;
+  case CUDA_ERROR_OUT_OF_MEMORY:
+    *name = "CUDA_ERROR_OUT_OF_MEMORY";
+    break;
+  case CUDA_ERROR_NO_DEVICE:
+    *name = "CUDA_ERROR_NO_DEVICE";
+    break;
+  case CUDA_ERROR_INVALID_DEVICE:
+    *name = "CUDA_ERROR_INVALID_DEVICE";
+    break;
+  case CUDA_ERROR_INVALID_CONTEXT:
+    *name = "CUDA_ERROR_INVALID_CONTEXT";
+    break;
+  case CUDA_ERROR_INVALID_HANDLE:
+    *name = "CUDA_ERROR_INVALID_HANDLE";
+    break;
+  case CUDA_ERROR_NOT_FOUND:
+    *name = "CUDA_ERROR_NOT_FOUND";
+    break;
+  case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+    *name = "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED";
+    break;
+  default:
+    *name = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuInit(unsigned int flags) {
+  return ndevices() > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+}
+
+static CUresult mock_cuDriverGetVersion(int *v) {
+  *v = 12080;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuDeviceGetCount(int *n) {
+  *n = ndevices();
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuDeviceGet(CUdevice *dev, int ordinal) {
+  *dev = ordinal;
+  return check_dev(ordinal);
+}
+
+static CUresult mock_cuDeviceGetAttribute(int *v, CUdevice_attribute attr, CUdevice dev) {
+  if (check_dev(dev) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_DEVICE;
+  int vmm = getenv("MOCK_CUDA_NO_VMM") == NULL;
+  switch (attr) {
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+    *v = MOCK_CUDA_SMS;
+    break;
+  case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    *v = vmm;
+    break;
+  case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+    *v = vmm;
+    break;
+  default:
+    *v = 0;
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuDeviceGetPCIBusId(char *id, int len, CUdevice dev) {
+  if (check_dev(dev) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_DEVICE;
+  snprintf(id, (size_t)len, "0000:%02X:00.0", 0x1A + dev); /* upper case, as the driver writes it */
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuDeviceCanAccessPeer(int *yes, CUdevice dev, CUdevice peer) {
+  if (check_dev(dev) != CUDA_SUCCESS || check_dev(peer) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_DEVICE;
+  *yes = dev != peer;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
+  if (check_dev(dev) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_DEVICE;
+  contexts[dev].dev = dev;
+  *ctx = &contexts[dev];
+  mock_cuda_stats.retains++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuCtxGetCurrent(CUcontext *ctx) {
+  *ctx = current;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuCtxSetCurrent(CUcontext ctx) {
+  current = ctx;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuCtxGetDevice(CUdevice *dev) {
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  *dev = current->dev;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (peer == NULL || peer == current || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (current->peers & (1u << peer->dev)) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  current->peers |= 1u << peer->dev;
+  return CUDA_SUCCESS;
+}
+
+/* ---- cuMem: handles are memfds, address ranges are anonymous reservations ---- */
+
+static CUresult mock_cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop,
+                                                   CUmemAllocationGranularity_flags option) {
+  if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || check_dev(prop->location.id) != CUDA_SUCCESS)
+    return CUDA_ERROR_INVALID_DEVICE;
+  *g = MOCK_CUDA_GRANULARITY;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                                 const CUmemAllocationProp *prop, unsigned long long flags) {
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (size == 0 || size % MOCK_CUDA_GRANULARITY != 0 || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      !(prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (size > MOCK_CUDA_MEM_LIMIT) return CUDA_ERROR_OUT_OF_MEMORY;
+  int fd = memfd_create("mock-cuda-mem", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, (off_t)size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  fill_garbage(p, size);
+  munmap(p, size);
+  *handle = (CUmemGenericAllocationHandle)fd;
+  mock_cuda_stats.last_create_device = prop->location.id;
+  mock_cuda_stats.live_handles++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemRelease(CUmemGenericAllocationHandle handle) {
+  if (close((int)handle) != 0) return CUDA_ERROR_INVALID_HANDLE;
+  mock_cuda_stats.live_handles--;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
+                                         unsigned long long flags) {
+  if (size % MOCK_CUDA_GRANULARITY != 0 || (align != 0 && align % MOCK_CUDA_GRANULARITY != 0))
+    return CUDA_ERROR_INVALID_VALUE;
+  void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  *ptr = (CUdeviceptr)p;
+  mock_cuda_stats.live_ranges++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  if (munmap((void *)ptr, size) != 0) return CUDA_ERROR_INVALID_VALUE;
+  mock_cuda_stats.live_ranges--;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                              CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  void *p =
+      mmap((void *)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, (int)handle, (off_t)offset);
+  if (p == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
+  mock_cuda_stats.live_maps++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  void *p =
+      mmap((void *)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
+  mock_cuda_stats.live_maps--;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
+  if (count == 0) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; i++)
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        check_dev(desc[i].location.id) != CUDA_SUCCESS || desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      return CUDA_ERROR_INVALID_VALUE;
+  mock_cuda_stats.last_access_devices = (int)count;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+                                                  CUmemAllocationHandleType type, unsigned long long flags) {
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+  int fd = fcntl((int)handle, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return CUDA_ERROR_INVALID_HANDLE;
+  memcpy(shareable, &fd, sizeof fd);
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os,
+                                                    CUmemAllocationHandleType type) {
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+  int fd = fcntl((int)(intptr_t)os, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return CUDA_ERROR_INVALID_HANDLE;
+  *handle = (CUmemGenericAllocationHandle)fd;
+  mock_cuda_stats.live_handles++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemsetD8(CUdeviceptr ptr, unsigned char v, size_t n) {
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  memset((void *)ptr, v, n);
+  return CUDA_SUCCESS;
+}
+
+/* ---- cuMemAlloc and legacy IPC: POSIX shared memory named in the IPC handle ---- */
+
+static int legacy_slot(CUdeviceptr ptr) {
+  for (int i = 0; i < MAX_LEGACY; i++)
+    if (legacy[i].ptr == ptr) return i;
+  return -1;
+}
+
+static CUresult map_shm(const char *name, size_t size, int create, CUdeviceptr *ptr) {
+  int slot = legacy_slot(0);
+  if (slot < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  int fd = shm_open(name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
+  if (fd < 0) return CUDA_ERROR_INVALID_HANDLE;
+  void *p = create && ftruncate(fd, (off_t)size) != 0
+                ? MAP_FAILED
+                : mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  legacy[slot].ptr = (CUdeviceptr)p;
+  legacy[slot].size = size;
+  legacy[slot].own = create;
+  snprintf(legacy[slot].name, sizeof legacy[slot].name, "%s", name);
+  *ptr = (CUdeviceptr)p;
+  mock_cuda_stats.live_legacy++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemAlloc(CUdeviceptr *ptr, size_t size) {
+  static int serial;
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (size > MOCK_CUDA_MEM_LIMIT) return CUDA_ERROR_OUT_OF_MEMORY;
+  char name[48];
+  snprintf(name, sizeof name, "/mock-cuda-%d-%d", (int)getpid(), serial++);
+  CUresult r = map_shm(name, size, 1, ptr);
+  if (r == CUDA_SUCCESS) fill_garbage((void *)*ptr, size);
+  return r;
+}
+
+static CUresult unmap_legacy(CUdeviceptr ptr, int own) {
+  int slot = legacy_slot(ptr);
+  if (ptr == 0 || slot < 0 || legacy[slot].own != own) return CUDA_ERROR_INVALID_VALUE;
+  munmap((void *)ptr, legacy[slot].size);
+  if (own) shm_unlink(legacy[slot].name);
+  legacy[slot].ptr = 0;
+  mock_cuda_stats.live_legacy--;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemFree(CUdeviceptr ptr) {
+  return unmap_legacy(ptr, 1);
+}
+
+static CUresult mock_cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr ptr) {
+  int slot = legacy_slot(ptr);
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ptr == 0 || slot < 0 || !legacy[slot].own) return CUDA_ERROR_INVALID_VALUE;
+  memset(handle, 0, sizeof *handle);
+  memcpy(handle->reserved, &legacy[slot].size, sizeof(size_t));
+  snprintf(handle->reserved + sizeof(size_t), sizeof handle->reserved - sizeof(size_t), "%s",
+           legacy[slot].name);
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuIpcOpenMemHandle(CUdeviceptr *ptr, CUipcMemHandle handle, unsigned int flags) {
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (flags != CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) return CUDA_ERROR_INVALID_VALUE;
+  size_t size;
+  memcpy(&size, handle.reserved, sizeof size);
+  return map_shm(handle.reserved + sizeof(size_t), size, 0, ptr);
+}
+
+static CUresult mock_cuIpcCloseMemHandle(CUdeviceptr ptr) {
+  return unmap_legacy(ptr, 0);
+}
+
+/* ---- Host memory ---- */
+
+static CUresult mock_cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (flags != (CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)) return CUDA_ERROR_INVALID_VALUE;
+  void *p = aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+  if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  fill_garbage(p, size);
+  *pp = p;
+  mock_cuda_stats.live_host++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemFreeHost(void *p) {
+  free(p);
+  mock_cuda_stats.live_host--;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags) {
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  *dptr = (CUdeviceptr)p;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemHostRegister(void *p, size_t size, unsigned int flags) {
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (flags != (CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP)) return CUDA_ERROR_INVALID_VALUE;
+  mock_cuda_stats.live_host++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemHostUnregister(void *p) {
+  mock_cuda_stats.live_host--;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) {
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  memcpy((void *)dst, src, n);
+  return CUDA_SUCCESS;
+}
+
+/* ---- Events, streams, modules, launches ---- */
+
+static CUresult mock_cuEventCreate(CUevent *ev, unsigned int flags) {
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!(flags & CU_EVENT_DISABLE_TIMING)) return CUDA_ERROR_INVALID_VALUE;
+  *ev = calloc(1, sizeof **ev);
+  mock_cuda_stats.live_events++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuEventDestroy(CUevent ev) {
+  free(ev);
+  mock_cuda_stats.live_events--;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuEventRecord(CUevent ev, CUstream stream) {
+  if (ev == NULL) return CUDA_ERROR_INVALID_HANDLE;
+  ev->recorded++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuEventQuery(CUevent ev) {
+  return ev == NULL ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS; /* the mock runs nothing: always complete */
+}
+
+static CUresult mock_cuStreamWaitEvent(CUstream stream, CUevent ev, unsigned int flags) {
+  return ev == NULL || flags != 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+static CUresult mock_cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status) {
+  *status =
+      (void *)stream == MOCK_CUDA_CAPTURING ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuStreamSynchronize(CUstream stream) {
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuModuleLoadData(CUmodule *mod, const void *image) {
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (image == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *mod = calloc(1, sizeof **mod);
+  (*mod)->dev = current->dev;
+  mock_cuda_stats.module_loads++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuModuleUnload(CUmodule mod) {
+  free(mod);
+  mock_cuda_stats.module_loads--;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name) {
+  if (strcmp(name, MOCK_CUDA_KERNEL) != 0) return CUDA_ERROR_NOT_FOUND;
+  *f = &kernel;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+                                    CUstream stream, void **params, void **extra) {
+  if (f != &kernel || gy != 1 || gz != 1 || by != 1 || bz != 1 || params == NULL || extra != NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  memcpy(&mock_cuda_stats.last_param, params[0], sizeof mock_cuda_stats.last_param);
+  mock_cuda_stats.last_grid = gx;
+  mock_cuda_stats.last_block = bx;
+  mock_cuda_stats.launches++;
+  return CUDA_SUCCESS;
+}
+
+/* ---- Entry points by name ---- */
+
+// clang-format off
+#define MOCK_FUNCS(X) \
+  X(cuGetErrorName) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) \
+  X(cuDeviceGetAttribute) X(cuDeviceGetPCIBusId) X(cuDeviceCanAccessPeer) X(cuDevicePrimaryCtxRetain) \
+  X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxEnablePeerAccess) \
+  X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) \
+  X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemExportToShareableHandle) \
+  X(cuMemImportFromShareableHandle) X(cuMemAlloc) X(cuMemFree) X(cuMemsetD8) X(cuIpcGetMemHandle) \
+  X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle) X(cuMemHostAlloc) X(cuMemFreeHost) \
+  X(cuMemHostGetDevicePointer) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemcpyHtoD) \
+  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuStreamWaitEvent) X(cuStreamIsCapturing) \
+  X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)
+// clang-format on
+
+/* Each entry's type is checked against cuda.h's declaration of the base name. */
+#define ENTRY(name) {#name, (void *)(__typeof__(&name))mock_##name},
+static const struct {
+  const char *name;
+  void *fn;
+} entries[] = {MOCK_FUNCS(ENTRY)};
+
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                  CUdriverProcAddressQueryResult *status) {
+  mock_cuda_stats.proc_version = version;
+  mock_cuda_stats.legacy_stream = flags == CU_GET_PROC_ADDRESS_LEGACY_STREAM;
+  for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+    if (strcmp(entries[i].name, symbol) != 0) continue;
+    *pfn = entries[i].fn;
+    if (status != NULL) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+  }
+  *pfn = NULL;
+  if (status != NULL) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+/* What is also found with dlsym: the library's first look-ups, and `braid info`'s probe. */
+CUresult CUDAAPI cuGetErrorName(CUresult r, const char **name) {
+  return mock_cuGetErrorName(r, name);
+}
+CUresult CUDAAPI cuInit(unsigned int flags) {
+  return mock_cuInit(flags);
+}
+CUresult CUDAAPI cuDeviceGetCount(int *n) {
+  return mock_cuDeviceGetCount(n);
+}

@@ -1,0 +1,40 @@
+/*
+ * A stand-in CUDA driver for testing src/gpu/gpu_cuda.c on machines without a GPU (tests/gpu/mock_cuda.c,
+ * built as libcuda.so.1). "Device memory" is host memory: cuMem allocations are memfds (so exporting them
+ * as file descriptors really crosses processes), cuMemAlloc allocations are POSIX shared memory (so legacy
+ * IPC handles do too). Its environment knobs: MOCK_CUDA_DEVICES (default 2; 0: cuInit reports no device),
+ * MOCK_CUDA_NO_VMM (set: no cuMem support, so allocations fall back to cuMemAlloc).
+ *
+ * What it saw is exported as `mock_cuda_stats`, which tests read through dlsym.
+ */
+#ifndef BRAID_TESTS_MOCK_CUDA_H
+#define BRAID_TESTS_MOCK_CUDA_H
+
+#include <stdint.h>
+
+#define MOCK_CUDA_GRANULARITY (64 * 1024)  /* cuMemGetAllocationGranularity */
+#define MOCK_CUDA_MEM_LIMIT   (1ull << 32) /* larger cuMemCreate / cuMemAlloc requests are out of memory */
+#define MOCK_CUDA_SMS         132          /* multiprocessors per device */
+#define MOCK_CUDA_CAPTURING   ((void *)0xCA7ull) /* the stream that reports an active capture */
+#define MOCK_CUDA_KERNEL      "braid_kernel"     /* the one kernel every module holds */
+#define MOCK_CUDA_GARBAGE     0xAB               /* fresh device and pinned memory is filled with this */
+
+typedef struct {
+  int proc_version;    /* cudaVersion of the last cuGetProcAddress */
+  int legacy_stream;   /* it asked for the legacy default stream's variants */
+  int retains;         /* cuDevicePrimaryCtxRetain calls */
+  int module_loads;    /* modules loaded and not unloaded */
+  int launches;        /* cuLaunchKernel calls */
+  uint64_t last_param; /* the first 8 bytes of the last launch's parameter */
+  unsigned last_grid, last_block;
+  int last_access_devices; /* devices granted access by the last cuMemSetAccess */
+  int last_create_device;  /* location of the last cuMemCreate */
+  int live_handles;        /* cuMem handles created or imported, not released */
+  int live_ranges;         /* reserved address ranges not freed */
+  int live_maps;           /* mapped ranges not unmapped */
+  int live_legacy;         /* cuMemAlloc and opened IPC allocations not freed or closed */
+  int live_host;           /* cuMemHostAlloc allocations and registrations not freed */
+  int live_events;         /* events not destroyed */
+} mock_cuda_stats_t;
+
+#endif
