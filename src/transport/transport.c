@@ -14,6 +14,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "base/param.h"
+#include "gpu/gpu.h"
 #include "transport/net.h"
 
 /* A communicator's transport context. */
@@ -57,11 +58,29 @@ err_free_ctx:
   return res;
 }
 
+/* Whether this rank's GPU and rank `peer`'s can map each other's memory. Both ends of a connection must
+ * choose the same transport, since the receiver's listen and the sender's connect each go by their own
+ * choice. So this asks in both directions, and only about values both ranks see alike: the two device
+ * indices of the peer table, put to the same driver on the same host. That holds when the processes of one
+ * host number their devices alike (the same CUDA_VISIBLE_DEVICES); a query that fails counts as "no". */
+static int gpus_map_each_other(const tp_config_t *c, int peer) {
+  int mine = c->dev, theirs = c->peers[peer].dev, there = 0, back = 0;
+  if (theirs < 0) return 0;
+  if (gpu_can_access_peer(mine, theirs, &there) != ncclSuccess) return 0;
+  if (gpu_can_access_peer(theirs, mine, &back) != ncclSuccess) return 0;
+  return there && back;
+}
+
+/* Every input is the same on both ends (the peer table, the knobs, which every rank of a job is expected
+ * to set alike, and gpus_map_each_other), so both ends choose the same transport. Which backend a rank runs
+ * is read from its own peer-table entry (device -1 on the host backend) for the same reason. */
 const tp_ops_t *tp_select(const tp_ctx_t *ctx, int peer) {
   const tp_config_t *c = &ctx->config;
-  if (param_int(P_NCCL_SHM_DISABLE) == 0 && c->peers[peer].host_hash == c->peers[c->rank].host_hash)
-    return &tp_shm_ops;
-  return &tp_net_ops;
+  int same_host = c->peers[peer].host_hash == c->peers[c->rank].host_hash;
+  int shm = same_host && param_int(P_NCCL_SHM_DISABLE) == 0;
+  if (c->peers[c->rank].dev < 0) return shm ? &tp_shm_ops : &tp_net_ops;
+  if (same_host && param_int(P_NCCL_P2P_DISABLE) == 0 && gpus_map_each_other(c, peer)) return &tp_p2p_ops;
+  return shm ? &tp_gpu_shm_ops : &tp_gpu_net_ops;
 }
 
 void tp_destroy(tp_ctx_t *ctx) {
