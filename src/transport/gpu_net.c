@@ -279,6 +279,7 @@ static void pump_round(int *progress_p) {
 
 static void *proxy_main(void *arg) {
   uint64_t gen = (uint64_t)(uintptr_t)arg, idle = 0;
+  pthread_setname_np(pthread_self(), "braid-proxy"); /* for top -H and debuggers */
   pthread_mutex_lock(&proxy.lock);
   while (proxy.gen == gen) {
     int progress = 0;
