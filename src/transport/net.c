@@ -68,6 +68,8 @@ typedef struct {
   size_t peeked;       /* bytes offered by the last peek and not yet committed or released */
   double next_check;   /* sender: time_now() after which a peek or flush checks the socket for EOF */
   ncclResult_t broken; /* the error already reported on this connection, returned again without logging */
+  int quiet_close;     /* 1: a close by the peer is not logged (tp_net_quiet_close) */
+  int peer_closed;     /* 1: the peer closed the connection (seen by a read) */
   char what[64];       /* "net connection from rank A to rank B", for messages */
 } net_conn_t;
 
@@ -301,6 +303,31 @@ static ncclResult_t push(net_conn_t *c) {
   return ncclSuccess;
 }
 
+/* Reads up to n bytes without waiting. A close by the peer is ncclRemoteError; it is logged unless the
+ * connection is in quiet-close mode, whose owner judges it (tp_net_peer_closed). */
+static ncclResult_t read_some(net_conn_t *c, void *buf, size_t n, size_t *moved_p) {
+  if (!c->quiet_close) return sock_recv_some(c->fd, buf, n, moved_p, c->what);
+  ssize_t r;
+  SYS_RETRY(r, recv(c->fd, buf, n, MSG_DONTWAIT));
+  if (r == 0 && n > 0) {
+    c->peer_closed = 1;
+    return ncclRemoteError;
+  }
+  if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+    return log_err(errno == ECONNRESET ? ncclRemoteError : ncclSystemError, "%s: receive failed: %s", c->what,
+                   strerror(errno));
+  *moved_p = r > 0 ? (size_t)r : 0;
+  return ncclSuccess;
+}
+
+void tp_net_quiet_close(tp_conn_t *conn) {
+  ((net_conn_t *)conn)->quiet_close = 1;
+}
+
+int tp_net_peer_closed(const tp_conn_t *conn) {
+  return ((const net_conn_t *)conn)->peer_closed;
+}
+
 /* Sender: at most every LIVENESS_PERIOD_S, reads the socket to see whether the receiver closed or failed it
  * (a receiver never sends, so any byte is an error too). Writes alone would not tell: after the receiver's
  * shutdown the kernel may go on taking bytes. */
@@ -310,7 +337,7 @@ static ncclResult_t check_receiver(net_conn_t *c) {
   c->next_check = now + LIVENESS_PERIOD_S;
   unsigned char byte;
   size_t moved = 0;
-  ncclResult_t res = sock_recv_some(c->fd, &byte, 1, &moved, c->what);
+  ncclResult_t res = read_some(c, &byte, 1, &moved);
   if (res != ncclSuccess) return c->broken = res;
   if (moved != 0) return c->broken = log_err(ncclRemoteError, "%s: the receiver sent data", c->what);
   return ncclSuccess;
@@ -368,8 +395,7 @@ static ncclResult_t net_recv_peek(tp_conn_t *conn, void **ptr_p, size_t *bytes_p
    * after sending everything this rank needs is never noticed, let alone reported. */
   if (have < COMPACT_BYTES && c->tail < c->ring_bytes && c->broken == ncclSuccess) {
     size_t moved = 0;
-    ncclResult_t res =
-        sock_recv_some(c->fd, c->ring + c->tail, c->ring_bytes - (size_t)c->tail, &moved, c->what);
+    ncclResult_t res = read_some(c, c->ring + c->tail, c->ring_bytes - (size_t)c->tail, &moved);
     if (res != ncclSuccess) c->broken = res;
     c->tail += moved;
   }

@@ -46,6 +46,12 @@ _Static_assert(sizeof(tp_net_hello_t) == 32, "the hello is 32 bytes on the wire"
 ncclResult_t tp_net_ctx_create(const tp_config_t *config, tp_net_ctx_t **net_p);
 /* Closes the listening socket and any connection whose hello nobody claimed. */
 void tp_net_ctx_destroy(tp_net_ctx_t *net);
+/* Makes a close by the peer quiet on net connection `conn`: peeks and flushes still fail with
+ * ncclRemoteError, but without logging it, and tp_net_peer_closed then says so. Other errors are reported
+ * as usual. For the gpu_net proxy, which tells a normal end of a stream from an early one itself. */
+void tp_net_quiet_close(tp_conn_t *conn);
+/* Whether a read found that the peer closed net connection `conn`. */
+int tp_net_peer_closed(const tp_conn_t *conn);
 /* The net state of a transport context (defined in transport.c). */
 tp_net_ctx_t *tp_ctx_net(tp_ctx_t *ctx);
 

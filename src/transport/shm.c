@@ -12,13 +12,10 @@
 #include "transport/shm.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/check.h"
@@ -31,9 +28,9 @@
 /* One end of an shm connection. */
 typedef struct {
   tp_conn_t base;      /* the generic part; first, so that a tp_conn_t * converts to this */
-  tp_shm_ctrl_t *ctrl; /* the mapped segment, starting with its control block */
+  tp_seg_t seg;        /* the mapped segment */
+  tp_shm_ctrl_t *ctrl; /* its control block, at its start */
   unsigned char *ring; /* the ring, right after the control block */
-  size_t map_bytes;    /* bytes mapped */
   uint64_t ring_bytes; /* bytes of the ring */
   uint64_t pos;        /* sender: bytes committed (its tail); receiver: bytes released (its head) */
   size_t peeked;       /* bytes offered by the last peek and not yet committed or released */
@@ -41,11 +38,8 @@ typedef struct {
   int32_t config_pid;  /* the peer's pid from the peer table, used until the segment names it */
   double next_check;   /* time_now() after which an idle peek checks the peer again */
   ncclResult_t broken; /* the error already reported on this connection, returned again without logging */
-  char name[SHM_NAME_BYTES]; /* receiver: the segment's name, unlinked at close ("" for the sender) */
+  char what[48];       /* "shm connection from rank N", for messages */
 } shm_conn_t;
-
-/* Distinguishes the segments one process creates. */
-static _Atomic unsigned segment_counter;
 
 static const char *direction(const shm_conn_t *c) {
   return c->base.is_send ? "to" : "from";
@@ -107,48 +101,15 @@ static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, shm_conn_t **
   c->base = base;
   c->rank = cfg->rank;
   c->config_pid = cfg->peers[peer].pid;
+  snprintf(c->what, sizeof c->what, "shm connection %s rank %d", direction(c), peer);
   *conn_p = c;
   return ncclSuccess;
 }
 
-/* Maps a segment of c->map_bytes from fd and points ctrl and ring into it. */
-static ncclResult_t map_segment(shm_conn_t *c, int fd) {
-  void *p = mmap(NULL, c->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED)
-    return log_err(ncclSystemError, "shm connection %s rank %d: mmap of %zu bytes failed: %s", direction(c),
-                   c->base.peer, c->map_bytes, strerror(errno));
-  c->ctrl = p;
-  c->ring = (unsigned char *)p + sizeof(tp_shm_ctrl_t);
-  return ncclSuccess;
-}
-
-/* Receiver: creates, sizes and maps a new segment named c->name. */
-static ncclResult_t create_segment(shm_conn_t *c) {
-  ncclResult_t res;
-  int fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0)
-    return log_err(ncclSystemError, "shm connection from rank %d: shm_open(%s) failed: %s", c->base.peer,
-                   c->name, strerror(errno));
-  if (ftruncate(fd, (off_t)c->map_bytes) != 0) {
-    res = log_err(ncclSystemError, "shm connection from rank %d: ftruncate(%s, %zu) failed: %s", c->base.peer,
-                  c->name, c->map_bytes, strerror(errno));
-    goto err_unlink;
-  }
-  /* Reserve the pages now: a full /dev/shm then fails here instead of raising SIGBUS on first touch. */
-  int err = posix_fallocate(fd, 0, (off_t)c->map_bytes);
-  if (err != 0) {
-    res = log_err(ncclSystemError, "shm connection from rank %d: reserving %zu bytes for %s failed: %s",
-                  c->base.peer, c->map_bytes, c->name, strerror(err));
-    goto err_unlink;
-  }
-  CHECK_GOTO(map_segment(c, fd), res, err_unlink);
-  close(fd);
-  return ncclSuccess;
-
-err_unlink:
-  shm_unlink(c->name);
-  close(fd);
-  return res;
+/* Points ctrl and ring into the mapped segment. */
+static void use_segment(shm_conn_t *c) {
+  c->ctrl = c->seg.base;
+  c->ring = (unsigned char *)c->seg.base + sizeof(tp_shm_ctrl_t);
 }
 
 static ncclResult_t shm_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **conn_p) {
@@ -157,56 +118,29 @@ static ncclResult_t shm_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **
   shm_conn_t *c;
   CHECK(new_conn(ctx, peer, 0, &c));
   c->ring_bytes = (cfg->ring_bytes + 63) / 64 * 64;
-  c->map_bytes = sizeof(tp_shm_ctrl_t) + c->ring_bytes;
-  snprintf(c->name, sizeof c->name, "/braid-%016llx-r%d-s%d-p%d-%u", (unsigned long long)cfg->nonce,
-           cfg->rank, peer, (int)getpid(),
-           atomic_fetch_add_explicit(&segment_counter, 1, memory_order_relaxed));
-  CHECK_GOTO(create_segment(c), res, err_free_conn);
-  tp_charge(&c->base, c->map_bytes, "shm ring"); /* the receiver owns the segment; the sender maps it too */
+  CHECK_GOTO(tp_seg_create(cfg, peer, sizeof(tp_shm_ctrl_t) + c->ring_bytes, c->what, &c->seg), res,
+             err_free_conn);
+  use_segment(c);
+  tp_charge(&c->base, c->seg.bytes, "shm ring"); /* the receiver owns the segment; the sender maps it too */
   c->ctrl->ring_bytes = c->ring_bytes;
   /* release: the pid and ring size are complete before the sender, which maps after it gets the blob,
    * reads them. The blob travels through the bootstrap's system calls, which order this store anyway. */
   atomic_store_explicit(&c->ctrl->receiver_pid, (int32_t)getpid(), memory_order_release);
   tp_shm_blob_t b;
   memset(&b, 0, sizeof b);
-  memcpy(b.name, c->name, sizeof b.name);
-  b.size = c->map_bytes;
+  memcpy(b.name, c->seg.name, sizeof b.name);
+  b.size = c->seg.bytes;
   b.receiver_pid = (int32_t)getpid();
   b.receiver_rank = cfg->rank;
   memset(blob, 0, TP_BLOB_BYTES);
   memcpy(blob, &b, sizeof b);
-  INFO(LOG_SHM, "shm connection from rank %d: segment %s, ring of %llu bytes", peer, c->name,
+  INFO(LOG_SHM, "shm connection from rank %d: segment %s, ring of %llu bytes", peer, c->seg.name,
        (unsigned long long)c->ring_bytes);
   *conn_p = &c->base;
   return ncclSuccess;
 
 err_free_conn:
   free(c);
-  return res;
-}
-
-/* Sender: opens and maps the receiver's segment, then removes its name. */
-static ncclResult_t attach_segment(shm_conn_t *c, const tp_shm_blob_t *b) {
-  ncclResult_t res;
-  int fd = shm_open(b->name, O_RDWR, 0);
-  if (fd < 0)
-    return log_err(ncclSystemError, "shm connection to rank %d: shm_open(%s) failed: %s", c->base.peer,
-                   b->name, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != b->size) {
-    res = log_err(ncclInternalError, "shm connection to rank %d: segment %s has %lld bytes, expected %llu",
-                  c->base.peer, b->name, (long long)st.st_size, (unsigned long long)b->size);
-    goto err_close_fd;
-  }
-  CHECK_GOTO(map_segment(c, fd), res, err_close_fd);
-  /* Both sides hold a mapping now; the name is no longer needed (the receiver's close ignores ENOENT). */
-  if (shm_unlink(b->name) != 0 && errno != ENOENT)
-    WARN("shm connection to rank %d: shm_unlink(%s) failed: %s", c->base.peer, b->name, strerror(errno));
-  close(fd);
-  return ncclSuccess;
-
-err_close_fd:
-  close(fd);
   return res;
 }
 
@@ -224,9 +158,9 @@ static ncclResult_t shm_connect(tp_ctx_t *ctx, int peer, const void *blob, tp_co
   shm_conn_t *c;
   CHECK(new_conn(ctx, peer, 1, &c));
   c->config_pid = b.receiver_pid;
-  c->map_bytes = b.size;
   c->ring_bytes = b.size - sizeof(tp_shm_ctrl_t);
-  CHECK_GOTO(attach_segment(c, &b), res, err_free_conn);
+  CHECK_GOTO(tp_seg_attach(b.name, b.size, c->what, &c->seg), res, err_free_conn);
+  use_segment(c);
   /* release: pairs with the receiver's acquire in peer_pid; only the liveness check reads it. */
   atomic_store_explicit(&c->ctrl->sender_pid, (int32_t)getpid(), memory_order_release);
   INFO(LOG_SHM, "shm connection to rank %d: attached %s", peer, b.name);
@@ -315,11 +249,8 @@ static void shm_fail(tp_conn_t *conn) {
 static void shm_close(tp_conn_t *conn) {
   shm_conn_t *c = (shm_conn_t *)conn;
   if (c == NULL) return;
-  if (c->ctrl != NULL) munmap(c->ctrl, c->map_bytes);
+  tp_seg_close(&c->seg, c->what);
   tp_uncharge(&c->base);
-  /* The sender normally removed the name already; it is still there when no sender ever attached. */
-  if (!c->base.is_send && shm_unlink(c->name) != 0 && errno != ENOENT)
-    WARN("shm connection from rank %d: shm_unlink(%s) failed: %s", c->base.peer, c->name, strerror(errno));
   free(c);
 }
 

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "transport/shm_seg.h"
 #include "transport/transport.h"
 
 /* Bits of shm_ctrl_t.failed: which side called fail. */
@@ -34,9 +35,6 @@ typedef struct {
 } tp_shm_ctrl_t;
 
 _Static_assert(sizeof(tp_shm_ctrl_t) == 192, "the shm control block is three cache lines");
-
-/* Longest segment name, with its terminating NUL. */
-#define SHM_NAME_BYTES 96
 
 /* What the receiver sends the sender. */
 typedef struct {

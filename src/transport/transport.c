@@ -14,6 +14,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "base/param.h"
+#include "gpu/gpu.h"
 #include "transport/net.h"
 
 /* A communicator's transport context. */
@@ -36,6 +37,13 @@ ncclResult_t tp_init(const tp_config_t *config, tp_ctx_t **ctx_p) {
     goto err_free_ctx;
   }
   memcpy(ctx->peers, config->peers, sizeof *ctx->peers * (size_t)config->nranks);
+  int table_dev = ctx->peers[config->rank].dev;
+  if (table_dev >= 0 && table_dev != config->dev) {
+    res =
+        log_err(ncclInternalError, "transport init on rank %d: device %d in the peer table but %d configured",
+                config->rank, table_dev, config->dev);
+    goto err_free_peers;
+  }
   ctx->config = *config;
   ctx->config.peers = ctx->peers;
   if (ctx->config.ring_bytes == 0) ctx->config.ring_bytes = (size_t)param_int(P_BRAID_HOST_BUFFSIZE);
@@ -50,11 +58,29 @@ err_free_ctx:
   return res;
 }
 
+/* Whether this rank's GPU and rank `peer`'s can map each other's memory. Both ends of a connection must
+ * choose the same transport, since the receiver's listen and the sender's connect each go by their own
+ * choice. So this asks in both directions, and only about values both ranks see alike: the two device
+ * indices of the peer table, put to the same driver on the same host. That holds when the processes of one
+ * host number their devices alike (the same CUDA_VISIBLE_DEVICES); a query that fails counts as "no". */
+static int gpus_map_each_other(const tp_config_t *c, int peer) {
+  int mine = c->dev, theirs = c->peers[peer].dev, there = 0, back = 0;
+  if (theirs < 0) return 0;
+  if (gpu_can_access_peer(mine, theirs, &there) != ncclSuccess) return 0;
+  if (gpu_can_access_peer(theirs, mine, &back) != ncclSuccess) return 0;
+  return there && back;
+}
+
+/* Every input is the same on both ends (the peer table, the knobs, which every rank of a job is expected
+ * to set alike, and gpus_map_each_other), so both ends choose the same transport. Which backend a rank runs
+ * is read from its own peer-table entry (device -1 on the host backend) for the same reason. */
 const tp_ops_t *tp_select(const tp_ctx_t *ctx, int peer) {
   const tp_config_t *c = &ctx->config;
-  if (param_int(P_NCCL_SHM_DISABLE) == 0 && c->peers[peer].host_hash == c->peers[c->rank].host_hash)
-    return &tp_shm_ops;
-  return &tp_net_ops;
+  int same_host = c->peers[peer].host_hash == c->peers[c->rank].host_hash;
+  int shm = same_host && param_int(P_NCCL_SHM_DISABLE) == 0;
+  if (c->peers[c->rank].dev < 0) return shm ? &tp_shm_ops : &tp_net_ops;
+  if (same_host && param_int(P_NCCL_P2P_DISABLE) == 0 && gpus_map_each_other(c, peer)) return &tp_p2p_ops;
+  return shm ? &tp_gpu_shm_ops : &tp_gpu_net_ops;
 }
 
 void tp_destroy(tp_ctx_t *ctx) {
@@ -79,9 +105,52 @@ void tp_charge(tp_conn_t *conn, size_t bytes, const char *what) {
   conn->charged += bytes;
 }
 
+void tp_charge_dev(tp_conn_t *conn, size_t bytes, const char *what) {
+  char label[96];
+  snprintf(label, sizeof label, "%s %s rank %d", what, conn->is_send ? "to" : "from", conn->peer);
+  mem_charge(conn->acct, bytes, 1, label);
+  conn->charged_dev += bytes;
+}
+
 void tp_uncharge(tp_conn_t *conn) {
   mem_release(conn->acct, conn->charged, 0);
+  mem_release(conn->acct, conn->charged_dev, 1);
   conn->charged = 0;
+  conn->charged_dev = 0;
+}
+
+ncclResult_t tp_check_gpu_config(const tp_ctx_t *ctx, const char *transport, int peer) {
+  const tp_config_t *c = &ctx->config;
+  if (c->peers[c->rank].dev >= 0 && c->dev >= 0 && c->nch >= 1 && c->nch <= DEV_MAX_CHANNELS)
+    return ncclSuccess;
+  return log_err(ncclInternalError,
+                 "%s connection with rank %d: device %d and %d rings per connection (1 to %d)", transport,
+                 peer, c->dev, c->nch, DEV_MAX_CHANNELS);
+}
+
+ncclResult_t tp_conn_set_rings(tp_conn_t *conn, int nch, char *base) {
+  dev_ring_t *rings;
+  CHECK(MEM_CALLOC(conn->acct, rings, (size_t)nch, "ring table"));
+  for (int c = 0; c < nch; c++) {
+    char *ring = base + (uint64_t)c * DEV_RING_BYTES;
+    rings[c] = (dev_ring_t){.data = ring + sizeof(dev_ctrl_t), .ctrl = (dev_ctrl_t *)ring};
+  }
+  conn->rings = rings;
+  conn->nrings = nch;
+  return ncclSuccess;
+}
+
+void tp_conn_free_rings(tp_conn_t *conn) {
+  mem_free(conn->acct, conn->rings, sizeof *conn->rings * (size_t)conn->nrings);
+  conn->rings = NULL;
+  conn->nrings = 0;
+}
+
+void tp_log_route(const tp_ctx_t *ctx, const tp_conn_t *conn, uint64_t subsys, const char *via) {
+  const tp_config_t *c = &ctx->config;
+  int from = conn->is_send ? c->rank : conn->peer, to = conn->is_send ? conn->peer : c->rank;
+  INFO(LOG_INIT | subsys, "Channel 00-%02d : %d[%d] -> %d[%d] via %s", conn->nrings - 1, from,
+       (int)c->peers[from].dev, to, (int)c->peers[to].dev, via);
 }
 
 ncclResult_t tp_conn_init(const tp_ctx_t *ctx, const struct tp_ops *ops, int peer, int is_send,

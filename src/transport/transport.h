@@ -50,10 +50,10 @@ typedef struct tp_conn {
   int peer;           /* the rank at the other end */
   int is_send;        /* 1: this end sends */
   alloc_acct_t *acct; /* where its memory is charged (the communicator's account) */
-  size_t charged;     /* bytes charged for it, released at close */
-  dev_ring_t
-      *rings; /* GPU transports: `nrings` rings as this rank's kernel uses them (host array); else NULL */
-  int nrings;
+  size_t charged;     /* host bytes charged for it, released at close */
+  size_t charged_dev; /* device bytes charged for it, released at close */
+  dev_ring_t *rings;  /* GPU transports: `nrings` rings as this rank's kernel uses them (host array) */
+  int nrings;         /* 0 on host transports */
 } tp_conn_t;
 
 /* Checks that `peer` is another rank of the context and fills the generic part of a new connection. */
@@ -61,8 +61,20 @@ ncclResult_t tp_conn_init(const tp_ctx_t *ctx, const struct tp_ops *ops, int pee
                           tp_conn_t *conn);
 /* Charges a connection's staging memory to its account (and logs it under ALLOC). */
 void tp_charge(tp_conn_t *conn, size_t bytes, const char *what);
-/* Releases what tp_charge charged. */
+/* Charges a connection's device memory to its account. */
+void tp_charge_dev(tp_conn_t *conn, size_t bytes, const char *what);
+/* Releases what tp_charge and tp_charge_dev charged. */
 void tp_uncharge(tp_conn_t *conn);
+/* GPU transports: checks that the context is a GPU one with 1 to DEV_MAX_CHANNELS rings per connection. */
+ncclResult_t tp_check_gpu_config(const tp_ctx_t *ctx, const char *transport, int peer);
+/* GPU transports: points conn->rings at `nch` rings laid out back to back from `base` (ring c at
+ * base + c * DEV_RING_BYTES: its dev_ctrl_t, then its slots), in a host array charged to the connection. */
+ncclResult_t tp_conn_set_rings(tp_conn_t *conn, int nch, char *base);
+/* Frees the array of tp_conn_set_rings. */
+void tp_conn_free_rings(tp_conn_t *conn);
+/* GPU transports, sending end: logs once per connection which transport carries it, in NCCL's style
+ * ("Channel 00-03 : 0[0] -> 1[1] via P2P/IPC"). */
+void tp_log_route(const tp_ctx_t *ctx, const tp_conn_t *conn, uint64_t subsys, const char *via);
 
 typedef struct tp_ops {
   const char *name;
@@ -72,6 +84,7 @@ typedef struct tp_ops {
   ncclResult_t (*connect)(tp_ctx_t *ctx, int peer, const void *blob, tp_conn_t **conn_p);
   /* Receiver: completes the connection once the sender has connected (waits, bounded). */
   ncclResult_t (*accept)(tp_ctx_t *ctx, tp_conn_t *conn);
+  /* The data path: host transports only (NULL in GPU transports, whose kernels move the data). */
   /* Sender: a writable contiguous region (*bytes_p may be 0 when the ring is full). */
   ncclResult_t (*send_peek)(tp_conn_t *conn, void **ptr_p, size_t *bytes_p);
   /* Sender: publishes the first `bytes` of the region from the last send_peek. */
@@ -94,8 +107,10 @@ typedef struct {
   uint64_t nonce;         /* the communicator's id, carried in every handshake */
   const tp_peer_t *peers; /* nranks entries; copied */
   const volatile int *abort_flag;
-  size_t ring_bytes;  /* staging ring size per connection (BRAID_HOST_BUFFSIZE) */
-  int dev;            /* this rank's CUDA device; -1 on the host backend (host byte-ring connections) */
+  size_t ring_bytes; /* staging ring size per connection (BRAID_HOST_BUFFSIZE) */
+  /* This rank's CUDA device; -1 on the host backend (host byte-ring connections). tp_select reads the
+   * backend from peers[rank].dev, which both ends see; on a GPU the two must be equal. */
+  int dev;
   int nch;            /* GPU connections: rings per connection (the same on all ranks) */
   alloc_acct_t *acct; /* the communicator's memory account (may be NULL) */
 } tp_config_t;
