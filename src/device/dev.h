@@ -126,6 +126,44 @@ typedef struct {
   dev_xfer_t xfers[DEV_MAX_XFERS];    /* sorted by (step, lane), list order kept within a lane */
 } dev_work_t;
 
+/* Helpers for the slicing arithmetic above, one definition for the host (planner, tests) and the kernel. */
+#ifdef __CUDACC__
+#define DEV_INLINE __host__ __device__ inline
+#else
+#define DEV_INLINE static inline
+#endif
+
+/* A byte range of a transfer. */
+typedef struct {
+  uint64_t off, len;
+} dev_span_t;
+
+/* Bytes a slice of a transfer over nch channels covers (the last slice may be shorter). */
+DEV_INLINE uint64_t dev_slice_stride(uint32_t nch) {
+  return (uint64_t)nch * DEV_SLICE_BYTES;
+}
+
+/* Slices of a transfer of `bytes` over nch channels. */
+DEV_INLINE uint64_t dev_nslices(uint64_t bytes, uint32_t nch) {
+  return (bytes + dev_slice_stride(nch) - 1) / dev_slice_stride(nch);
+}
+
+/* Channel c's part of slice j of a transfer of `bytes` over nch channels (len 0: nothing for c). A slice is
+ * at most nch * DEV_SLICE_BYTES, so the arithmetic inside a slice fits 32 bits for any nch of a transfer. */
+DEV_INLINE dev_span_t dev_part(uint64_t bytes, uint32_t nch, uint64_t j, uint32_t c) {
+  uint64_t start = j * dev_slice_stride(nch), left = bytes > start ? bytes - start : 0;
+  uint32_t slice = (uint32_t)(left < dev_slice_stride(nch) ? left : dev_slice_stride(nch));
+  uint32_t part = ((slice + nch - 1) / nch + 15) / 16 * 16;
+  uint32_t lo = c * part < slice ? c * part : slice, hi = (c + 1) * part < slice ? (c + 1) * part : slice;
+  dev_span_t span = {start + lo, hi - lo};
+  return span;
+}
+
+/* Pieces (slots) a part of `len` bytes moves in; piece i covers [i * DEV_SLOT_BYTES, min(len, ...)). */
+DEV_INLINE uint32_t dev_npieces(uint64_t len) {
+  return (uint32_t)((len + DEV_SLOT_BYTES - 1) / DEV_SLOT_BYTES);
+}
+
 /* The kernel: extern "C" __global__ void braid_kernel(dev_work_t work), launched with
  * grid = max(step_lanes) * comm->nch_max blocks of DEV_THREADS threads; block b serves lane b / nch_max,
  * channel b % nch_max. The embedded fatbin that holds it (made by nvcc from src/device) is reached through

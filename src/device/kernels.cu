@@ -1,0 +1,408 @@
+/*
+ * The GPU data path's kernel; dev.h is its contract with the host executor.
+ *
+ * One launch runs a group's steps one after another, a grid barrier between them. In a step, block b serves
+ * lane b / nch_max on channel c = b % nch_max: it walks the lane's transfers slice by slice and moves channel
+ * c's part of each through ring c of the transfer's connections, one slot per piece. Thread 0 does every
+ * wait and every publication; the other threads meet it at block barriers, so a batch of pieces costs two
+ * barriers: thread 0 waits until the pieces can move and says how many (as many ready pieces of the part as
+ * the rings allow: never more than it would wait for one by one, so waiting stays deadlock-free), all
+ * threads combine them (reduce.cuh), then thread 0 publishes.
+ *
+ * Every spin loop looks, every WAIT_CHECK_SPINS spins, at the abort flag, at the error word (another block
+ * failed) and at the clock. The first block that fails records the error; every block then leaves through
+ * the end of the kernel, where the last one out resets the grid barrier for the next launch.
+ */
+#include <stdint.h>
+
+#include "device/dev.h"
+#include "device/reduce.cuh"
+
+static_assert(sizeof(dev_work_t) <= 4096, "the work is passed in the kernel parameters (4 KiB at most)");
+
+/* Spins between two looks at the abort flag, the error word and the clock. */
+#define WAIT_CHECK_SPINS 1024
+
+/* No ring (in block_state's per-transfer indices). */
+#define NO_RING 0xff
+
+/* A ring the current lane uses, and this rank's count of the slots it moved on it. */
+struct ring_use {
+  char *data;
+  dev_ctrl_t *ctrl;
+  uint64_t *home; /* where the count lives between lanes: an entry of comm->sent or comm->recvd */
+  uint64_t count; /* slots produced (send ring) or consumed (receive ring) */
+};
+
+/* A block's shared state while it runs a lane. Only thread 0 writes it; the others read it after a block
+ * barrier that follows the write, and thread 0 writes again only after a barrier that follows the reads. */
+struct block_state {
+  ring_use rings[2 * DEV_MAX_XFERS];
+  uint8_t send_ring[DEV_MAX_XFERS], recv_ring[DEV_MAX_XFERS]; /* per transfer of the lane, or NO_RING */
+  uint32_t nrings;
+  uint32_t lane, channel; /* what the block serves, set once at the start */
+  uint32_t step;          /* the current step */
+  uint32_t first, end;    /* the lane's transfers in the current step */
+  uint32_t batch;         /* pieces of the current batch; 0: stop */
+};
+
+/* ---- Memory operations with a stated order ---- */
+
+/* A load that later loads and stores of this thread cannot pass, at system scope: what the writer published
+ * before the value (a slot's bytes, or the room it freed) is visible after it. */
+__device__ __forceinline__ uint64_t load_acquire_sys(const volatile uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint64_t global_timer(void) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* ---- Errors and waits ---- */
+
+/* Records the launch's first error: the code by compare-and-swap (so one block wins), then the details,
+ * then a system fence so the host sees them. A later failure leaves the first one in place. */
+__device__ void error_record(const dev_comm_t *comm, int code, int peer, int channel, int is_send,
+                             uint64_t seq, uint64_t waited_ns) {
+  dev_error_t *e = comm->error;
+  if (atomicCAS((int *)&e->code, DEV_OK, code) != DEV_OK) return;
+  e->peer = peer;
+  e->channel = channel;
+  e->is_send = is_send;
+  e->seq = seq;
+  e->waited_ns = waited_ns;
+  __threadfence_system();
+}
+
+/* What a wait is for, for its error message. */
+struct wait_what {
+  int peer, channel, is_send;
+  uint64_t seq;
+};
+
+/* The state of one spin loop. */
+struct spin_t {
+  uint64_t spins;
+  uint64_t start;
+};
+
+/* Counts a spin (the first one starts the clock); every WAIT_CHECK_SPINS it checks the abort flag, the error
+ * word and the deadline. Returns true when the wait must end: after recording the error it found, or quietly
+ * when another block already recorded one. */
+__device__ bool spin_fails(const dev_comm_t *comm, spin_t *s, const wait_what &what) {
+  if (s->spins++ == 0) s->start = global_timer();
+  if (s->spins % WAIT_CHECK_SPINS != 0) return false;
+  uint64_t now = global_timer();
+  int code = DEV_OK;
+  if (*comm->abort_flag != 0) {
+    code = DEV_ERR_ABORTED;
+  } else if (comm->error->code != DEV_OK) {
+    return true;
+  } else if (comm->timeout_ns != 0 && now - s->start > comm->timeout_ns) {
+    code = DEV_ERR_TIMEOUT;
+  }
+  if (code == DEV_OK) return false;
+  error_record(comm, code, what.peer, what.channel, what.is_send, what.seq, now - s->start);
+  return true;
+}
+
+/* Thread 0: waits until *p >= target, then returns the value read with acquire order in *v_p. False when
+ * the wait failed (spin_fails). */
+__device__ bool wait_at_least(const dev_comm_t *comm, const volatile uint64_t *p, uint64_t target,
+                              const wait_what &what, uint64_t *v_p) {
+  uint64_t v = load_acquire_sys(p);
+  spin_t s = {0, 0};
+  while (v < target) {
+    if (spin_fails(comm, &s, what)) return false;
+    v = load_acquire_sys(p);
+  }
+  *v_p = v;
+  return true;
+}
+
+/* ---- Grid barrier ---- */
+
+/* Every thread: waits until every block of the grid has finished step st.step, then thread 0 moves st.step
+ * on. barrier[0] counts arrivals and only grows during a launch: after step s it reaches (s + 1) * blocks.
+ * Ordering: each block's writes before the barrier (its data, its slot counts) are ordered before its
+ * arrival by a block barrier and a gpu-scope fence; a block leaves after an acquire load that saw every
+ * arrival, then a block barrier. Returns false (in every thread) when the wait failed. */
+__device__ bool grid_sync(const dev_work_t &w, block_state &st) {
+  __syncthreads();
+  int failed = 0;
+  if (threadIdx.x == 0) {
+    uint32_t *count = w.comm->barrier, target = (st.step + 1) * gridDim.x;
+    __threadfence();
+    atomicAdd(count, 1u);
+    spin_t s = {0, 0};
+    const wait_what what = {-1, -1, 0, w.seq};
+    while (load_acquire_gpu(count) < target) {
+      if (spin_fails(w.comm, &s, what)) {
+        failed = 1;
+        break;
+      }
+    }
+    st.step++;
+  }
+  return __syncthreads_or(failed) == 0;
+}
+
+/* The end of every block, whether it finished or failed: the last block to finish resets both counters, so
+ * the next launch (stream-ordered after this one) starts from zero. A block counts itself in barrier[1] only
+ * after its last use of barrier[0], so the reset never races with a waiter. */
+__device__ void grid_finish(const dev_work_t &w) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  uint32_t *bar = w.comm->barrier;
+  __threadfence();
+  if (atomicAdd(&bar[1], 1u) == gridDim.x - 1) {
+    atomicExch(&bar[0], 0u);
+    atomicExch(&bar[1], 0u);
+    __threadfence();
+  }
+}
+
+/* ---- Validation ---- */
+
+/* The transfers of one step are well formed and sorted by lane. */
+__device__ bool step_valid(const dev_work_t &w, const dev_comm_t *comm, uint32_t first, uint32_t end,
+                           uint32_t lanes) {
+  for (uint32_t k = first; k < end; k++) {
+    const dev_xfer_t &x = w.xfers[k];
+    if (x.lane >= lanes || (k > first && x.lane < w.xfers[k - 1].lane)) return false;
+    if (x.nch < 1 || x.nch > comm->nch_max || x.type >= ncclNumTypes || x.red > DEV_RED_SUM_POSTDIV) {
+      return false;
+    }
+    if (x.recv_peer < -1 || x.recv_peer >= comm->nranks || x.send_peer < -1 || x.send_peer >= comm->nranks) {
+      return false;
+    }
+    if (x.recv_peer < 0 && x.src == NULL) return false; /* nothing to move */
+  }
+  return true;
+}
+
+/* Thread 0: whether the launch's work is something this kernel can run (the host builds it, so a failure
+ * here is a bug, reported as DEV_ERR_INVALID rather than a wild access). */
+__device__ bool work_valid(const dev_work_t &w) {
+  const dev_comm_t *comm = w.comm;
+  if (comm->nch_max < 1 || comm->nch_max > DEV_MAX_CHANNELS || gridDim.x % comm->nch_max != 0) return false;
+  if (blockDim.x != DEV_THREADS || w.nxfers > DEV_MAX_XFERS || w.nsteps > DEV_MAX_STEPS) return false;
+  uint32_t first = 0;
+  for (uint32_t s = 0; s < w.nsteps; s++) {
+    uint32_t end = w.step_end[s];
+    if (end < first || end > w.nxfers || (uint32_t)w.step_lanes[s] * comm->nch_max > gridDim.x) return false;
+    if (!step_valid(w, comm, first, end, w.step_lanes[s])) return false;
+    first = end;
+  }
+  return true;
+}
+
+/* ---- Lanes ---- */
+
+/* Thread 0: the index in st.rings of ring `idx` (peer * nch_max + c) of one direction, adding it with its
+ * count read from `homes` if the lane has not used it yet; NO_RING when it is not connected. */
+__device__ uint8_t ring_find(block_state &st, const dev_ring_t *rings, uint64_t *homes, int idx) {
+  for (uint32_t r = 0; r < st.nrings; r++) {
+    if (st.rings[r].home == &homes[idx]) return (uint8_t)r;
+  }
+  if (rings[idx].data == NULL || rings[idx].ctrl == NULL) return NO_RING;
+  ring_use &u = st.rings[st.nrings];
+  u.data = rings[idx].data;
+  u.ctrl = rings[idx].ctrl;
+  u.home = &homes[idx];
+  u.count = *(volatile uint64_t *)u.home;
+  return (uint8_t)st.nrings++;
+}
+
+/* Thread 0: finds the rings of the lane's transfers on the block's channel and loads their counts. The grid
+ * barrier before the step ordered the counts' last stores (by whichever block used the ring before). */
+__device__ bool lane_open(const dev_work_t &w, block_state &st) {
+  const dev_comm_t *comm = w.comm;
+  const uint32_t c = st.channel;
+  st.nrings = 0;
+  for (uint32_t k = st.first; k < st.end; k++) {
+    const dev_xfer_t &x = w.xfers[k];
+    const uint32_t xi = k - st.first;
+    st.send_ring[xi] = st.recv_ring[xi] = NO_RING;
+    if (c >= x.nch) continue;
+    if (x.send_peer >= 0) {
+      st.send_ring[xi] = ring_find(st, comm->send, comm->sent, x.send_peer * comm->nch_max + c);
+      if (st.send_ring[xi] == NO_RING) goto invalid;
+    }
+    if (x.recv_peer >= 0) {
+      st.recv_ring[xi] = ring_find(st, comm->recv, comm->recvd, x.recv_peer * comm->nch_max + c);
+      if (st.recv_ring[xi] == NO_RING) goto invalid;
+    }
+  }
+  return true;
+invalid:
+  error_record(comm, DEV_ERR_INVALID, -1, (int)c, 0, w.seq, 0);
+  return false;
+}
+
+/* Thread 0: stores the lane's counts back for the next step or launch. */
+__device__ void lane_close(block_state &st) {
+  for (uint32_t r = 0; r < st.nrings; r++) *(volatile uint64_t *)st.rings[r].home = st.rings[r].count;
+}
+
+/* Thread 0: waits until the next piece of the part can move and returns how many of the `want` next pieces
+ * can (0: the wait failed). A receive needs tail > count; a send needs head + DEV_SLOTS > count. */
+__device__ uint32_t batch_wait(const dev_work_t &w, const dev_xfer_t &x, uint32_t xi, uint32_t want,
+                               block_state &st) {
+  uint64_t v;
+  if (x.recv_peer >= 0) {
+    ring_use &r = st.rings[st.recv_ring[xi]];
+    const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
+    if (!wait_at_least(w.comm, &r.ctrl->tail, r.count + 1, what, &v)) return 0;
+    if (v - r.count < want) want = (uint32_t)(v - r.count);
+  }
+  if (x.send_peer >= 0) {
+    ring_use &r = st.rings[st.send_ring[xi]];
+    const wait_what what = {x.send_peer, (int)st.channel, 1, w.seq + x.task};
+    uint64_t target = r.count + 1 > DEV_SLOTS ? r.count + 1 - DEV_SLOTS : 0;
+    if (!wait_at_least(w.comm, &r.ctrl->head, target, what, &v)) return 0;
+    if (v + DEV_SLOTS - r.count < want) want = (uint32_t)(v + DEV_SLOTS - r.count);
+  }
+  return want;
+}
+
+/* Thread 0, after the block barrier that ends a batch of nb pieces starting at byte `done` of a part of
+ * `len` bytes. Send: the slots' sizes, a system fence (the whole block's slot stores, ordered before it by
+ * the barrier, become visible first), then tail. Receive: head, once every thread has read its share (the
+ * barrier; the reads have completed since their values were stored). */
+__device__ void batch_publish(const dev_xfer_t &x, uint32_t xi, uint32_t done, uint32_t nb, uint32_t len,
+                              block_state &st) {
+  if (x.send_peer >= 0) {
+    ring_use &r = st.rings[st.send_ring[xi]];
+    for (uint32_t i = 0, at = done; i < nb; i++, at += DEV_SLOT_BYTES) {
+      r.ctrl->sizes[(r.count + i) % DEV_SLOTS] = len - at < DEV_SLOT_BYTES ? len - at : DEV_SLOT_BYTES;
+    }
+    __threadfence_system();
+    r.count += nb;
+    r.ctrl->tail = r.count;
+  }
+  if (x.recv_peer >= 0) {
+    ring_use &r = st.rings[st.recv_ring[xi]];
+    r.count += nb;
+    r.ctrl->head = r.count;
+  }
+}
+
+/* Every thread: piece i of a batch, at byte `at` of the transfer. */
+__device__ __forceinline__ void piece_run(const dev_xfer_t &x, uint32_t xi, uint32_t i, uint64_t at,
+                                          uint32_t bytes, const block_state &st) {
+  piece_t pc;
+  pc.local = x.src != NULL ? x.src + at : NULL;
+  pc.dst = x.dst != NULL ? x.dst + at : NULL;
+  pc.in = NULL;
+  pc.out = NULL;
+  pc.bytes = bytes;
+  if (x.recv_peer >= 0) {
+    const ring_use &r = st.rings[st.recv_ring[xi]];
+    pc.in = r.data + (size_t)((r.count + i) % DEV_SLOTS) * DEV_SLOT_BYTES;
+  }
+  if (x.send_peer >= 0) {
+    const ring_use &r = st.rings[st.send_ring[xi]];
+    pc.out = r.data + (size_t)((r.count + i) % DEV_SLOTS) * DEV_SLOT_BYTES;
+  }
+  piece_combine(x, pc);
+}
+
+/* Every thread: moves the block's part [off, off + len) of transfer k, in batches of pieces. Returns false
+ * (in every thread) when a wait failed. */
+__device__ bool part_run(const dev_work_t &w, uint32_t k, uint64_t off, uint32_t len, block_state &st) {
+  const dev_xfer_t &x = w.xfers[k];
+  const uint32_t xi = k - st.first;
+  for (uint32_t done = 0; done < len;) {
+    if (threadIdx.x == 0) st.batch = batch_wait(w, x, xi, dev_npieces(len - done), st);
+    __syncthreads();
+    const uint32_t nb = st.batch;
+    if (nb == 0) return false;
+    for (uint32_t i = 0, at = done; i < nb; i++, at += DEV_SLOT_BYTES) {
+      piece_run(x, xi, i, off + at, len - at < DEV_SLOT_BYTES ? len - at : DEV_SLOT_BYTES, st);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) batch_publish(x, xi, done, nb, len, st);
+    done = len - done > nb * DEV_SLOT_BYTES ? done + nb * DEV_SLOT_BYTES : len;
+  }
+  return true;
+}
+
+/* Every thread: runs the lane's transfers [st.first, st.end) on the block's channel, interleaved slice by
+ * slice: slice j of each transfer in list order, then slice j + 1; a transfer with no bytes left in slice j
+ * is skipped. */
+__device__ bool lane_run(const dev_work_t &w, block_state &st) {
+  const uint32_t c = st.channel;
+  bool ok = true;
+  for (uint32_t j = 0; ok; j++) {
+    bool any = false;
+    for (uint32_t k = st.first; k < st.end && ok; k++) {
+      const dev_xfer_t &x = w.xfers[k];
+      if (j * dev_slice_stride(x.nch) >= x.bytes) continue;
+      any = true;
+      if (c >= x.nch) continue;
+      dev_span_t part = dev_part(x.bytes, x.nch, j, c);
+      if (part.len != 0) ok = part_run(w, k, part.off, (uint32_t)part.len, st);
+    }
+    if (!any) break;
+  }
+  if (threadIdx.x == 0) lane_close(st);
+  return ok;
+}
+
+/* Thread 0: the transfers of the block's lane in step s (a range: a step's transfers are sorted by lane). */
+__device__ void lane_range(const dev_work_t &w, int s, block_state &st) {
+  uint32_t a = s > 0 ? w.step_end[s - 1] : 0, end = w.step_end[s];
+  while (a < end && w.xfers[a].lane < st.lane) a++;
+  uint32_t b = a;
+  while (b < end && w.xfers[b].lane == st.lane) b++;
+  st.first = a;
+  st.end = b;
+}
+
+/* Every thread: step s for the block's lane: finds its transfers and rings, then runs them. */
+__device__ bool step_run(const dev_work_t &w, int s, block_state &st) {
+  int failed = 0;
+  if (threadIdx.x == 0) {
+    lane_range(w, s, st);
+    failed = !lane_open(w, st);
+  }
+  if (__syncthreads_or(failed)) return false;
+  return lane_run(w, st);
+}
+
+/* The kernel (dev.h). A block's position in the work (lane, channel, step, the lane's transfers) lives in
+ * shared memory: thread 0 moves it on between block barriers, and keeping it out of registers leaves them
+ * to the reduction loops, whose calls would otherwise push it to local memory. */
+extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
+    braid_kernel(const __grid_constant__ dev_work_t work) {
+  __shared__ block_state st;
+  int failed = 0;
+  if (threadIdx.x == 0) {
+    if (work_valid(work)) {
+      st.lane = blockIdx.x / (uint32_t)work.comm->nch_max;
+      st.channel = blockIdx.x % (uint32_t)work.comm->nch_max;
+      st.step = 0;
+    } else {
+      error_record(work.comm, DEV_ERR_INVALID, -1, -1, 0, work.seq, 0);
+      failed = 1;
+    }
+  }
+  if (__syncthreads_or(failed) == 0 && work.nsteps > 0) {
+    for (;;) {
+      if (st.lane < work.step_lanes[st.step] && !step_run(work, st.step, st)) break;
+      if (st.step + 1 >= work.nsteps || !grid_sync(work, st)) break;
+    }
+  }
+  grid_finish(work);
+}
