@@ -174,37 +174,30 @@ __device__ void grid_finish(const dev_work_t &w) {
 
 /* ---- Validation ---- */
 
-/* The transfers of one step are well formed and sorted by lane. */
-__device__ bool step_valid(const dev_work_t &w, const dev_comm_t *comm, uint32_t first, uint32_t end,
-                           uint32_t lanes) {
-  for (uint32_t k = first; k < end; k++) {
-    const dev_xfer_t &x = w.xfers[k];
-    if (x.lane >= lanes || (k > first && x.lane < w.xfers[k - 1].lane)) return false;
-    if (x.nch < 1 || x.nch > comm->nch_max || x.type >= ncclNumTypes || x.red > DEV_RED_SUM_POSTDIV) {
-      return false;
-    }
-    if (x.recv_peer < -1 || x.recv_peer >= comm->nranks || x.send_peer < -1 || x.send_peer >= comm->nranks) {
-      return false;
-    }
-    if (x.recv_peer < 0 && x.src == NULL) return false; /* nothing to move */
-  }
-  return true;
-}
-
-/* Thread 0: whether the launch's work is something this kernel can run (the host builds it, so a failure
- * here is a bug, reported as DEV_ERR_INVALID rather than a wild access). */
+/* Thread 0: whether the launch's shape is something this kernel can run. The host builds the work, so a
+ * failure here is a bug, reported as DEV_ERR_INVALID rather than a wild access. Each block checks its own
+ * lane's transfers when it opens them (xfer_valid), which keeps the start of a launch short. */
 __device__ bool work_valid(const dev_work_t &w) {
   const dev_comm_t *comm = w.comm;
   if (comm->nch_max < 1 || comm->nch_max > DEV_MAX_CHANNELS || gridDim.x % comm->nch_max != 0) return false;
   if (blockDim.x != DEV_THREADS || w.nxfers > DEV_MAX_XFERS || w.nsteps > DEV_MAX_STEPS) return false;
   uint32_t first = 0;
   for (uint32_t s = 0; s < w.nsteps; s++) {
-    uint32_t end = w.step_end[s];
-    if (end < first || end > w.nxfers || (uint32_t)w.step_lanes[s] * comm->nch_max > gridDim.x) return false;
-    if (!step_valid(w, comm, first, end, w.step_lanes[s])) return false;
-    first = end;
+    if (w.step_end[s] < first || w.step_end[s] > w.nxfers) return false;
+    if ((uint32_t)w.step_lanes[s] * comm->nch_max > gridDim.x) return false;
+    first = w.step_end[s];
   }
   return true;
+}
+
+/* A transfer is well formed: channels, type, operation and peers in range, and something to move. */
+__device__ bool xfer_valid(const dev_xfer_t &x, const dev_comm_t *comm) {
+  if (x.nch < 1 || x.nch > comm->nch_max || x.type >= ncclNumTypes || x.red > DEV_RED_SUM_POSTDIV)
+    return false;
+  if (x.recv_peer < -1 || x.recv_peer >= comm->nranks || x.send_peer < -1 || x.send_peer >= comm->nranks) {
+    return false;
+  }
+  return x.recv_peer >= 0 || x.src != NULL;
 }
 
 /* ---- Lanes ---- */
@@ -224,8 +217,9 @@ __device__ uint8_t ring_find(block_state &st, const dev_ring_t *rings, uint64_t 
   return (uint8_t)st.nrings++;
 }
 
-/* Thread 0: finds the rings of the lane's transfers on the block's channel and loads their counts. The grid
- * barrier before the step ordered the counts' last stores (by whichever block used the ring before). */
+/* Thread 0: checks the lane's transfers, finds their rings on the block's channel and loads their counts.
+ * The grid barrier before the step ordered the counts' last stores (by whichever block used the ring
+ * before). */
 __device__ bool lane_open(const dev_work_t &w, block_state &st) {
   const dev_comm_t *comm = w.comm;
   const uint32_t c = st.channel;
@@ -234,6 +228,7 @@ __device__ bool lane_open(const dev_work_t &w, block_state &st) {
     const dev_xfer_t &x = w.xfers[k];
     const uint32_t xi = k - st.first;
     st.send_ring[xi] = st.recv_ring[xi] = NO_RING;
+    if (!xfer_valid(x, comm)) goto invalid;
     if (c >= x.nch) continue;
     if (x.send_peer >= 0) {
       st.send_ring[xi] = ring_find(st, comm->send, comm->sent, x.send_peer * comm->nch_max + c);
@@ -360,22 +355,28 @@ __device__ bool lane_run(const dev_work_t &w, block_state &st) {
   return ok;
 }
 
-/* Thread 0: the transfers of the block's lane in step s (a range: a step's transfers are sorted by lane). */
-__device__ void lane_range(const dev_work_t &w, int s, block_state &st) {
+/* Thread 0: the transfers of the block's lane in step s, a range since a step's transfers are sorted by
+ * lane; false when the order is broken where the range ends. */
+__device__ bool lane_range(const dev_work_t &w, int s, block_state &st) {
   uint32_t a = s > 0 ? w.step_end[s - 1] : 0, end = w.step_end[s];
   while (a < end && w.xfers[a].lane < st.lane) a++;
   uint32_t b = a;
   while (b < end && w.xfers[b].lane == st.lane) b++;
   st.first = a;
   st.end = b;
+  return b == end || w.xfers[b].lane > st.lane;
 }
 
 /* Every thread: step s for the block's lane: finds its transfers and rings, then runs them. */
 __device__ bool step_run(const dev_work_t &w, int s, block_state &st) {
   int failed = 0;
   if (threadIdx.x == 0) {
-    lane_range(w, s, st);
-    failed = !lane_open(w, st);
+    if (lane_range(w, s, st)) {
+      failed = !lane_open(w, st);
+    } else {
+      error_record(w.comm, DEV_ERR_INVALID, -1, (int)st.channel, 0, w.seq, 0);
+      failed = 1;
+    }
   }
   if (__syncthreads_or(failed)) return false;
   return lane_run(w, st);
