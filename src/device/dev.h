@@ -34,7 +34,7 @@
 #define DEV_SLOTS         8
 #define DEV_SLOT_BYTES    (64 * 1024)
 #define DEV_SLICE_BYTES   (DEV_SLOTS / 2 * DEV_SLOT_BYTES) /* per channel per slice: half a ring */
-#define DEV_MAX_CHANNELS  16
+#define DEV_MAX_CHANNELS  32
 #define DEV_THREADS       512         /* threads per block */
 #define DEV_MAX_XFERS     56          /* transfers carried by value in one launch */
 #define DEV_MAX_STEPS     16          /* steps carried by value in one launch */
