@@ -73,9 +73,11 @@ double data_value(uint64_t seed, int rank, size_t i, ncclDataType_t type, ncclRe
     static const double pm[] = {-2, -1, 1, 2};
     return is_unsigned(type) ? (double)(1 + h % 2) : pm[h % 4];
   }
-  if (is_unsigned(type)) return (double)(h % 4);
-  if (type == ncclFloat8e5m2) return (double)(h % 3) - 1;
-  return (double)(h % 5) - 2;
+  /* Never zero, so that an output left zeroed (or an input never read) cannot pass for a result. */
+  static const double pm2[] = {-2, -1, 1, 2}, pm1[] = {-1, 1};
+  if (is_unsigned(type)) return (double)(1 + h % 4);
+  if (type == ncclFloat8e5m2) return pm1[h % 2];
+  return pm2[h % 4];
 }
 
 void data_set(void *buf, size_t i, ncclDataType_t t, double v) {

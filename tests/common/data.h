@@ -3,8 +3,8 @@
  * every NCCL type (written here, not shared with the library), the expected result of every reduction, and
  * output poisoning.
  *
- * Inputs are small integers chosen so that sums and products over up to 8 ranks are exact in every type
- * where they can be (fp8 e5m2 gets {-1, 0, 1}); integer arithmetic wraps like the library's.
+ * Inputs are small non-zero integers chosen so that sums and products over up to 8 ranks are exact in every
+ * type where they can be (fp8 e5m2 gets {-1, 1}); integer arithmetic wraps like the library's.
  */
 #ifndef BRAID_TESTS_DATA_H
 #define BRAID_TESTS_DATA_H

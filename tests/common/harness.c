@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 static int passed, failed;
+static int n_selected; /* 0: every case runs */
+static char **selected;
+static unsigned char *selected_seen;
 
 void test_fail(const char *file, int line, const char *fmt, ...) {
   va_list ap;
@@ -96,7 +99,23 @@ int run_ranks(int nranks, int timeout_s, void (*fn)(int rank, int nranks, void *
   return run_ranks_mask(nranks, timeout_s, fn, arg) != 0;
 }
 
+void test_filter(int count, char **names) {
+  n_selected = count;
+  selected = names;
+  free(selected_seen);
+  selected_seen = count > 0 ? calloc((size_t)count, 1) : NULL;
+}
+
+/* Whether the case was asked for; marks its name as seen. */
+static int wanted(const char *name) {
+  int yes = n_selected == 0;
+  for (int i = 0; i < n_selected; i++)
+    if (strcmp(selected[i], name) == 0) yes = 1, selected_seen[i] = 1;
+  return yes;
+}
+
 void test_case(const char *name, void (*fn)(void), int timeout_s) {
+  if (!wanted(name)) return;
   fflush(stdout);
   double t0 = now();
   pid_t pid = fork();
@@ -120,6 +139,11 @@ void test_case(const char *name, void (*fn)(void), int timeout_s) {
 }
 
 int test_summary(void) {
+  for (int i = 0; i < n_selected; i++)
+    if (!selected_seen[i]) {
+      printf("[FAIL] %s: no such case\n", selected[i]);
+      failed++;
+    }
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

@@ -33,6 +33,9 @@ void test_fail_expect(const char *file, int line, const char *cond, const char *
 /* Runs one case in a child process under a timeout; counts it as passed or failed. */
 void test_case(const char *name, void (*fn)(void), int timeout_s);
 #define TEST(fn, timeout_s) test_case(#fn, fn, timeout_s)
+/* Runs only the cases named in names[0..count) from now on (every case when count is 0); a name that no case
+ * has is reported by test_summary as a failure. */
+void test_filter(int count, char **names);
 /* Prints "N passed, N failed" and returns the exit status for main. */
 int test_summary(void);
 

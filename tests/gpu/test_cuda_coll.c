@@ -1,0 +1,269 @@
+/*
+ * The collective matrix on GPUs: every collective (and send/recv) x every data type x every operation (sum,
+ * prod, max, min, avg, PreMulSum with the scalar on the host and on the device) x in place and out of place x
+ * counts 0, 1, 7, 1031 x buffers 0, 1 and 2 elements past an aligned address, then larger counts (64 Ki + 3,
+ * about a million, and 16 Mi + 5 elements, or --count), each checked element by element against references
+ * computed on the host, with poisoned outputs and guard bytes (cuda_case.h).
+ *
+ * Modes, one case each:
+ *   procs_*   one process per GPU (ncclCommInitRank);
+ *   single_*  one process and thread driving every GPU (ncclCommInitAll, one group per case);
+ *   shm_*     one process per GPU with NCCL_P2P_DISABLE=1: host shared memory between the GPUs;
+ *   tcp_*     one process per GPU with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: TCP sockets.
+ * The transport modes run a quick sweep (every collective, four types, three operations); with --full they
+ * run the whole small matrix instead.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_check.h"
+#include "cuda_case.h"
+#include "data.h"
+#include "harness.h"
+
+/* Seconds any one case may take (the 16 Mi cases move and check a few hundred MB on the host). */
+#define CASE_TIMEOUT_S 60
+
+static int full_transport_matrix;
+
+/* ---- Sweeps: sets of cases ---- */
+
+#define ALL_KINDS ((1u << K_COUNT) - 1)
+#define ALL_TYPES ((1u << ncclNumTypes) - 1)
+#define T(x)      (1u << (x))
+/* Operation bits: the five built-ins, then PreMulSum with a host scalar (bit 5) and a device scalar (bit 6).
+ */
+#define N_OPS   (ncclNumOps + 2)
+#define ALL_OPS ((1u << N_OPS) - 1)
+#define OP_SUM  (1u << ncclSum)
+
+typedef struct {
+  size_t counts[4];
+  int ncounts;
+  unsigned kinds, types, ops; /* bit masks */
+  int all_offsets;            /* 1: offsets of 0, 1 and 2 elements each; 0: one of them, by seed */
+  int per_buffer; /* 1: counts are per buffer, divided by nranks where a buffer has a block per rank */
+} sweep_t;
+
+typedef void (*case_fn_t)(const coll_case_t *c, void *arg);
+
+static int block_per_rank(kind_t k) {
+  return k == K_REDUCESCATTER || k == K_ALLGATHER || k == K_ALLTOALL || k == K_GATHER || k == K_SCATTER;
+}
+
+static size_t large_count(void) {
+  return cuda_count_arg ? cuda_count_arg : ((size_t)16 << 20) + 5;
+}
+
+static void sweep_one(const sweep_t *s, const coll_case_t *base, int n, uint64_t *seed, case_fn_t fn,
+                      void *arg) {
+  int offsets = s->all_offsets ? 3 : 1;
+  for (int inplace = 0; inplace < (base->kind == K_SENDRECV ? 1 : 2); inplace++)
+    for (int o = 0; o < offsets; o++) {
+      coll_case_t c = *base;
+      c.inplace = inplace;
+      c.root = (int)(*seed % n);
+      c.offset = (int)((s->all_offsets ? (uint64_t)o : *seed % 3) * data_esize(c.type));
+      c.seed = (*seed)++;
+      fn(&c, arg);
+    }
+}
+
+static void sweep(const sweep_t *s, int n, uint64_t *seed, case_fn_t fn, void *arg) {
+  for (int k = 0; k < K_COUNT; k++) {
+    if (!(s->kinds & 1u << k)) continue;
+    for (int t = 0; t < ncclNumTypes; t++) {
+      if (!(s->types & 1u << t)) continue;
+      for (int op = 0; op < N_OPS; op++) {
+        if (!(s->ops & 1u << op) || (op != ncclSum && !coll_reduces(k))) continue;
+        for (int i = 0; i < s->ncounts; i++) {
+          size_t count = s->counts[i];
+          if (s->per_buffer && block_per_rank(k)) count = (count / n) | 1;
+          coll_case_t c = {.kind = k, .type = t, .op = op, .count = count};
+          sweep_one(s, &c, n, seed, fn, arg);
+        }
+      }
+    }
+  }
+}
+
+/* The sweeps of each tier. */
+typedef enum { TIER_SMALL, TIER_LARGE, TIER_LARGE_SINGLE, TIER_QUICK } tier_t;
+
+static int tier_sweeps(tier_t tier, sweep_t *s) {
+  size_t big = large_count();
+  unsigned wide = T(ncclInt8) | T(ncclFloat16) | T(ncclFloat32) | T(ncclFloat64);
+  switch (tier) {
+  case TIER_SMALL:
+    s[0] = (sweep_t){{0, 1, 7, 1031}, 4, ALL_KINDS, ALL_TYPES, ALL_OPS, 1, 0};
+    return 1;
+  case TIER_LARGE:
+    s[0] = (sweep_t){{65539}, 1, ALL_KINDS, ALL_TYPES, ALL_OPS, 0, 0};
+    s[1] = (sweep_t){{1000003}, 1, ALL_KINDS, ALL_TYPES, OP_SUM, 0, 1};
+    s[2] = (sweep_t){{big}, 1, ALL_KINDS, wide, OP_SUM, 0, 1};
+    s[3] = (sweep_t){{big}, 1, 1u << K_ALLREDUCE, T(ncclBfloat16) | T(ncclFloat32), ALL_OPS & ~OP_SUM, 0, 1};
+    return 4;
+  case TIER_LARGE_SINGLE:
+    s[0] = (sweep_t){{1000003}, 1, ALL_KINDS, T(ncclInt8) | T(ncclBfloat16) | T(ncclFloat32), OP_SUM, 0, 1};
+    s[1] = (sweep_t){{big}, 1, ALL_KINDS, T(ncclFloat32), OP_SUM, 0, 1};
+    return 2;
+  case TIER_QUICK:
+    s[0] = (sweep_t){{1, 1031, 1000003},
+                     3,
+                     ALL_KINDS,
+                     T(ncclInt8) | T(ncclBfloat16) | T(ncclFloat32) | T(ncclUint64),
+                     OP_SUM | 1u << ncclMax | 1u << (ncclNumOps + 1),
+                     0,
+                     1};
+    return 1;
+  }
+  return 0;
+}
+
+static void for_tier(tier_t tier, int n, case_fn_t fn, void *arg) {
+  sweep_t s[4];
+  int count = tier_sweeps(tier, s);
+  uint64_t seed = 7000 + 100000 * (uint64_t)tier;
+  for (int i = 0; i < count; i++) sweep(&s[i], n, &seed, fn, arg);
+}
+
+/* Device pool for a tier: the largest case's send and receive buffers (8-byte elements, a few spare for
+ * counts rounded per rank), plus room for guards, offsets and the scalar. */
+static size_t tier_pool_bytes(tier_t tier, int n) {
+  size_t elems = 1031 * (size_t)n;
+  if (tier == TIER_QUICK) elems = 1000003;
+  if (tier == TIER_LARGE || tier == TIER_LARGE_SINGLE)
+    elems = large_count() > 1000003 ? large_count() : 1000003;
+  return 2 * (elems + 8 * (size_t)n) * 8 + ((size_t)1 << 20);
+}
+
+/* ---- One process per GPU ---- */
+
+typedef struct {
+  tier_t tier;
+  const char *mode;
+  ncclComm_t comm;
+  cuda_rank_t *r;
+} job_t;
+
+static void run_case(const coll_case_t *c, void *arg) {
+  job_t *j = arg;
+  cuda_case_run(j->comm, j->r, c, j->mode, CASE_TIMEOUT_S);
+}
+
+static void procs_rank(int rank, int n, const ncclUniqueId *id, void *arg) {
+  job_t j = *(job_t *)arg;
+  cuda_rank_t r;
+  size_t pool = tier_pool_bytes(j.tier, n);
+  cuda_rank_open(&r, rank, pool, 2 * pool, NULL);
+  cuda_watch("ncclCommInitRank", CASE_TIMEOUT_S);
+  EXPECT_OK(ncclCommInitRank(&j.comm, n, *id, rank));
+  cuda_unwatch();
+  j.r = &r;
+  for_tier(j.tier, n, run_case, &j);
+  cuda_watch("ncclCommFinalize and ncclCommDestroy", CASE_TIMEOUT_S);
+  EXPECT_OK(ncclCommFinalize(j.comm));
+  EXPECT_OK(ncclCommDestroy(j.comm));
+  cuda_unwatch();
+  cuda_rank_close(&r);
+}
+
+static void run_procs(tier_t tier, const char *mode, int timeout_s) {
+  job_t j = {.tier = tier, .mode = mode};
+  EXPECT(cuda_run_ranks(cuda_nranks, timeout_s, procs_rank, &j) == 0, "%s: a rank failed", mode);
+}
+
+static void procs_small(void) {
+  run_procs(TIER_SMALL, "procs", 300);
+}
+
+static void procs_large(void) {
+  run_procs(TIER_LARGE, "procs", 300);
+}
+
+/* ---- One process and thread for every GPU ---- */
+
+typedef struct {
+  ncclComm_t comms[8];
+  cuda_rank_t r[8];
+  int n;
+} single_t;
+
+static void single_case(const coll_case_t *c, void *arg) {
+  single_t *s = arg;
+  cuda_case_t k[8];
+  char what[320];
+  coll_describe(c, s->n, 0, what, sizeof what);
+  char watch[360];
+  snprintf(watch, sizeof watch, "[single] %s (all ranks in one group)", what);
+  cuda_watch(watch, CASE_TIMEOUT_S);
+  for (int i = 0; i < s->n; i++) cuda_case_prepare(&k[i], s->comms[i], &s->r[i], c, "single");
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < s->n; i++) cuda_case_launch(&k[i]);
+  ncclResult_t res = ncclGroupEnd();
+  if (res != ncclSuccess)
+    test_fail(__FILE__, __LINE__, "%s: ncclGroupEnd returned %s (%s)", watch, ncclGetErrorString(res),
+              ncclGetLastError(s->comms[0]));
+  for (int i = 0; i < s->n; i++) cuda_case_check(&k[i]);
+  for (int i = 0; i < s->n; i++) cuda_rank_reset(&s->r[i]);
+  cuda_unwatch();
+}
+
+static void run_single(tier_t tier) {
+  static single_t s;
+  s.n = cuda_nranks;
+  int devs[8];
+  for (int i = 0; i < s.n; i++) devs[i] = i;
+  size_t pool = tier_pool_bytes(tier, s.n);
+  for (int i = 0; i < s.n; i++) cuda_rank_open(&s.r[i], i, pool, 2 * pool, NULL);
+  cuda_watch("ncclCommInitAll", CASE_TIMEOUT_S);
+  EXPECT_OK(ncclCommInitAll(s.comms, s.n, devs));
+  cuda_unwatch();
+  for_tier(tier, s.n, single_case, &s);
+  /* Destroy without finalize: one thread cannot finalize several ranks one after the other (each waits for
+   * the others), and this test is about the collectives. */
+  cuda_watch("ncclCommDestroy", CASE_TIMEOUT_S);
+  for (int i = 0; i < s.n; i++) EXPECT_OK(ncclCommDestroy(s.comms[i]));
+  cuda_unwatch();
+  for (int i = 0; i < s.n; i++) cuda_rank_close(&s.r[i]);
+}
+
+static void single_small(void) {
+  run_single(TIER_SMALL);
+}
+
+static void single_large(void) {
+  run_single(TIER_LARGE_SINGLE);
+}
+
+/* ---- Transports ---- */
+
+static void shm_quick(void) {
+  setenv("NCCL_P2P_DISABLE", "1", 1);
+  run_procs(full_transport_matrix ? TIER_SMALL : TIER_QUICK, "procs/shm", 300);
+}
+
+static void tcp_quick(void) {
+  setenv("NCCL_P2P_DISABLE", "1", 1);
+  setenv("NCCL_SHM_DISABLE", "1", 1);
+  run_procs(full_transport_matrix ? TIER_SMALL : TIER_QUICK, "procs/tcp", 300);
+}
+
+int main(int argc, char **argv) {
+  /* --full is this program's own option; the rest are cuda_init's. */
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--full") == 0) {
+      full_transport_matrix = 1;
+      memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
+      argc--;
+      break;
+    }
+  cuda_init(argc, argv);
+  TEST(procs_small, 320);
+  TEST(procs_large, 320);
+  TEST(single_small, 320);
+  TEST(single_large, 320);
+  TEST(shm_quick, 320);
+  TEST(tcp_quick, 320);
+  return test_summary();
+}
