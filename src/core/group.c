@@ -99,7 +99,10 @@ static void drop_calls(void) {
 ncclResult_t group_enqueue(ncclComm_t comm, const task_t *task) {
   int implicit = grp.depth == 0;
   if (implicit) grp.depth = 1;
-  ncclResult_t res = plan_add_task(&comm->plan, task);
+  /* The reduction is resolved now: a PreMulSum op may be destroyed before the group ends (NCCL allows it). */
+  task_t t = *task;
+  redop_resolve(&comm->redops, t.op, t.type, comm->nranks, comm->gx != NULL, &t.red);
+  ncclResult_t res = plan_add_task(&comm->plan, &t);
   if (res == ncclSuccess && !comm->in_group) {
     comm->in_group = 1;
     comm->group_next = grp.comms;
@@ -146,9 +149,6 @@ static ncclResult_t run_calls(void) {
   int i = 0;
   for (ncclComm_t c = grp.comms; c != NULL; c = c->group_next, i++) {
     atomic_fetch_add(&c->busy, 1);
-    for (int t = 0; t < c->plan.ntasks; t++)
-      redop_resolve(&c->redops, c->plan.tasks[t].op, c->plan.tasks[t].type, c->nranks, c->gx != NULL,
-                    &c->plan.tasks[t].red);
     engine_start(&grp.execs[i], &c->plan, c->links, &c->abort_flag, c->name);
     if (c->gx != NULL) {
       grp.execs[i].result = launch_calls(c);

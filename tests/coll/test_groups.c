@@ -230,6 +230,33 @@ static void scalable_init(void) {
   EXPECT(run_ranks(5, 120, scalable_rank, NULL) == 0, "a rank failed");
 }
 
+/* A PreMulSum operation destroyed inside the group, after the call that uses it and before ncclGroupEnd (as
+ * nccl-tests does): the call keeps the reduction it was made with. */
+static void premul_rank(int rank, int n, void *arg) {
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+  enum { CNT = 257 };
+  double in[CNT], out[CNT], scalar = 2.0;
+  for (int i = 0; i < CNT; i++) in[i] = rank + i * 0.5;
+  data_poison(out, sizeof out);
+  ncclRedOp_t op;
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat64, ncclScalarHostImmediate, comm));
+  EXPECT_OK(ncclAllReduce(in, out, CNT, ncclFloat64, op, comm, NULL));
+  EXPECT_OK(ncclRedOpDestroy(op, comm));
+  EXPECT_OK(ncclGroupEnd());
+  for (int i = 0; i < CNT; i++) {
+    double want = 2.0 * (n * (n - 1) / 2.0 + n * i * 0.5);
+    EXPECT(out[i] == want, "rank %d element %d is %g, expected %g", rank, i, out[i], want);
+  }
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+static void premul_destroyed_in_group(void) {
+  EXPECT_OK(ncclGetUniqueId(&id));
+  EXPECT(run_ranks(3, 120, premul_rank, NULL) == 0, "a rank failed");
+}
+
 int main(void) {
   TEST(p2p_mixed, 300);
   TEST(two_comms, 200);
@@ -239,5 +266,6 @@ int main(void) {
   TEST(threads, 200);
   TEST(scalable_init, 200);
   TEST(ordered_in_group, 200);
+  TEST(premul_destroyed_in_group, 200);
   return test_summary();
 }
