@@ -3,11 +3,13 @@
 #
 # nccl-tests prints one row per size (and type and operation with -d all -o all), 13 columns:
 #   size count type redop root | time algbw busbw #wrong (out of place) | time algbw busbw #wrong (in place)
-# #wrong is printed with %g, so a large count can read 1.2e+06.
+# #wrong is printed with %g, so a large count can read 1.2e+06. A collective without an operation
+# (hypercube) leaves the redop column blank: 12 columns, read as if it were there.
 
 # The data rows of a log, as "size busbw_out wrong_out busbw_in wrong_in".
 nt_rows() {
-  awk '!/^#/ && NF == 13 && $1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ { print $1, $8, $9, $12, $13 }' "$1"
+  awk '!/^#/ && $1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ {
+         if (NF == 13) print $1, $8, $9, $12, $13; else if (NF == 12) print $1, $7, $8, $11, $12 }' "$1"
 }
 
 # The sum of every #wrong column of a log (0 when there is no table).

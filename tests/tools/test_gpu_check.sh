@@ -63,6 +63,15 @@ EOF
 { table_head; echo "init failed"; } >"$tmp/empty.log"
 head -n -2 "$tmp/good.log" >"$tmp/nofooter.log"
 
+# A collective without an operation (hypercube) leaves the redop column blank.
+{
+  table_head
+  echo "     2097152        262144     float              -1    21.41   48.97   48.97       0    15.96   65.70   65.70       3"
+  echo "# Out of bounds values : 0 OK"
+} >"$tmp/noop.log"
+expect "wrong values, no redop column" "$(nt_wrong "$tmp/noop.log")" 3
+expect "largest size, no redop column" "$(nt_largest "$tmp/noop.log")" "2097152 48.97"
+
 expect "wrong values, good log" "$(nt_wrong "$tmp/good.log")" 0
 expect "wrong values, wrong log" "$(nt_wrong "$tmp/wrong.log")" 1200005
 expect "wrong values, no table" "$(nt_wrong "$tmp/empty.log")" 0
