@@ -129,6 +129,16 @@ fail:
   return res;
 }
 
+/* Waits until the communicator's last eager launch has finished. */
+static ncclResult_t wait_last(gx_t *gx) {
+  int done = !gx->launched;
+  while (!done) {
+    CHECK(gpu_event_query(gx->done, &done));
+    if (!done) time_sleep_us(50);
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks) {
   size_t need = 0;
   for (int i = 0; i < plan->ntasks; i++) {
@@ -138,11 +148,18 @@ ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks) {
   }
   if (need == 0 || (gx->scratch != NULL && gpu_mem_size(gx->scratch) >= need)) goto out;
   if (gx->scratch != NULL) {
+    /* A launch still in flight may stage in the old buffer: wait for the last one (bounded: kernels give up
+     * after BRAID_TIMEOUT_S). This happens only when an in-place all-to-all grows. */
+    CHECK(wait_last(gx));
     mem_release(gx->acct, gpu_mem_size(gx->scratch), 1);
     gpu_mem_release(gx->scratch);
     gx->scratch = NULL;
   }
-  CHECK(gpu_dev_alloc(gx->dev, need, &gx->scratch));
+  gpu_scope_t scope;
+  CHECK(gpu_enter(gx->dev, &scope));
+  ncclResult_t res = gpu_dev_alloc(gx->dev, need, &gx->scratch);
+  gpu_leave(&scope);
+  CHECK(res);
   mem_charge(gx->acct, gpu_mem_size(gx->scratch), 1, "in-place all-to-all staging");
 out:
   /* plan_build stages in-place all-to-alls here instead of in host memory */
@@ -339,10 +356,7 @@ void gx_destroy(gx_t *gx) {
   if (gx == NULL) return;
   gpu_scope_t scope;
   int entered = gpu_enter(gx->dev, &scope) == ncclSuccess;
-  if (gx->launched) { /* kernels may still use the rings: wait for the last launch */
-    int done = 0;
-    while (gpu_event_query(gx->done, &done) == ncclSuccess && !done) time_sleep_us(100);
-  }
+  wait_last(gx); /* kernels may still use the rings */
   for (int i = 0; i < gx->njoins; i++) gpu_event_destroy(gx->joins[i]);
   free(gx->joins);
   if (gx->done != NULL) gpu_event_destroy(gx->done);
