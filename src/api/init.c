@@ -177,8 +177,15 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   return log_err(ncclInvalidUsage, "ncclCommRevoke is not supported by this version of Braid");
 }
 
+static ncclResult_t deferred_finalize(void *arg) {
+  return comm_finalize(arg);
+}
+
+/* Inside a group, finalize waits for the other ranks at ncclGroupEnd, concurrently with the group's other
+ * finalizes: one thread may finalize every rank of a communicator it drives. */
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
-  CHECK(comm_check_ready(comm, "ncclCommFinalize"));
+  CHECK(group_error(comm_check_ready(comm, "ncclCommFinalize")));
+  if (group_depth() > 0) return group_job(deferred_finalize, comm);
   return comm_finalize(comm);
 }
 

@@ -166,6 +166,10 @@ static void init_all(void) {
     EXPECT_OK(ncclAllReduce(in[r], out[r], CNT, ncclFloat32, ncclSum, comms[r], NULL));
   EXPECT_OK(ncclGroupSimulateEnd(&sim));
   EXPECT(sim.estimatedTime > 0, "simulated time %f", sim.estimatedTime);
+  /* one thread finalizes every rank: inside a group, the finalizes wait for each other at ncclGroupEnd */
+  EXPECT_OK(ncclGroupStart());
+  for (int r = 0; r < N; r++) EXPECT_OK(ncclCommFinalize(comms[r]));
+  EXPECT_OK(ncclGroupEnd());
   for (int r = 0; r < N; r++) EXPECT_OK(ncclCommDestroy(comms[r]));
 }
 
