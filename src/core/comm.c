@@ -125,7 +125,6 @@ static ncclResult_t init_links(ncclComm_t comm) {
                     .peers = comm->peers,
                     .abort_flag = &comm->abort_flag,
                     .ring_bytes = comm->ring_bytes,
-                    .dev = comm->dev,
                     .nch = comm->nch,
                     .acct = &comm->acct};
   return links_init(comm->boot, &tc, &comm->acct, &comm->links);

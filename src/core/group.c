@@ -125,7 +125,7 @@ static ncclResult_t reserve_execs(int n) {
 static void connect_phase(int p, exec_t *execs, int n) {
   for (int i = 0; i < n; i++) {
     exec_t *ex = &execs[i];
-    if (ex->result != ncclSuccess) continue;
+    if (ex->result != ncclSuccess || ex->step < 0) continue; /* failed, or launched on the GPU */
     ncclResult_t res = p == 0   ? links_listen(ex->links, ex->plan)
                        : p == 1 ? links_connect(ex->links, ex->plan)
                                 : links_accept(ex->links);

@@ -49,6 +49,9 @@ struct gx {
   dev_work_t work;    /* the launch being built */
 };
 
+/* Ranks of one GPU communicator at most (lane assignment works on the stack). */
+enum { GX_MAX_RANKS = 1024 };
+
 int gx_channels(int nranks) {
   int64_t want = param_int(P_BRAID_CHANNELS);
   if (want >= 1) return want > DEV_MAX_CHANNELS ? DEV_MAX_CHANNELS : (int)want;
@@ -114,6 +117,9 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
                      const char *name, gx_t **gx_p) {
   ncclResult_t res;
   gx_t *gx;
+  if (nranks > GX_MAX_RANKS)
+    return log_err(ncclInvalidUsage, "%s: %d ranks; the GPU executor takes at most %d", name, nranks,
+                   GX_MAX_RANKS);
   CHECK(MEM_CALLOC(acct, gx, 1, "GPU executor"));
   *gx = (gx_t){.dev = dev, .rank = rank, .nranks = nranks, .nch = nch, .name = name, .acct = acct};
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_NAME, &gx->func), res, fail);
@@ -228,15 +234,20 @@ static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_
     out->scalar.i = red->iscale;
 }
 
-/* Enters the device and orders the launch after the group's other streams and the previous launch. */
+/* Whether task i is the first of the plan on its stream: the group's streams other than the launch's. */
+static int first_on_stream(const plan_t *plan, int i) {
+  for (int k = 0; k < i; k++)
+    if (plan->tasks[k].stream == plan->tasks[i].stream) return 0;
+  return 1;
+}
+
+/* Orders the launch on `s` after the group's other streams and after the previous eager launch. */
 static ncclResult_t before(gx_t *gx, const plan_t *plan, cudaStream_t s, int capturing) {
   if (!capturing && gx->launched && gx->last != s) CHECK(gpu_stream_wait(s, gx->done));
   int j = 0;
   for (int i = 1; i < plan->ntasks; i++) {
+    if (!first_on_stream(plan, i)) continue;
     cudaStream_t o = plan->tasks[i].stream;
-    int seen = o == s;
-    for (int k = 1; k < i && !seen; k++) seen = plan->tasks[k].stream == o;
-    if (seen) continue;
     if (j == gx->njoins) {
       gpu_event_t **g = realloc(gx->joins, (j + 1) * sizeof *g);
       if (g == NULL) return log_err(ncclSystemError, "%s: out of host memory for stream events", gx->name);
@@ -265,12 +276,8 @@ static ncclResult_t after(gx_t *gx, const plan_t *plan, cudaStream_t s, int capt
     gx->launched = 1;
     gx->last = s;
   }
-  for (int i = 1; i < plan->ntasks; i++) {
-    cudaStream_t o = plan->tasks[i].stream;
-    int seen = o == s;
-    for (int k = 1; k < i && !seen; k++) seen = plan->tasks[k].stream == o;
-    if (!seen) CHECK(gpu_stream_wait(o, ev));
-  }
+  for (int i = 1; i < plan->ntasks; i++)
+    if (first_on_stream(plan, i)) CHECK(gpu_stream_wait(plan->tasks[i].stream, ev));
   return ncclSuccess;
 }
 
@@ -302,8 +309,7 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, cudaStream_t s
   dev_xfer_t *x = &w->xfers[w->nxfers];
   for (int i = 0; i < st->count; i++)
     fill_xfer(gx, &plan->xfers[st->first + i], (uint16_t)(st->task - plan->tasks), &x[i]);
-  int parent[2 * 1024 + 1], lane_of[2 * 1024 + 1];
-  if (gx->nranks > 1024) return log_err(ncclInvalidUsage, "%s: more than 1024 ranks on the GPU", gx->name);
+  int parent[2 * GX_MAX_RANKS + 1], lane_of[2 * GX_MAX_RANKS + 1];
   w->step_lanes[w->nsteps] = (uint16_t)assign_lanes(x, st->count, gx->nranks, parent, lane_of);
   w->nxfers = (uint16_t)(w->nxfers + st->count);
   w->step_end[w->nsteps++] = w->nxfers;

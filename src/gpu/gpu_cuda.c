@@ -32,24 +32,11 @@
 #define CU_API_VERSION 12000
 
 /* Every driver entry point used here, by base name. */
-// clang-format off
-#define CU_FUNCS(X) \
-  X(cuGetErrorName) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) \
-  X(cuDeviceGetAttribute) X(cuDeviceGetPCIBusId) X(cuDeviceCanAccessPeer) X(cuDevicePrimaryCtxRetain) \
-  X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxEnablePeerAccess) \
-  X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) \
-  X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemExportToShareableHandle) \
-  X(cuMemImportFromShareableHandle) X(cuMemAlloc) X(cuMemFree) X(cuMemsetD8) X(cuIpcGetMemHandle) \
-  X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle) X(cuMemHostAlloc) X(cuMemFreeHost) \
-  X(cuMemHostGetDevicePointer) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemcpyHtoD) \
-  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuStreamWaitEvent) X(cuStreamIsCapturing) \
-  X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)
-// clang-format on
 
 /* The resolved entry points. A field's name is the macro-expanded one (cuMemAlloc_v2); call them as
  * drv.cuMemAlloc, which expands the same way. */
 #define CU_FIELD(name) __typeof__(&name) name;
-static struct { CU_FUNCS(CU_FIELD) } drv;
+static struct { GPU_CUDA_FUNCS(CU_FIELD) } drv;
 
 /* Calls drv.fn args; on failure reports the call (by base name), its CUresult and the values, and returns. */
 #define CU_CALL(fn, args, ...)                                                                               \
@@ -159,7 +146,7 @@ static ncclResult_t resolve_all(void *lib) {
     return ncclSystemError;                                                                                  \
   }                                                                                                          \
   memcpy(&drv.name, &fn, sizeof fn);
-  CU_FUNCS(CU_RESOLVE)
+  GPU_CUDA_FUNCS(CU_RESOLVE)
 #undef CU_RESOLVE
   return ncclSuccess;
 }

@@ -19,4 +19,20 @@ ncclResult_t gpu_cuda_probe(int *ndev_p, const char **what_p);
 ncclResult_t gpu_cuda_mem_alloc(size_t bytes, void **ptr_p);
 ncclResult_t gpu_cuda_mem_free(void *ptr);
 
+/* Every driver entry point gpu_cuda.c resolves, by base name; the tests' stand-in driver provides the same
+ * list, so the two cannot drift apart. */
+// clang-format off
+#define GPU_CUDA_FUNCS(X) \
+  X(cuGetErrorName) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) \
+  X(cuDeviceGetAttribute) X(cuDeviceGetPCIBusId) X(cuDeviceCanAccessPeer) X(cuDevicePrimaryCtxRetain) \
+  X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxEnablePeerAccess) \
+  X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) \
+  X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemExportToShareableHandle) \
+  X(cuMemImportFromShareableHandle) X(cuMemAlloc) X(cuMemFree) X(cuMemsetD8) X(cuIpcGetMemHandle) \
+  X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle) X(cuMemHostAlloc) X(cuMemFreeHost) \
+  X(cuMemHostGetDevicePointer) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemcpyHtoD) \
+  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuStreamWaitEvent) X(cuStreamIsCapturing) \
+  X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)
+// clang-format on
+
 #endif

@@ -399,7 +399,7 @@ static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, gpu_net_conn_
   gpu_net_conn_t *c = calloc(1, sizeof *c);
   if (c == NULL) return log_err(ncclSystemError, "gpu_net connection with rank %d: out of memory", peer);
   c->base = base;
-  c->dev = tp_ctx_config(ctx)->dev;
+  c->dev = tp_ctx_dev(ctx);
   c->nch = tp_ctx_config(ctx)->nch;
   snprintf(c->what, sizeof c->what, "gpu_net connection %s rank %d", is_send ? "to" : "from", peer);
   *conn_p = c;

@@ -54,7 +54,7 @@ static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, gpu_shm_conn_
   gpu_shm_conn_t *c = calloc(1, sizeof *c);
   if (c == NULL) return log_err(ncclSystemError, "gpu_shm connection with rank %d: out of memory", peer);
   c->base = base;
-  c->dev = tp_ctx_config(ctx)->dev;
+  c->dev = tp_ctx_dev(ctx);
   snprintf(c->what, sizeof c->what, "gpu_shm connection %s rank %d", is_send ? "to" : "from", peer);
   *conn_p = c;
   return ncclSuccess;

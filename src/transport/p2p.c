@@ -40,14 +40,13 @@ typedef struct {
 } p2p_conn_t;
 
 static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, p2p_conn_t **conn_p) {
-  const tp_config_t *cfg = tp_ctx_config(ctx);
   tp_conn_t base;
   CHECK(tp_check_gpu_config(ctx, "p2p", peer));
   CHECK(tp_conn_init(ctx, &tp_p2p_ops, peer, is_send, &base));
   p2p_conn_t *c = calloc(1, sizeof *c);
   if (c == NULL) return log_err(ncclSystemError, "p2p connection with rank %d: out of memory", peer);
   c->base = base;
-  c->dev = cfg->dev;
+  c->dev = tp_ctx_dev(ctx);
   snprintf(c->what, sizeof c->what, "p2p connection %s rank %d", is_send ? "to" : "from", peer);
   *conn_p = c;
   return ncclSuccess;

@@ -37,13 +37,6 @@ ncclResult_t tp_init(const tp_config_t *config, tp_ctx_t **ctx_p) {
     goto err_free_ctx;
   }
   memcpy(ctx->peers, config->peers, sizeof *ctx->peers * (size_t)config->nranks);
-  int table_dev = ctx->peers[config->rank].dev;
-  if (table_dev >= 0 && table_dev != config->dev) {
-    res =
-        log_err(ncclInternalError, "transport init on rank %d: device %d in the peer table but %d configured",
-                config->rank, table_dev, config->dev);
-    goto err_free_peers;
-  }
   ctx->config = *config;
   ctx->config.peers = ctx->peers;
   if (ctx->config.ring_bytes == 0) ctx->config.ring_bytes = (size_t)param_int(P_BRAID_HOST_BUFFSIZE);
@@ -64,7 +57,7 @@ err_free_ctx:
  * indices of the peer table, put to the same driver on the same host. That holds when the processes of one
  * host number their devices alike (the same CUDA_VISIBLE_DEVICES); a query that fails counts as "no". */
 static int gpus_map_each_other(const tp_config_t *c, int peer) {
-  int mine = c->dev, theirs = c->peers[peer].dev, there = 0, back = 0;
+  int mine = c->peers[c->rank].dev, theirs = c->peers[peer].dev, there = 0, back = 0;
   if (theirs < 0) return 0;
   if (gpu_can_access_peer(mine, theirs, &there) != ncclSuccess) return 0;
   if (gpu_can_access_peer(theirs, mine, &back) != ncclSuccess) return 0;
@@ -73,12 +66,12 @@ static int gpus_map_each_other(const tp_config_t *c, int peer) {
 
 /* Every input is the same on both ends (the peer table, the knobs, which every rank of a job is expected
  * to set alike, and gpus_map_each_other), so both ends choose the same transport. Which backend a rank runs
- * is read from its own peer-table entry (device -1 on the host backend) for the same reason. */
+ * is read from its own peer-table entry (tp_ctx_dev: device -1 on the host backend). */
 const tp_ops_t *tp_select(const tp_ctx_t *ctx, int peer) {
   const tp_config_t *c = &ctx->config;
   int same_host = c->peers[peer].host_hash == c->peers[c->rank].host_hash;
   int shm = same_host && param_int(P_NCCL_SHM_DISABLE) == 0;
-  if (c->peers[c->rank].dev < 0) return shm ? &tp_shm_ops : &tp_net_ops;
+  if (tp_ctx_dev(ctx) < 0) return shm ? &tp_shm_ops : &tp_net_ops;
   if (same_host && param_int(P_NCCL_P2P_DISABLE) == 0 && gpus_map_each_other(c, peer)) return &tp_p2p_ops;
   return shm ? &tp_gpu_shm_ops : &tp_gpu_net_ops;
 }
@@ -88,6 +81,10 @@ void tp_destroy(tp_ctx_t *ctx) {
   tp_net_ctx_destroy(ctx->net);
   free(ctx->peers);
   free(ctx);
+}
+
+int tp_ctx_dev(const tp_ctx_t *ctx) {
+  return ctx->peers[ctx->config.rank].dev;
 }
 
 const tp_config_t *tp_ctx_config(const tp_ctx_t *ctx) {
@@ -121,11 +118,10 @@ void tp_uncharge(tp_conn_t *conn) {
 
 ncclResult_t tp_check_gpu_config(const tp_ctx_t *ctx, const char *transport, int peer) {
   const tp_config_t *c = &ctx->config;
-  if (c->peers[c->rank].dev >= 0 && c->dev >= 0 && c->nch >= 1 && c->nch <= DEV_MAX_CHANNELS)
-    return ncclSuccess;
+  if (tp_ctx_dev(ctx) >= 0 && c->nch >= 1 && c->nch <= DEV_MAX_CHANNELS) return ncclSuccess;
   return log_err(ncclInternalError,
                  "%s connection with rank %d: device %d and %d rings per connection (1 to %d)", transport,
-                 peer, c->dev, c->nch, DEV_MAX_CHANNELS);
+                 peer, tp_ctx_dev(ctx), c->nch, DEV_MAX_CHANNELS);
 }
 
 ncclResult_t tp_conn_set_rings(tp_conn_t *conn, int nch, char *base) {

@@ -101,16 +101,14 @@ typedef struct tp_ops {
   void (*close)(tp_conn_t *conn);
 } tp_ops_t;
 
-/* What a communicator gives its transport context. */
+/* What a communicator gives its transport context. This rank's CUDA device is its peer-table entry's
+ * (peers[rank].dev, -1 on the host backend: host byte-ring connections). */
 typedef struct {
   int rank, nranks;
   uint64_t nonce;         /* the communicator's id, carried in every handshake */
   const tp_peer_t *peers; /* nranks entries; copied */
   const volatile int *abort_flag;
-  size_t ring_bytes; /* staging ring size per connection (BRAID_HOST_BUFFSIZE) */
-  /* This rank's CUDA device; -1 on the host backend (host byte-ring connections). tp_select reads the
-   * backend from peers[rank].dev, which both ends see; on a GPU the two must be equal. */
-  int dev;
+  size_t ring_bytes;  /* staging ring size per connection (BRAID_HOST_BUFFSIZE) */
   int nch;            /* GPU connections: rings per connection (the same on all ranks) */
   alloc_acct_t *acct; /* the communicator's memory account (may be NULL) */
 } tp_config_t;
@@ -123,6 +121,8 @@ ncclResult_t tp_init(const tp_config_t *config, tp_ctx_t **ctx_p);
 const tp_ops_t *tp_select(const tp_ctx_t *ctx, int peer);
 /* Frees the context (connections must be closed first). */
 void tp_destroy(tp_ctx_t *ctx);
+/* This rank's CUDA device (its peer-table entry's), -1 on the host backend. */
+int tp_ctx_dev(const tp_ctx_t *ctx);
 /* The context's copy of its configuration (ring_bytes already defaulted); for the transports. */
 const tp_config_t *tp_ctx_config(const tp_ctx_t *ctx);
 

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "gpu/gpu_cuda.h"
 #include "mock_cuda.h"
 
 __attribute__((visibility("default"))) mock_cuda_stats_t mock_cuda_stats;
@@ -479,26 +480,12 @@ static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
 
 /* ---- Entry points by name ---- */
 
-// clang-format off
-#define MOCK_FUNCS(X) \
-  X(cuGetErrorName) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) \
-  X(cuDeviceGetAttribute) X(cuDeviceGetPCIBusId) X(cuDeviceCanAccessPeer) X(cuDevicePrimaryCtxRetain) \
-  X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxEnablePeerAccess) \
-  X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) \
-  X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemExportToShareableHandle) \
-  X(cuMemImportFromShareableHandle) X(cuMemAlloc) X(cuMemFree) X(cuMemsetD8) X(cuIpcGetMemHandle) \
-  X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle) X(cuMemHostAlloc) X(cuMemFreeHost) \
-  X(cuMemHostGetDevicePointer) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemcpyHtoD) \
-  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuStreamWaitEvent) X(cuStreamIsCapturing) \
-  X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)
-// clang-format on
-
 /* Each entry's type is checked against cuda.h's declaration of the base name. */
 #define ENTRY(name) {#name, (void *)(__typeof__(&name))mock_##name},
 static const struct {
   const char *name;
   void *fn;
-} entries[] = {MOCK_FUNCS(ENTRY)};
+} entries[] = {GPU_CUDA_FUNCS(ENTRY)};
 
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                   CUdriverProcAddressQueryResult *status) {

@@ -115,8 +115,7 @@ static tp_ctx_t *rank_ctx(const world_t *w, int rank, const volatile int *abort_
                      .nonce = w->nonce,
                      .peers = peers,
                      .abort_flag = abort_flag,
-                     .ring_bytes = w->net_bytes,
-                     .dev = -1};
+                     .ring_bytes = w->net_bytes};
   tp_ctx_t *ctx = NULL;
   EXPECT_OK(tp_init(&cfg, &ctx));
   return ctx;
@@ -439,7 +438,7 @@ static void test_proxy_abort(void) {
  * other's memory, which this machine may or may not allow. */
 static void test_select_gpu(void) {
   tp_peer_t peers[2] = {{.host_hash = 42, .pid = 1, .dev = 0}, {.host_hash = 42, .pid = 2, .dev = 1}};
-  tp_config_t cfg = {.rank = 0, .nranks = 2, .nonce = 1, .peers = peers, .dev = 0, .nch = 2};
+  tp_config_t cfg = {.rank = 0, .nranks = 2, .nonce = 1, .peers = peers, .nch = 2};
   tp_ctx_t *ctx;
   EXPECT_OK(tp_init(&cfg, &ctx));
   const tp_ops_t *ops = tp_select(ctx, 1);
