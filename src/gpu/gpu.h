@@ -103,6 +103,18 @@ ncclResult_t gpu_event_query(gpu_event_t *event, int *done_p);
 ncclResult_t gpu_stream_wait(cudaStream_t stream, gpu_event_t *event);
 /* Whether `stream` is being captured into a CUDA graph. */
 ncclResult_t gpu_stream_capturing(cudaStream_t stream, int *yes_p);
+/* The same, and the graph being built (an opaque CUgraph) when it is. A capture invalidated by an earlier
+ * error is refused (ncclInvalidUsage): nothing enqueued now would ever run. */
+ncclResult_t gpu_stream_capture(cudaStream_t stream, int *yes_p, void **graph_p);
+/* Ties `release(arg)` to the graph's life: it is called once the graph, every executable graph made from it
+ * and every launch of those are gone. It runs on a driver thread and must not call CUDA. */
+ncclResult_t gpu_graph_hold(void *graph, void (*release)(void *), void *arg);
+/* Lets the calling thread make calls a capture in progress would forbid (allocations) until
+ * gpu_capture_restore puts the saved mode back. */
+ncclResult_t gpu_capture_relax(int *saved_p);
+void gpu_capture_restore(int saved);
+/* Copies host memory (page-locked) to device memory in stream order. The caller has entered the device. */
+ncclResult_t gpu_copy_async(void *dst, const void *src, size_t bytes, cudaStream_t stream);
 /* Waits for everything enqueued on the stream (teardown only; collectives never call it). */
 ncclResult_t gpu_stream_sync(cudaStream_t stream);
 

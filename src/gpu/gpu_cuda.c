@@ -5,8 +5,9 @@
  * a driver. Every entry point is resolved by its base name through cuGetProcAddress for CUDA 12.0, which
  * returns the variant (_v2, ...) that cuda.h's macros give that base name; the pointers keep cuda.h's exact
  * types (__typeof__), so a mismatch is a compile error, not a crash. Only entry points whose 12.0 variant is
- * the one in the headers are used here (cuStreamIsCapturing rather than cuStreamGetCaptureInfo, which has a
- * newer variant). This is the only host file that sees CUDA's headers.
+ * the one in the headers are used that way; the few whose headers declare a newer variant
+ * (cuStreamGetCaptureInfo) are resolved the same way with their 12.0 signature written out in gpu_cuda.h.
+ * This is the only host file that sees CUDA's headers.
  *
  * Device memory is of two kinds: cuMem allocations (cuMemCreate, exportable as a POSIX file descriptor,
  * passed to other processes by base/fdpass) where the device supports them, else cuMemAlloc (exported through
@@ -35,8 +36,12 @@
 
 /* The resolved entry points. A field's name is the macro-expanded one (cuMemAlloc_v2); call them as
  * drv.cuMemAlloc, which expands the same way. */
-#define CU_FIELD(name) __typeof__(&name) name;
-static struct { GPU_CUDA_FUNCS(CU_FIELD) } drv;
+#define CU_FIELD(name)             __typeof__(&name) name;
+#define CU_FIELD_TYPED(name, type) type name;
+static struct {
+  GPU_CUDA_FUNCS(CU_FIELD)
+  GPU_CUDA_FUNCS_TYPED(CU_FIELD_TYPED)
+} drv;
 
 /* Calls drv.fn args; on failure reports the call (by base name), its CUresult and the values, and returns. */
 #define CU_CALL(fn, args, ...)                                                                               \
@@ -139,15 +144,21 @@ static ncclResult_t resolve_all(void *lib) {
   void *fn = dlsym(lib, "cuGetErrorName");
   memcpy(&drv.cuGetErrorName, &fn, sizeof fn);
   CUresult r;
-#define CU_RESOLVE(name)                                                                                     \
+/* `str` is the base name (stringized before cuda.h's macros rename it); `field` expands like drv's field. */
+#define CU_RESOLVE_NAMED(str, field)                                                                         \
   fn = NULL;                                                                                                 \
-  if ((r = get_proc(#name, &fn)) != CUDA_SUCCESS || fn == NULL) {                                            \
-    describe_resolve_failure(#name, r);                                                                      \
+  if ((r = get_proc(str, &fn)) != CUDA_SUCCESS || fn == NULL) {                                              \
+    describe_resolve_failure(str, r);                                                                        \
     return ncclSystemError;                                                                                  \
   }                                                                                                          \
-  memcpy(&drv.name, &fn, sizeof fn);
+  memcpy(&drv.field, &fn, sizeof fn);
+#define CU_RESOLVE(name)             CU_RESOLVE_NAMED(#name, name)
+#define CU_RESOLVE_TYPED(name, type) CU_RESOLVE_NAMED(#name, name)
   GPU_CUDA_FUNCS(CU_RESOLVE)
+  GPU_CUDA_FUNCS_TYPED(CU_RESOLVE_TYPED)
+#undef CU_RESOLVE_TYPED
 #undef CU_RESOLVE
+#undef CU_RESOLVE_NAMED
   return ncclSuccess;
 }
 
@@ -784,6 +795,49 @@ ncclResult_t gpu_stream_capturing(cudaStream_t stream, int *yes_p) {
   CU_CALL(cuStreamIsCapturing, (stream, &status), "stream %p", (void *)stream);
   /* An invalidated capture is still a capture: work enqueued now would never run eagerly. */
   *yes_p = status != CU_STREAM_CAPTURE_STATUS_NONE;
+  return ncclSuccess;
+}
+
+ncclResult_t gpu_stream_capture(cudaStream_t stream, int *yes_p, void **graph_p) {
+  CHECK(ready("gpu_stream_capture"));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUgraph graph = NULL;
+  CU_CALL(cuStreamGetCaptureInfo, (stream, &status, NULL, &graph, NULL, NULL), "stream %p", (void *)stream);
+  if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+    return log_err(ncclInvalidUsage,
+                   "the capture on stream %p was invalidated by an earlier error; end it and capture again",
+                   (void *)stream);
+  *yes_p = status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *graph_p = graph;
+  return ncclSuccess;
+}
+
+ncclResult_t gpu_graph_hold(void *graph, void (*release)(void *), void *arg) {
+  CHECK(ready("gpu_graph_hold"));
+  CUuserObject obj;
+  /* the object's one reference moves to the graph; copies made by instantiation hold their own */
+  CU_CALL(cuUserObjectCreate, (&obj, arg, release, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC), "graph %p", graph);
+  CU_CALL(cuGraphRetainUserObject, ((CUgraph)graph, obj, 1, CU_GRAPH_USER_OBJECT_MOVE), "graph %p", graph);
+  return ncclSuccess;
+}
+
+ncclResult_t gpu_capture_relax(int *saved_p) {
+  CHECK(ready("gpu_capture_relax"));
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  CU_CALL(cuThreadExchangeStreamCaptureMode, (&mode), "relaxed");
+  *saved_p = (int)mode;
+  return ncclSuccess;
+}
+
+void gpu_capture_restore(int saved) {
+  CUstreamCaptureMode mode = (CUstreamCaptureMode)saved;
+  CU_WARN(cuThreadExchangeStreamCaptureMode, (&mode), "mode %d", saved);
+}
+
+ncclResult_t gpu_copy_async(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+  CHECK(ready("gpu_copy_async"));
+  CU_CALL(cuMemcpyHtoDAsync, ((CUdeviceptr)dst, src, bytes, stream), "%zu bytes from %p to %p on stream %p",
+          bytes, src, dst, (void *)stream);
   return ncclSuccess;
 }
 

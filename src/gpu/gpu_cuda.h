@@ -32,7 +32,16 @@ ncclResult_t gpu_cuda_mem_free(void *ptr);
   X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle) X(cuMemHostAlloc) X(cuMemFreeHost) \
   X(cuMemHostGetDevicePointer) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemcpyHtoD) \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuStreamWaitEvent) X(cuStreamIsCapturing) \
-  X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)
+  X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) \
+  X(cuMemcpyHtoDAsync) X(cuUserObjectCreate) X(cuGraphRetainUserObject) X(cuThreadExchangeStreamCaptureMode)
 // clang-format on
+
+/* Entry points whose CUDA 12.0 variant is older than the one cuda.h declares under the base name: each with
+ * the 12.0 signature spelled out (X(name, type)). */
+#ifdef CUDA_VERSION
+typedef CUresult (*gpu_cu_capture_info_t)(CUstream stream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                          CUgraph *graph, const CUgraphNode **deps, size_t *ndeps);
+#endif
+#define GPU_CUDA_FUNCS_TYPED(X) X(cuStreamGetCaptureInfo, gpu_cu_capture_info_t)
 
 #endif

@@ -87,6 +87,24 @@ ncclResult_t gpu_stream_wait(cudaStream_t stream, gpu_event_t *event) {
 ncclResult_t gpu_stream_capturing(cudaStream_t stream, int *yes_p) {
   return no_cuda("gpu_stream_capturing");
 }
+
+ncclResult_t gpu_stream_capture(cudaStream_t stream, int *yes_p, void **graph_p) {
+  return no_cuda("gpu_stream_capture");
+}
+
+ncclResult_t gpu_graph_hold(void *graph, void (*release)(void *), void *arg) {
+  return no_cuda("gpu_graph_hold");
+}
+
+ncclResult_t gpu_capture_relax(int *saved_p) {
+  return no_cuda("gpu_capture_relax");
+}
+
+void gpu_capture_restore(int saved) {}
+
+ncclResult_t gpu_copy_async(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+  return no_cuda("gpu_copy_async");
+}
 ncclResult_t gpu_stream_sync(cudaStream_t stream) {
   return no_cuda("gpu_stream_sync");
 }

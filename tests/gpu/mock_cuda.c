@@ -36,6 +36,30 @@ struct CUfunc_st {
 #define MAX_LEGACY  64
 
 static struct CUctx_st contexts[MAX_DEVICES];
+/* The one graph the capturing stream builds, and the user objects it holds. */
+struct mock_obj {
+  CUhostFn fn;
+  void *arg;
+  int held;
+};
+static struct {
+  struct mock_obj objs[MOCK_CUDA_MAX_OBJS];
+  int nobjs;
+} mock_graph;
+static _Thread_local CUstreamCaptureMode mock_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+__attribute__((visibility("default"))) int mock_cuda_graph_destroy(void);
+int mock_cuda_graph_destroy(void) {
+  int n = 0;
+  for (int i = 0; i < mock_graph.nobjs; i++) {
+    if (!mock_graph.objs[i].held) continue;
+    mock_graph.objs[i].held = 0;
+    mock_graph.objs[i].fn(mock_graph.objs[i].arg);
+    n++;
+  }
+  mock_graph.nobjs = 0;
+  return n;
+}
 static struct CUfunc_st kernel;
 static _Thread_local CUcontext current;
 
@@ -441,6 +465,45 @@ static CUresult mock_cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus 
   return CUDA_SUCCESS;
 }
 
+static CUresult mock_cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                            CUgraph *graph, const CUgraphNode **deps, size_t *ndeps) {
+  mock_cuStreamIsCapturing(stream, status);
+  if (graph != NULL) *graph = *status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? (CUgraph)&mock_graph : NULL;
+  return id == NULL && deps == NULL && ndeps == NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* User objects: the mock's one graph holds them until mock_cuda_graph_destroy releases them all. */
+static CUresult mock_cuUserObjectCreate(CUuserObject *obj, void *ptr, CUhostFn destroy, unsigned int refs,
+                                        unsigned int flags) {
+  if (refs != 1 || mock_graph.nobjs == MOCK_CUDA_MAX_OBJS) return CUDA_ERROR_INVALID_VALUE;
+  *obj = (CUuserObject)&mock_graph.objs[mock_graph.nobjs];
+  mock_graph.objs[mock_graph.nobjs].fn = destroy;
+  mock_graph.objs[mock_graph.nobjs].arg = ptr;
+  mock_graph.objs[mock_graph.nobjs].held = 0;
+  mock_graph.nobjs++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuGraphRetainUserObject(CUgraph graph, CUuserObject obj, unsigned int count,
+                                             unsigned int flags) {
+  if ((void *)graph != (void *)&mock_graph || count != 1 || flags != CU_GRAPH_USER_OBJECT_MOVE)
+    return CUDA_ERROR_INVALID_VALUE;
+  ((struct mock_obj *)(void *)obj)->held = 1;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+  CUstreamCaptureMode old = mock_capture_mode;
+  mock_capture_mode = *mode;
+  mock_cuda_stats.capture_mode = (int)*mode;
+  *mode = old;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream) {
+  return mock_cuMemcpyHtoD(dst, src, bytes);
+}
+
 static CUresult mock_cuStreamSynchronize(CUstream stream) {
   return CUDA_SUCCESS;
 }
@@ -481,11 +544,12 @@ static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
 /* ---- Entry points by name ---- */
 
 /* Each entry's type is checked against cuda.h's declaration of the base name. */
-#define ENTRY(name) {#name, (void *)(__typeof__(&name))mock_##name},
+#define ENTRY(name)             {#name, (void *)(__typeof__(&name))mock_##name},
+#define ENTRY_TYPED(name, type) {#name, (void *)(type)mock_##name},
 static const struct {
   const char *name;
   void *fn;
-} entries[] = {GPU_CUDA_FUNCS(ENTRY)};
+} entries[] = {GPU_CUDA_FUNCS(ENTRY) GPU_CUDA_FUNCS_TYPED(ENTRY_TYPED)};
 
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                   CUdriverProcAddressQueryResult *status) {

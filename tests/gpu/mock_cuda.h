@@ -18,6 +18,7 @@
 #define MOCK_CUDA_CAPTURING   ((void *)0xCA7ull) /* the stream that reports an active capture */
 #define MOCK_CUDA_KERNEL      "braid_kernel"     /* the one kernel every module holds */
 #define MOCK_CUDA_GARBAGE     0xAB               /* fresh device and pinned memory is filled with this */
+#define MOCK_CUDA_MAX_OBJS    64                 /* user objects the capturing stream's one graph can hold */
 
 typedef struct {
   int proc_version;    /* cudaVersion of the last cuGetProcAddress */
@@ -35,6 +36,12 @@ typedef struct {
   int live_legacy;         /* cuMemAlloc and opened IPC allocations not freed or closed */
   int live_host;           /* cuMemHostAlloc allocations and registrations not freed */
   int live_events;         /* events not destroyed */
+  int capture_mode;        /* the calling thread's capture mode as last exchanged (CUstreamCaptureMode) */
 } mock_cuda_stats_t;
+
+/* Destroys the capturing stream's graph: runs the destructor of every user object it holds (exported; tests
+ * find it with dlsym) and returns how many ran. */
+typedef int (*mock_cuda_graph_destroy_fn)(void);
+#define MOCK_CUDA_GRAPH_DESTROY "mock_cuda_graph_destroy"
 
 #endif

@@ -253,6 +253,39 @@ static void test_events_and_streams(void) {
   gpu_leave(&scope);
 }
 
+static void count_release(void *arg) {
+  (*(int *)arg)++;
+}
+
+/* Capture queries give the graph, which holds a release callback until it is destroyed; the capture mode is
+ * relaxed and put back. */
+static void test_graph_holds(void) {
+  gpu_scope_t scope;
+  EXPECT_OK(gpu_enter(0, &scope));
+  int yes = -1;
+  void *graph = (void *)1;
+  EXPECT_OK(gpu_stream_capture(NULL, &yes, &graph));
+  EXPECT(yes == 0 && graph == NULL);
+  EXPECT_OK(gpu_stream_capture((cudaStream_t)MOCK_CUDA_CAPTURING, &yes, &graph));
+  EXPECT(yes == 1 && graph != NULL);
+  int released = 0;
+  EXPECT_OK(gpu_graph_hold(graph, count_release, &released));
+  EXPECT_OK(gpu_graph_hold(graph, count_release, &released));
+  EXPECT(released == 0);
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  void *sym = lib != NULL ? dlsym(lib, MOCK_CUDA_GRAPH_DESTROY) : NULL;
+  EXPECT(sym != NULL, "the stand-in driver exports %s", MOCK_CUDA_GRAPH_DESTROY);
+  mock_cuda_graph_destroy_fn destroy;
+  memcpy(&destroy, &sym, sizeof sym);
+  EXPECT(destroy() == 2 && released == 2, "%d releases ran", released);
+  int saved = -1;
+  EXPECT_OK(gpu_capture_relax(&saved));
+  EXPECT(stats()->capture_mode == 2 /* CU_STREAM_CAPTURE_MODE_RELAXED */ && saved == 0);
+  gpu_capture_restore(saved);
+  EXPECT(stats()->capture_mode == 0);
+  gpu_leave(&scope);
+}
+
 static void test_kernels(void) {
   static const unsigned char fatbin[16] = {1};
   gpu_func_t *f0 = NULL, *f0again = NULL, *f1 = NULL, *bad = NULL;
@@ -337,6 +370,7 @@ int main(int argc, char **argv) {
   TEST(test_import_after_release, 30);
   TEST(test_mem_alloc_registry, 30);
   TEST(test_host_memory, 30);
+  TEST(test_graph_holds, 30);
   TEST(test_events_and_streams, 30);
   TEST(test_kernels, 30);
   TEST(test_backend_auto, 30);
