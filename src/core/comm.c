@@ -310,7 +310,26 @@ void comm_set_error(ncclComm_t comm, ncclResult_t res) {
   if (comm->links != NULL) links_fail(comm->links);
 }
 
+ncclResult_t comm_graphs_check(ncclComm_t comm, const char *func) {
+  double limit = time_now() + (double)param_int(P_BRAID_GRAPH_WAIT_S);
+  /* a graph destroyed just now is reported gone by the driver's thread shortly after */
+  while (gx_graphs(comm->gx) > 0 && time_now() < limit) time_sleep_us(1000);
+  int n = gx_graphs(comm->gx);
+  if (n == 0) return ncclSuccess;
+  return log_err(
+      ncclInvalidUsage,
+      "%s: %s rank %d is used by %d CUDA graph%s that still exist%s (captured work would run on a "
+      "destroyed communicator); destroy them (cudaGraphDestroy, and cudaGraphExecDestroy for every "
+      "instance) first, or call ncclCommAbort. The communicator is unchanged",
+      func, comm->name, comm->rank, n, n == 1 ? "" : "s", n == 1 ? "s" : "");
+}
+
+static void links_release(void *links) {
+  links_destroy(links);
+}
+
 ncclResult_t comm_finalize(ncclComm_t comm) {
+  CHECK(comm_graphs_check(comm, "ncclCommFinalize"));
   ncclResult_t res = boot_barrier(comm->boot);
   if (res != ncclSuccess) {
     comm_set_error(comm, res);
@@ -325,9 +344,15 @@ void comm_destroy(ncclComm_t comm) {
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
   }
-  gx_destroy(comm->gx); /* first: waits until no kernel uses the connections */
+  if (gx_graphs(comm->gx) > 0) {
+    /* only after ncclCommAbort (destroy and finalize refuse): replays may still reach the kernel view and the
+     * rings, so both stay until the last graph goes */
+    gx_retire(comm->gx, links_release, comm->links);
+  } else {
+    gx_destroy(comm->gx); /* first: waits until no kernel uses the connections */
+    links_destroy(comm->links);
+  }
   comm->gx = NULL;
-  links_destroy(comm->links);
   if (comm->boot != NULL) boot_close(comm->boot);
   mem_free(&comm->acct, comm->peers, comm->nranks * sizeof *comm->peers);
   plan_free(&comm->plan);

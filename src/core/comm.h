@@ -58,6 +58,11 @@ struct ncclComm {
   int in_group;                /* on the calling thread's group list */
 };
 
+/* ncclSuccess when no CUDA graph holds captured work of the communicator, after waiting at most
+ * BRAID_GRAPH_WAIT_S for graphs being destroyed; otherwise ncclInvalidUsage naming how many (for `func`,
+ * which must not destroy or finalize it then). */
+ncclResult_t comm_graphs_check(ncclComm_t comm, const char *func);
+
 /* Allocates a communicator for `rank` of `nranks` with a validated configuration (NULL: defaults). */
 ncclResult_t comm_alloc(int nranks, int rank, const ncclConfig_t *config, ncclComm_t *comm_p);
 /* Runs init: bootstrap with the ids, peer exchange, links. On failure the communicator is marked failed. */

@@ -9,9 +9,25 @@
  *
  * Launches of one communicator are ordered even when the calls come on different streams: each launch waits
  * for the event recorded after the previous one. Inside CUDA graph capture the ordering is the graph's.
+ *
+ * Work storage. A launch's transfers travel in the kernel parameters when they fit (DEV_MAX_XFERS); a larger
+ * launch spills its list to device memory. Eager launches take an entry of the communicator's work queue
+ * (workq.h): a header in host-mapped memory the kernel writes when done, and the spill, staged in page-locked
+ * memory and copied in stream order to the queue's device copy. Captured launches take nothing from the
+ * queue: what they need (the spill, in-place all-to-all scratch) is owned by a graph token, tied to the
+ * graph's life with a CUDA user object; the token is released when the graph, its executable copies and
+ * their launches are gone, and its memory is freed by the next call of this module.
+ *
+ * Communicator and graph lifetimes. While a graph holds a token of the communicator, gx_graphs reports it,
+ * and ncclCommDestroy / ncclCommFinalize refuse (comm.c). ncclCommAbort retires the executor instead
+ * (gx_retire): the kernels see the abort flag (a replay after the abort leaves at once), and everything a
+ * replay could reach (the kernel view, the flags, the connections' rings) is kept until the last graph is
+ * gone, then freed by the next call of this module (gx_sweep).
  */
 #include "launch.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +36,7 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/timeutil.h"
+#include "core/workq.h"
 #include "device/dev.h"
 #include "gpu/gpu.h"
 
@@ -29,6 +46,14 @@ typedef struct {
   int32_t pad;
   dev_error_t error; /* kernels write the first error; the host reads it */
 } flags_t;
+
+/* Storage a captured launch needs for the graph's life; one per captured gx_launch. */
+typedef struct token {
+  struct token *next;
+  gx_t *gx;
+  _Atomic int released; /* set by the graph's release callback (a driver thread) */
+  struct tbuf *bufs;    /* what it owns: spilled transfer lists, in-place all-to-all staging */
+} token_t;
 
 struct gx {
   int dev, rank, nranks, nch;
@@ -44,9 +69,24 @@ struct gx {
   cudaStream_t last;         /* stream of the last eager launch */
   gpu_event_t **joins;       /* one per extra stream of a group */
   int njoins;
-  gpu_mem_t *scratch; /* in-place all-to-all staging */
+  gpu_mem_t *scratch; /* in-place all-to-all staging of eager launches */
   int reported;       /* the kernel error was logged */
   dev_work_t work;    /* the launch being built */
+  dev_xfer_t *xf;     /* its transfer list while it is built (copied to work.xfers or spilled) */
+  uint32_t xf_cap;
+  /* the work queue: entries in host-mapped memory (headers, staged spills) and its device copy (spills) */
+  workq_t wq;
+  char *q_host, *q_host_dev;
+  gpu_mem_t *q_dev;
+  uint64_t group_first_tag; /* the first queue entry of the gx_launch in progress */
+  /* captured launches */
+  token_t *tokens;  /* every token made, released or not */
+  token_t *pending; /* the token of the latest capture, and that capture's id */
+  uint64_t pending_capture;
+  _Atomic int graphs; /* tokens held by graphs and not yet released */
+  void *retire_arg;   /* what gx_retire keeps alive with the executor */
+  void (*retire_free)(void *);
+  gx_t *retired_next;
 };
 
 /* Ranks of one GPU communicator at most (lane assignment works on the stack). */
@@ -113,6 +153,18 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
   return res;
 }
 
+/* The work queue: its accounting, its entries in host-mapped memory, and their device copy for spills. */
+static ncclResult_t queue_init(gx_t *gx) {
+  uint64_t cap = wq_size(param_int(P_NCCL_WORK_FIFO_BYTES), param_is_set(P_NCCL_WORK_FIFO_BYTES),
+                         param_int(P_NCCL_WORK_FIFO_DEPTH), param_is_set(P_NCCL_WORK_FIFO_DEPTH));
+  CHECK(wq_init(&gx->wq, cap));
+  CHECK(gpu_host_alloc(cap, (void **)&gx->q_host, (void **)&gx->q_host_dev));
+  mem_charge(gx->acct, cap, 0, "work queue (page-locked)");
+  CHECK(gpu_dev_alloc(gx->dev, cap, &gx->q_dev));
+  mem_charge(gx->acct, gpu_mem_size(gx->q_dev), 1, "work queue (device copy)");
+  return ncclSuccess;
+}
+
 ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, alloc_acct_t *acct,
                      const char *name, gx_t **gx_p) {
   ncclResult_t res;
@@ -120,6 +172,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   if (nranks > GX_MAX_RANKS)
     return log_err(ncclInvalidUsage, "%s: %d ranks; the GPU executor takes at most %d", name, nranks,
                    GX_MAX_RANKS);
+  gx_sweep();
   CHECK(MEM_CALLOC(acct, gx, 1, "GPU executor"));
   *gx = (gx_t){.dev = dev, .rank = rank, .nranks = nranks, .nch = nch, .name = name, .acct = acct};
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_NAME, &gx->func), res, fail);
@@ -127,7 +180,9 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   mem_charge(acct, gpu_mem_size(gx->mem), 1, "kernel view of the communicator");
   CHECK_GOTO(upload(gx, links), res, fail);
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
-  INFO(LOG_INIT, "%s rank %d: GPU executor on device %d, %d channels", name, rank, dev, nch);
+  CHECK_GOTO(queue_init(gx), res, fail);
+  INFO(LOG_INIT, "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes", name, rank,
+       dev, nch, (unsigned long long)gx->wq.cap);
   *gx_p = gx;
   return ncclSuccess;
 fail:
@@ -145,14 +200,124 @@ static ncclResult_t wait_last(gx_t *gx) {
   return ncclSuccess;
 }
 
-ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks) {
+/* ---- Graph tokens ---- */
+
+/* One allocation a token owns: device memory, and the page-locked copy it is filled from (or NULL). */
+typedef struct tbuf {
+  struct tbuf *next;
+  gpu_mem_t *mem;
+  void *stage;
+  size_t stage_bytes;
+} tbuf_t;
+
+/* The graph's release callback, on a driver thread: no CUDA call, only two atomic operations. The token is
+ * marked released first (the next sweep may free it at once, so it is not touched after), then the count
+ * drops: whoever sees the count reach zero sees every token released. The executor outlives the count
+ * (gx_destroy runs only at zero; gx_retire keeps it until then). */
+static void token_release(void *arg) {
+  token_t *t = arg;
+  gx_t *gx = t->gx;
+  atomic_store_explicit(&t->released, 1, memory_order_release);
+  atomic_fetch_sub_explicit(&gx->graphs, 1, memory_order_release);
+}
+
+static void token_free(gx_t *gx, token_t *t) {
+  for (tbuf_t *b = t->bufs, *next; b != NULL; b = next) {
+    next = b->next;
+    if (b->mem != NULL) {
+      mem_release(gx->acct, gpu_mem_size(b->mem), 1);
+      gpu_mem_release(b->mem);
+    }
+    if (b->stage != NULL) {
+      mem_release(gx->acct, b->stage_bytes, 0);
+      gpu_host_free(b->stage);
+    }
+    free(b);
+  }
+  free(t);
+}
+
+/* Frees the tokens whose graphs are gone (the caller has entered the device). */
+static void tokens_sweep(gx_t *gx) {
+  for (token_t **pp = &gx->tokens; *pp != NULL;) {
+    token_t *t = *pp;
+    if (!atomic_load_explicit(&t->released, memory_order_acquire)) {
+      pp = &t->next;
+      continue;
+    }
+    *pp = t->next;
+    if (gx->pending == t) gx->pending = NULL;
+    token_free(gx, t);
+  }
+}
+
+/* The token of the capture `capture_id` (into `graph`): the one an earlier call of the same capture made, or
+ * a new one that the graph holds from now on (so the communicator knows a graph uses it). Capture ids are
+ * never reused in a process, unlike graph handles. */
+static ncclResult_t token_for(gx_t *gx, void *graph, uint64_t capture_id, token_t **t_p) {
+  if (gx->pending != NULL && gx->pending_capture == capture_id) {
+    *t_p = gx->pending;
+    return ncclSuccess;
+  }
+  token_t *t = calloc(1, sizeof *t);
+  if (t == NULL) return log_err(ncclSystemError, "%s: out of host memory for a graph token", gx->name);
+  t->gx = gx;
+  atomic_fetch_add_explicit(&gx->graphs, 1, memory_order_relaxed);
+  ncclResult_t res = gpu_graph_hold(graph, token_release, t);
+  if (res != ncclSuccess) {
+    /* not held: no callback will come, so the count goes back now */
+    atomic_fetch_sub_explicit(&gx->graphs, 1, memory_order_relaxed);
+    free(t);
+    return res;
+  }
+  t->next = gx->tokens;
+  gx->tokens = t;
+  gx->pending = t;
+  gx->pending_capture = capture_id;
+  *t_p = t;
+  return ncclSuccess;
+}
+
+/* Device memory of `bytes` owned by token t, with (stage != NULL) a page-locked copy to fill it from.
+ * Allocation is one of the calls a capture forbids in its strict modes: the thread relaxes its mode around
+ * it. */
+static ncclResult_t token_alloc(gx_t *gx, token_t *t, size_t bytes, int staged, tbuf_t **b_p) {
+  tbuf_t *b = calloc(1, sizeof *b);
+  if (b == NULL) return log_err(ncclSystemError, "%s: out of host memory for a graph token", gx->name);
+  b->next = t->bufs;
+  t->bufs = b;
+  int saved;
+  CHECK(gpu_capture_relax(&saved));
+  void *unused;
+  ncclResult_t res = gpu_dev_alloc(gx->dev, bytes, &b->mem);
+  if (res == ncclSuccess) mem_charge(gx->acct, gpu_mem_size(b->mem), 1, "graph-owned work or scratch");
+  if (res == ncclSuccess && staged) {
+    res = gpu_host_alloc(bytes, &b->stage, &unused);
+    if (res == ncclSuccess) {
+      b->stage_bytes = bytes;
+      mem_charge(gx->acct, bytes, 0, "graph-owned work (page-locked)");
+    }
+  }
+  gpu_capture_restore(saved);
+  *b_p = b;
+  return res;
+}
+
+/* ---- In-place all-to-all scratch ---- */
+
+static size_t scratch_need(const plan_t *plan, int nranks) {
   size_t need = 0;
   for (int i = 0; i < plan->ntasks; i++) {
     const task_t *t = &plan->tasks[i];
     if (t->kind == OP_ALLTOALL && t->sendbuff == t->recvbuff && nranks > 1)
       need += (size_t)nranks * t->count * dtype_size(t->type);
   }
-  if (need == 0 || (gx->scratch != NULL && gpu_mem_size(gx->scratch) >= need)) goto out;
+  return need;
+}
+
+/* Eager launches share one staging buffer, grown when needed. */
+static ncclResult_t scratch_eager(gx_t *gx, size_t need, gpu_mem_t **mem_p) {
+  if (gx->scratch != NULL && gpu_mem_size(gx->scratch) >= need) goto out;
   if (gx->scratch != NULL) {
     /* A launch still in flight may stage in the old buffer: wait for the last one (bounded: kernels give up
      * after BRAID_TIMEOUT_S). This happens only when an in-place all-to-all grows. */
@@ -161,16 +326,39 @@ ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks) {
     gpu_mem_release(gx->scratch);
     gx->scratch = NULL;
   }
-  gpu_scope_t scope;
-  CHECK(gpu_enter(gx->dev, &scope));
-  ncclResult_t res = gpu_dev_alloc(gx->dev, need, &gx->scratch);
-  gpu_leave(&scope);
-  CHECK(res);
+  CHECK(gpu_dev_alloc(gx->dev, need, &gx->scratch));
   mem_charge(gx->acct, gpu_mem_size(gx->scratch), 1, "in-place all-to-all staging");
 out:
+  *mem_p = gx->scratch;
+  return ncclSuccess;
+}
+
+ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks) {
+  size_t need = scratch_need(plan, nranks);
+  plan->ext_scratch = NULL;
+  plan->ext_scratch_bytes = 0;
+  if (need == 0) return ncclSuccess;
+  gpu_scope_t scope;
+  CHECK(gpu_enter(gx->dev, &scope));
+  int capturing = 0;
+  void *graph = NULL;
+  uint64_t id = 0;
+  gpu_mem_t *mem = NULL;
+  ncclResult_t res = gpu_stream_capture(plan->tasks[0].stream, &capturing, &graph, &id);
+  if (res == ncclSuccess && !capturing) res = scratch_eager(gx, need, &mem);
+  if (res == ncclSuccess && capturing) {
+    /* a replay may run beside eager launches: the graph gets staging of its own */
+    token_t *t;
+    tbuf_t *b;
+    res = token_for(gx, graph, id, &t);
+    if (res == ncclSuccess) res = token_alloc(gx, t, need, 0, &b);
+    if (res == ncclSuccess) mem = b->mem;
+  }
+  gpu_leave(&scope);
+  CHECK(res);
   /* plan_build stages in-place all-to-alls here instead of in host memory */
-  plan->ext_scratch = gx->scratch != NULL ? gpu_mem_ptr(gx->scratch) : NULL;
-  plan->ext_scratch_bytes = gx->scratch != NULL ? gpu_mem_size(gx->scratch) : 0;
+  plan->ext_scratch = gpu_mem_ptr(mem);
+  plan->ext_scratch_bytes = gpu_mem_size(mem);
   return ncclSuccess;
 }
 
@@ -281,36 +469,176 @@ static ncclResult_t after(gx_t *gx, const plan_t *plan, cudaStream_t s, int capt
   return ncclSuccess;
 }
 
+/* What every launch of one gx_launch shares. */
+typedef struct {
+  cudaStream_t s;
+  int capturing;
+  token_t *token; /* captured: the storage the graph owns */
+  const char *op; /* the group's first call, for messages */
+} launch_ctx_t;
+
+/* ---- The work queue ---- */
+
+typedef struct {
+  gx_t *gx;
+  int all_before_group; /* the ordering event says every launch before this group has finished */
+} done_ctx_t;
+
+/* Whether an entry's kernel is done: it wrote the entry's tag into the header (acquire: what it read of the
+ * entry was read before). */
+static int entry_done(void *arg, const wq_entry_t *e) {
+  const done_ctx_t *c = arg;
+  if (__atomic_load_n((const uint64_t *)(c->gx->q_host + e->off), __ATOMIC_ACQUIRE) == e->tag) return 1;
+  return c->all_before_group && e->tag < c->gx->group_first_tag;
+}
+
+/* Says once, at WARN, what a queue that stays full waits for. */
+static void queue_warn(gx_t *gx, double waited) {
+  const wq_entry_t *e = wq_oldest(&gx->wq);
+  if (e == NULL) return;
+  WARN(
+      "%s rank %d: the work queue has been full for %.1f s: %llu of %llu bytes (NCCL_WORK_FIFO_BYTES) are "
+      "held "
+      "by %u eager launches; waiting for the GPU to finish the oldest, %s (call %llu), enqueued %.1f s ago%s",
+      gx->name, gx->rank, waited, (unsigned long long)wq_outstanding(&gx->wq), (unsigned long long)gx->wq.cap,
+      gx->wq.count, e->op, (unsigned long long)e->seq, time_now() - e->t_enq,
+      e->tag >= gx->group_first_tag ? "; it belongs to this same group, so if one thread drives several GPUs "
+                                      "they wait for each other: raise NCCL_WORK_FIFO_BYTES"
+                                    : "");
+}
+
+/* An entry of `bytes` for an eager launch, waiting while the queue is full: space comes back as kernels
+ * finish. The wait ends with an error when the communicator is aborted or a kernel failed. */
+static ncclResult_t queue_reserve(gx_t *gx, uint64_t bytes, uint64_t seq, const char *op, wq_slot_t *slot) {
+  done_ctx_t c = {gx, 0};
+  double start = 0;
+  int warned = 0;
+  for (uint64_t round = 0;; round++) {
+    wq_reclaim(&gx->wq, entry_done, &c);
+    if (wq_reserve(&gx->wq, 0, bytes, seq, op, time_now(), slot)) return ncclSuccess;
+    if (round == 0) start = time_now();
+    if (gx->launched && !c.all_before_group) CHECK(gpu_event_query(gx->done, &c.all_before_group));
+    if (__atomic_load_n(&gx->flags->abort, __ATOMIC_ACQUIRE))
+      return log_err(ncclInvalidUsage, "%s rank %d: aborted while waiting for room in the work queue",
+                     gx->name, gx->rank);
+    CHECK(gx_error(gx));
+    double waited = time_now() - start;
+    if (!warned && waited >= (double)param_int(P_BRAID_QUEUE_WARN_S)) {
+      warned = 1;
+      queue_warn(gx, waited);
+    }
+    time_backoff(round);
+  }
+}
+
+/* Where an eager launch's work goes: a queue entry (its header cleared, the spill staged and copied to the
+ * device copy in stream order). */
+static ncclResult_t queue_place(gx_t *gx, const launch_ctx_t *lc, uint64_t spill, wq_slot_t *slot) {
+  dev_work_t *w = &gx->work;
+  CHECK(queue_reserve(gx, wq_entry_bytes(spill), w->seq, lc->op, slot));
+  /* the launch is made after this store, so the kernel's write of the tag comes after it */
+  __atomic_store_n((uint64_t *)(gx->q_host + slot->off), 0, __ATOMIC_RELAXED);
+  w->done = (volatile uint64_t *)(gx->q_host_dev + slot->off);
+  w->tag = slot->tag;
+  if (spill == 0) return ncclSuccess;
+  char *stage = gx->q_host + slot->off + WQ_ALIGN,
+       *dst = (char *)gpu_mem_ptr(gx->q_dev) + slot->off + WQ_ALIGN;
+  memcpy(stage, gx->xf, spill);
+  w->ext = (const dev_xfer_t *)dst;
+  return gpu_copy_async(dst, stage, spill, lc->s);
+}
+
+/* Where a captured launch's spill goes: device memory the graph owns, filled by a copy node at each replay
+ * from a page-locked copy it also owns. */
+static ncclResult_t capture_place(gx_t *gx, const launch_ctx_t *lc, uint64_t spill) {
+  tbuf_t *b;
+  CHECK(token_alloc(gx, lc->token, spill, 1, &b));
+  memcpy(b->stage, gx->xf, spill);
+  gx->work.ext = gpu_mem_ptr(b->mem);
+  return gpu_copy_async(gpu_mem_ptr(b->mem), b->stage, spill, lc->s);
+}
+
 /* Launches the work built so far (if any) and starts a new one. */
-static ncclResult_t flush(gx_t *gx, cudaStream_t s, uint64_t seq) {
+static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
   dev_work_t *w = &gx->work;
   if (w->nsteps > 0 && w->nxfers > 0) {
     int widest = 1;
     for (int i = 0; i < w->nsteps; i++)
       if (w->step_lanes[i] > widest) widest = w->step_lanes[i];
+    uint64_t spill = w->nxfers > DEV_MAX_XFERS ? (uint64_t)w->nxfers * sizeof(dev_xfer_t) : 0;
     w->comm = gx->dcomm;
-    CHECK(gpu_launch(gx->func, (unsigned)(widest * gx->nch), DEV_THREADS, w, sizeof *w, s));
+    w->ext = NULL;
+    w->done = NULL;
+    w->tag = 0;
+    if (spill == 0) memcpy(w->xfers, gx->xf, (size_t)w->nxfers * sizeof(dev_xfer_t));
+    wq_slot_t slot = {0};
+    if (!lc->capturing)
+      CHECK(queue_place(gx, lc, spill, &slot));
+    else if (spill != 0)
+      CHECK(capture_place(gx, lc, spill));
+    ncclResult_t res = gpu_launch(gx->func, (unsigned)(widest * gx->nch), DEV_THREADS, w, sizeof *w, lc->s);
+    if (res != ncclSuccess) {
+      wq_cancel(&gx->wq, &slot); /* it never reached the GPU */
+      return res;
+    }
   }
   w->nsteps = w->nxfers = 0;
   w->seq = seq;
   return ncclSuccess;
 }
 
+/* Lanes of one step within the kernel's limits: transfers per lane, and rings (peer, direction) per lane. */
+static ncclResult_t lanes_check(const gx_t *gx, const dev_xfer_t *x, int n, int *mark, uint64_t seq) {
+  for (int i = 0; i < n;) {
+    int j = i, rings = 0;
+    for (int k = 0; k < 2 * gx->nranks; k++) mark[k] = 0;
+    for (; j < n && x[j].lane == x[i].lane; j++) {
+      if (x[j].send_peer >= 0 && !mark[x[j].send_peer]++) rings++;
+      if (x[j].recv_peer >= 0 && !mark[gx->nranks + x[j].recv_peer]++) rings++;
+    }
+    if (j - i > DEV_LANE_XFERS || rings > DEV_LANE_RINGS)
+      return log_err(ncclInvalidUsage,
+                     "%s: a group step (call %llu) puts %d transfers over %d connections in one lane; a lane "
+                     "takes at most %d transfers and %d connections: split the group",
+                     gx->name, (unsigned long long)seq, j - i, rings, DEV_LANE_XFERS, DEV_LANE_RINGS);
+    i = j;
+  }
+  return ncclSuccess;
+}
+
+/* Room for n transfers in the list being built. */
+static ncclResult_t xf_reserve(gx_t *gx, uint32_t n) {
+  if (n <= gx->xf_cap) return ncclSuccess;
+  uint32_t cap = gx->xf_cap < 64 ? 64 : gx->xf_cap;
+  while (cap < n) cap *= 2;
+  dev_xfer_t *xf = realloc(gx->xf, (size_t)cap * sizeof *xf);
+  if (xf == NULL) return log_err(ncclSystemError, "%s: out of host memory for %u transfers", gx->name, cap);
+  gx->xf = xf;
+  gx->xf_cap = cap;
+  return ncclSuccess;
+}
+
 /* Appends step `s` of the plan to the launch being built, launching first when it would not fit. */
-static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, cudaStream_t stream) {
+static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_ctx_t *lc) {
   const step_t *st = &plan->steps[s];
   dev_work_t *w = &gx->work;
-  if (st->count > DEV_MAX_XFERS)
+  /* an eager launch's list must fit the queue (an entry is a header and the list) */
+  uint64_t max = DEV_MAX_SPILL, fits = (gx->wq.cap - WQ_ALIGN) / sizeof(dev_xfer_t);
+  if (!lc->capturing && fits < max) max = fits;
+  if ((uint64_t)st->count > max)
     return log_err(ncclInvalidUsage,
-                   "%s: a group step of %d transfers on one GPU exceeds the %d a launch carries (call %lu)",
-                   gx->name, st->count, DEV_MAX_XFERS, (unsigned long)st->task->seq);
-  if (w->nsteps == DEV_MAX_STEPS || w->nxfers + st->count > DEV_MAX_XFERS)
-    CHECK(flush(gx, stream, st->task->seq));
-  dev_xfer_t *x = &w->xfers[w->nxfers];
+                   "%s: a group step of %d transfers on one GPU exceeds the %llu a launch takes%s", gx->name,
+                   st->count, (unsigned long long)max,
+                   lc->capturing ? "" : " (with this NCCL_WORK_FIFO_BYTES)");
+  if (w->nsteps == DEV_MAX_STEPS || w->nxfers + (uint64_t)st->count > max)
+    CHECK(flush(gx, lc, st->task->seq));
+  CHECK(xf_reserve(gx, w->nxfers + st->count));
+  dev_xfer_t *x = &gx->xf[w->nxfers];
   for (int i = 0; i < st->count; i++)
     fill_xfer(gx, &plan->xfers[st->first + i], (uint16_t)(st->task - plan->tasks), &x[i]);
   int parent[2 * GX_MAX_RANKS + 1], lane_of[2 * GX_MAX_RANKS + 1];
   w->step_lanes[w->nsteps] = (uint16_t)assign_lanes(x, st->count, gx->nranks, parent, lane_of);
+  CHECK(lanes_check(gx, x, st->count, parent, st->task->seq));
   w->nxfers = (uint16_t)(w->nxfers + st->count);
   w->step_end[w->nsteps++] = w->nxfers;
   return ncclSuccess;
@@ -318,21 +646,78 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, cudaStream_t s
 
 ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
   if (plan->ntasks == 0) return ncclSuccess;
-  cudaStream_t s = plan->tasks[0].stream;
+  launch_ctx_t lc = {.s = plan->tasks[0].stream, .op = plan_op_name(plan->tasks[0].kind)};
   gpu_scope_t scope;
   CHECK(gpu_enter(gx->dev, &scope));
   ncclResult_t res;
-  int capturing = 0;
-  CHECK_GOTO(gpu_stream_capturing(s, &capturing), res, out);
-  CHECK_GOTO(before(gx, plan, s, capturing), res, out);
+  void *graph = NULL;
+  uint64_t capture_id = 0;
+  gx_sweep();
+  tokens_sweep(gx);
+  CHECK_GOTO(gpu_stream_capture(lc.s, &lc.capturing, &graph, &capture_id), res, out);
+  /* from here on the graph holds the communicator (gx_graphs) */
+  if (lc.capturing) CHECK_GOTO(token_for(gx, graph, capture_id, &lc.token), res, out);
+  CHECK_GOTO(before(gx, plan, lc.s, lc.capturing), res, out);
+  gx->group_first_tag = gx->wq.next_tag;
   gx->work.nsteps = gx->work.nxfers = 0;
   gx->work.seq = plan->tasks[0].seq;
-  for (int i = 0; i < plan->nsteps; i++) CHECK_GOTO(add_step(gx, plan, i, s), res, out);
-  CHECK_GOTO(flush(gx, s, 0), res, out);
-  res = after(gx, plan, s, capturing);
+  for (int i = 0; i < plan->nsteps; i++) CHECK_GOTO(add_step(gx, plan, i, &lc), res, out);
+  CHECK_GOTO(flush(gx, &lc, 0), res, out);
+  res = after(gx, plan, lc.s, lc.capturing);
 out:
   gpu_leave(&scope);
   return res;
+}
+
+int gx_graphs(gx_t *gx) {
+  return gx == NULL ? 0 : atomic_load_explicit(&gx->graphs, memory_order_acquire);
+}
+
+/* ---- Retired executors ---- */
+
+/* Executors retired while graphs held them, until the last graph goes. */
+static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
+static gx_t *retired;
+static _Atomic int nretired;
+
+void gx_retire(gx_t *gx, void (*release)(void *), void *arg) {
+  gx->retire_free = release;
+  gx->retire_arg = arg;
+  INFO(LOG_INIT,
+       "%s rank %d: %d CUDA graphs still hold the communicator; its device memory is kept until they "
+       "are destroyed",
+       gx->name, gx->rank, gx_graphs(gx));
+  pthread_mutex_lock(&retired_lock);
+  gx->retired_next = retired;
+  retired = gx;
+  atomic_fetch_add(&nretired, 1);
+  pthread_mutex_unlock(&retired_lock);
+}
+
+void gx_sweep(void) {
+  if (atomic_load_explicit(&nretired, memory_order_relaxed) == 0) return;
+  gx_t *done = NULL;
+  pthread_mutex_lock(&retired_lock);
+  for (gx_t **pp = &retired; *pp != NULL;) {
+    gx_t *gx = *pp;
+    if (gx_graphs(gx) > 0) {
+      pp = &gx->retired_next;
+      continue;
+    }
+    *pp = gx->retired_next;
+    gx->retired_next = done;
+    done = gx;
+    atomic_fetch_sub(&nretired, 1);
+  }
+  pthread_mutex_unlock(&retired_lock);
+  while (done != NULL) {
+    gx_t *gx = done;
+    done = gx->retired_next;
+    void (*release)(void *) = gx->retire_free;
+    void *arg = gx->retire_arg;
+    gx_destroy(gx);
+    if (release != NULL) release(arg);
+  }
 }
 
 void gx_abort(gx_t *gx) {
@@ -376,6 +761,17 @@ void gx_destroy(gx_t *gx) {
     gpu_mem_release(gx->mem);
   }
   if (gx->flags != NULL) gpu_host_free(gx->flags);
+  tokens_sweep(gx); /* every graph is gone (the callers make sure): every token is released */
+  if (gx->q_dev != NULL) {
+    mem_release(gx->acct, gpu_mem_size(gx->q_dev), 1);
+    gpu_mem_release(gx->q_dev);
+  }
+  if (gx->q_host != NULL) {
+    mem_release(gx->acct, gx->wq.cap, 0);
+    gpu_host_free(gx->q_host);
+  }
+  wq_free(&gx->wq);
+  free(gx->xf);
   if (entered) gpu_leave(&scope);
   mem_free(gx->acct, gx, sizeof *gx);
 }

@@ -34,7 +34,21 @@ ncclResult_t gx_launch(gx_t *gx, const plan_t *plan);
 void gx_abort(gx_t *gx);
 /* ncclSuccess, or the error a kernel reported (logged once, with what it waited for). */
 ncclResult_t gx_error(gx_t *gx);
-/* Waits (bounded, abort-aware) for the communicator's last launch, then frees everything. */
+/* How many CUDA graphs hold captured work of the communicator (they keep it from being destroyed). A graph
+ * stops counting once it, every executable graph made from it and their launches are gone; the driver says
+ * so from its own thread shortly after the last of them. */
+int gx_graphs(gx_t *gx);
+/* Waits (bounded, abort-aware) for the communicator's last launch, then frees everything. No graph may hold
+ * it (gx_graphs() == 0). */
 void gx_destroy(gx_t *gx);
+/* For an aborted communicator that graphs still hold: keeps the executor, and `arg` (the connections, which
+ * a replay's kernel could still touch), until the last graph is gone; then gx_sweep frees the executor and
+ * calls release(arg).
+ * The communicator's struct outlives it (destroyed communicators stay as tombstones), so the executor keeps
+ * using its name and account. */
+void gx_retire(gx_t *gx, void (*release)(void *), void *arg);
+/* Frees retired executors that no graph holds any more. Called by gx_init and gx_launch; cheap when there
+ * is none. */
+void gx_sweep(void);
 
 #endif

@@ -37,6 +37,9 @@
 #define DEV_MAX_CHANNELS  32
 #define DEV_THREADS       512         /* threads per block */
 #define DEV_MAX_XFERS     56          /* transfers carried by value in one launch */
+#define DEV_MAX_SPILL     65535       /* transfers of one launch whose list is spilled (dev_work_t.ext) */
+#define DEV_LANE_XFERS    1024        /* transfers of one lane in one step */
+#define DEV_LANE_RINGS    112         /* rings (peer, direction) one lane uses in one step */
 #define DEV_MAX_STEPS     16          /* steps carried by value in one launch */
 #define DEV_CHANNEL_BYTES (32 * 1024) /* a transfer uses one channel per this many bytes, up to nch_max */
 #define DEV_KERNEL_NAME   "braid_kernel"
@@ -116,10 +119,20 @@ typedef struct {
   const void *scalar_ptr; /* PREMULSUM with a device-resident factor (of the transfer's type), else NULL */
 } dev_xfer_t;
 
-/* A launch's work, passed by value as the kernel's only parameter. */
+/* A launch's work, passed by value as the kernel's only parameter. Up to DEV_MAX_XFERS transfers travel in
+ * `xfers`; a launch with more has its whole list in device memory at `ext` (the work queue's device copy for
+ * an eager launch, storage owned by the graph for a captured one), and `xfers` is unused.
+ *
+ * Completion: an eager launch's kernel writes `tag` into `*done` (host-mapped: the header of its work-queue
+ * entry) when every block has finished with the work, ext included: the last block to finish stores it after
+ * a system-scope fence, so when the host sees the tag the entry can be reused. Captured launches have
+ * done == NULL and write nothing (a replay must not touch the queue). */
 typedef struct {
   dev_comm_t *comm;
-  uint64_t seq; /* sequence number of the group's first call */
+  uint64_t seq;            /* sequence number of the group's first call */
+  const dev_xfer_t *ext;   /* the transfer list when it is spilled, else NULL */
+  volatile uint64_t *done; /* where to write tag at the end, or NULL */
+  uint64_t tag;
   uint16_t nxfers, nsteps;
   uint16_t step_end[DEV_MAX_STEPS];   /* transfers of step s are [step_end[s-1], step_end[s]) */
   uint16_t step_lanes[DEV_MAX_STEPS]; /* lanes in step s; the block count covers the widest */

@@ -19,6 +19,12 @@
 #include "device/reduce.cuh"
 
 static_assert(sizeof(dev_work_t) <= 4096, "the work is passed in the kernel parameters (4 KiB at most)");
+static_assert(DEV_LANE_RINGS < 0xff, "ring indices of a lane fit a byte, NO_RING excluded");
+
+/* Transfer k of the launch: in the parameters, or in the spilled list. */
+__device__ __forceinline__ const dev_xfer_t &xfer_at(const dev_work_t &w, uint32_t k) {
+  return w.ext != NULL ? w.ext[k] : w.xfers[k];
+}
 
 /* Spins between two looks at the abort flag, the error word and the clock. */
 #define WAIT_CHECK_SPINS 1024
@@ -37,8 +43,8 @@ struct ring_use {
 /* A block's shared state while it runs a lane. Only thread 0 writes it; the others read it after a block
  * barrier that follows the write, and thread 0 writes again only after a barrier that follows the reads. */
 struct block_state {
-  ring_use rings[2 * DEV_MAX_XFERS];
-  uint8_t send_ring[DEV_MAX_XFERS], recv_ring[DEV_MAX_XFERS]; /* per transfer of the lane, or NO_RING */
+  ring_use rings[DEV_LANE_RINGS];
+  uint8_t send_ring[DEV_LANE_XFERS], recv_ring[DEV_LANE_XFERS]; /* per transfer of the lane, or NO_RING */
   uint32_t nrings;
   uint32_t lane, channel; /* what the block serves, set once at the start */
   uint32_t step;          /* the current step */
@@ -169,6 +175,10 @@ __device__ void grid_finish(const dev_work_t &w) {
     atomicExch(&bar[0], 0u);
     atomicExch(&bar[1], 0u);
     __threadfence();
+    if (w.done != NULL) { /* every block is past its last read of the work: its queue entry can go */
+      __threadfence_system();
+      *w.done = w.tag;
+    }
   }
 }
 
@@ -180,7 +190,9 @@ __device__ void grid_finish(const dev_work_t &w) {
 __device__ bool work_valid(const dev_work_t &w) {
   const dev_comm_t *comm = w.comm;
   if (comm->nch_max < 1 || comm->nch_max > DEV_MAX_CHANNELS || gridDim.x % comm->nch_max != 0) return false;
-  if (blockDim.x != DEV_THREADS || w.nxfers > DEV_MAX_XFERS || w.nsteps > DEV_MAX_STEPS) return false;
+  if (blockDim.x != DEV_THREADS || w.nxfers > (w.ext != NULL ? DEV_MAX_SPILL : DEV_MAX_XFERS) ||
+      w.nsteps > DEV_MAX_STEPS)
+    return false;
   uint32_t first = 0;
   for (uint32_t s = 0; s < w.nsteps; s++) {
     if (w.step_end[s] < first || w.step_end[s] > w.nxfers) return false;
@@ -208,7 +220,7 @@ __device__ uint8_t ring_find(block_state &st, const dev_ring_t *rings, uint64_t 
   for (uint32_t r = 0; r < st.nrings; r++) {
     if (st.rings[r].home == &homes[idx]) return (uint8_t)r;
   }
-  if (rings[idx].data == NULL || rings[idx].ctrl == NULL) return NO_RING;
+  if (rings[idx].data == NULL || rings[idx].ctrl == NULL || st.nrings == DEV_LANE_RINGS) return NO_RING;
   ring_use &u = st.rings[st.nrings];
   u.data = rings[idx].data;
   u.ctrl = rings[idx].ctrl;
@@ -225,7 +237,7 @@ __device__ bool lane_open(const dev_work_t &w, block_state &st) {
   const uint32_t c = st.channel;
   st.nrings = 0;
   for (uint32_t k = st.first; k < st.end; k++) {
-    const dev_xfer_t &x = w.xfers[k];
+    const dev_xfer_t &x = xfer_at(w, k);
     const uint32_t xi = k - st.first;
     st.send_ring[xi] = st.recv_ring[xi] = NO_RING;
     if (!xfer_valid(x, comm)) goto invalid;
@@ -316,7 +328,7 @@ __device__ __forceinline__ void piece_run(const dev_xfer_t &x, uint32_t xi, uint
 /* Every thread: moves the block's part [off, off + len) of transfer k, in batches of pieces. Returns false
  * (in every thread) when a wait failed. */
 __device__ bool part_run(const dev_work_t &w, uint32_t k, uint64_t off, uint32_t len, block_state &st) {
-  const dev_xfer_t &x = w.xfers[k];
+  const dev_xfer_t &x = xfer_at(w, k);
   const uint32_t xi = k - st.first;
   for (uint32_t done = 0; done < len;) {
     if (threadIdx.x == 0) st.batch = batch_wait(w, x, xi, dev_npieces(len - done), st);
@@ -342,7 +354,7 @@ __device__ bool lane_run(const dev_work_t &w, block_state &st) {
   for (uint32_t j = 0; ok; j++) {
     bool any = false;
     for (uint32_t k = st.first; k < st.end && ok; k++) {
-      const dev_xfer_t &x = w.xfers[k];
+      const dev_xfer_t &x = xfer_at(w, k);
       if (j * dev_slice_stride(x.nch) >= x.bytes) continue;
       any = true;
       if (c >= x.nch) continue;
@@ -359,12 +371,13 @@ __device__ bool lane_run(const dev_work_t &w, block_state &st) {
  * lane; false when the order is broken where the range ends. */
 __device__ bool lane_range(const dev_work_t &w, int s, block_state &st) {
   uint32_t a = s > 0 ? w.step_end[s - 1] : 0, end = w.step_end[s];
-  while (a < end && w.xfers[a].lane < st.lane) a++;
+  while (a < end && xfer_at(w, a).lane < st.lane) a++;
   uint32_t b = a;
-  while (b < end && w.xfers[b].lane == st.lane) b++;
+  while (b < end && xfer_at(w, b).lane == st.lane) b++;
   st.first = a;
   st.end = b;
-  return b == end || w.xfers[b].lane > st.lane;
+  if (b - a > DEV_LANE_XFERS) return false; /* the host splits no lane this long */
+  return b == end || xfer_at(w, b).lane > st.lane;
 }
 
 /* Every thread: step s for the block's lane: finds its transfers and rings, then runs them. */

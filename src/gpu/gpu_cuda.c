@@ -798,17 +798,19 @@ ncclResult_t gpu_stream_capturing(cudaStream_t stream, int *yes_p) {
   return ncclSuccess;
 }
 
-ncclResult_t gpu_stream_capture(cudaStream_t stream, int *yes_p, void **graph_p) {
+ncclResult_t gpu_stream_capture(cudaStream_t stream, int *yes_p, void **graph_p, uint64_t *id_p) {
   CHECK(ready("gpu_stream_capture"));
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUgraph graph = NULL;
-  CU_CALL(cuStreamGetCaptureInfo, (stream, &status, NULL, &graph, NULL, NULL), "stream %p", (void *)stream);
+  cuuint64_t id = 0;
+  CU_CALL(cuStreamGetCaptureInfo, (stream, &status, &id, &graph, NULL, NULL), "stream %p", (void *)stream);
   if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
     return log_err(ncclInvalidUsage,
                    "the capture on stream %p was invalidated by an earlier error; end it and capture again",
                    (void *)stream);
   *yes_p = status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
   *graph_p = graph;
+  *id_p = id;
   return ncclSuccess;
 }
 

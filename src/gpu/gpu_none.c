@@ -88,7 +88,7 @@ ncclResult_t gpu_stream_capturing(cudaStream_t stream, int *yes_p) {
   return no_cuda("gpu_stream_capturing");
 }
 
-ncclResult_t gpu_stream_capture(cudaStream_t stream, int *yes_p, void **graph_p) {
+ncclResult_t gpu_stream_capture(cudaStream_t stream, int *yes_p, void **graph_p, uint64_t *id_p) {
   return no_cuda("gpu_stream_capture");
 }
 

@@ -25,7 +25,7 @@ static void test_struct_sizes(void) {
   EXPECT(offsetof(dev_xfer_t, recv_peer) == 24);
   EXPECT(offsetof(dev_xfer_t, scalar) == 40);
   EXPECT(offsetof(dev_xfer_t, scalar_ptr) == 48);
-  EXPECT(sizeof(dev_work_t) == 88 + DEV_MAX_XFERS * sizeof(dev_xfer_t), "dev_work_t is %zu bytes",
+  EXPECT(sizeof(dev_work_t) == 112 + DEV_MAX_XFERS * sizeof(dev_xfer_t), "dev_work_t is %zu bytes",
          sizeof(dev_work_t));
   EXPECT(sizeof(dev_work_t) <= 4096, "dev_work_t (%zu bytes) exceeds the kernel parameter limit",
          sizeof(dev_work_t));

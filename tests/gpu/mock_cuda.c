@@ -469,7 +469,8 @@ static CUresult mock_cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStat
                                             CUgraph *graph, const CUgraphNode **deps, size_t *ndeps) {
   mock_cuStreamIsCapturing(stream, status);
   if (graph != NULL) *graph = *status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? (CUgraph)&mock_graph : NULL;
-  return id == NULL && deps == NULL && ndeps == NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (id != NULL) *id = *status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? 7 : 0;
+  return deps == NULL && ndeps == NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* User objects: the mock's one graph holds them until mock_cuda_graph_destroy releases them all. */

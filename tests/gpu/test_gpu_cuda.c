@@ -264,10 +264,11 @@ static void test_graph_holds(void) {
   EXPECT_OK(gpu_enter(0, &scope));
   int yes = -1;
   void *graph = (void *)1;
-  EXPECT_OK(gpu_stream_capture(NULL, &yes, &graph));
-  EXPECT(yes == 0 && graph == NULL);
-  EXPECT_OK(gpu_stream_capture((cudaStream_t)MOCK_CUDA_CAPTURING, &yes, &graph));
-  EXPECT(yes == 1 && graph != NULL);
+  uint64_t id = 1;
+  EXPECT_OK(gpu_stream_capture(NULL, &yes, &graph, &id));
+  EXPECT(yes == 0 && graph == NULL && id == 0);
+  EXPECT_OK(gpu_stream_capture((cudaStream_t)MOCK_CUDA_CAPTURING, &yes, &graph, &id));
+  EXPECT(yes == 1 && graph != NULL && id == 7);
   int released = 0;
   EXPECT_OK(gpu_graph_hold(graph, count_release, &released));
   EXPECT_OK(gpu_graph_hold(graph, count_release, &released));
