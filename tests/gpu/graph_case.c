@@ -31,9 +31,14 @@ void graph_capture(graph_t *g, int n, cuda_rank_t **r, enum cudaStreamCaptureMod
     CUDA_OK(cudaStreamBeginCapture(r[i]->stream, mode));
   }
   issue(arg);
+  /* every capture ends before any graph is instantiated: instantiation is refused while a stream of the
+   * thread still captures in global mode */
   for (int i = 0; i < n; i++) {
     CUDA_OK(cudaSetDevice(r[i]->dev));
     CUDA_OK(cudaStreamEndCapture(r[i]->stream, &g->graph[i]));
+  }
+  for (int i = 0; i < n; i++) {
+    CUDA_OK(cudaSetDevice(r[i]->dev));
     CUDA_OK(cudaGraphInstantiate(&g->exec[i], g->graph[i], 0));
   }
 }
