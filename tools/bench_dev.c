@@ -110,7 +110,9 @@ ncclResult_t dev_download(const dev_rank_t *d, const void *buf, size_t bytes) {
 }
 
 ncclResult_t dev_sync(const dev_rank_t *d) {
-  return on_gpu(d) ? drv_stream_sync(d->stream) : ncclSuccess;
+  if (!on_gpu(d)) return ncclSuccess;
+  CHECK(drv_use_device(d->dev));
+  return drv_stream_sync(d->stream);
 }
 
 ncclResult_t dev_mark(dev_rank_t *d, int i) {
@@ -128,6 +130,7 @@ ncclResult_t dev_between_us(dev_rank_t *d, int i, int j, double *us_p) {
     return ncclSuccess;
   }
   float ms;
+  CHECK(drv_use_device(d->dev));
   CHECK(drv_event_elapsed_ms(d->events[i], d->events[j], &ms));
   *us_p = (double)ms * 1e3;
   return ncclSuccess;

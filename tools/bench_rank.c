@@ -302,6 +302,13 @@ static ncclResult_t setup(bench_proc_t *p) {
     return ncclSystemError;
   }
   for (int i = 0; i < p->nlocal; i++) p->ranks[i] = (dev_rank_t){.dev = -1};
+  int ndev = 0;
+  char why[160];
+  if (p->run->gpu && (drv_open(&ndev, why, sizeof(why)) != ncclSuccess || ndev < p->o->nranks)) {
+    fprintf(stderr, "braid bench: rank %d: the CUDA driver has %d GPUs for %d ranks%s%s\n", p->first_rank,
+            ndev, p->o->nranks, ndev == 0 ? ": " : "", ndev == 0 ? why : "");
+    return ncclSystemError;
+  }
   for (int i = 0; i < p->nlocal; i++) {
     int rank = p->first_rank + i;
     CHECK(dev_setup(&p->ranks[i], rank, p->run->gpu ? rank : -1, p->o->max_bytes, p->o->samples + 1));

@@ -2,7 +2,8 @@
  * The bench's text output, in nccl-tests' layout: `#` comment lines, one table per collective, a row per
  * size. With one library a row has nccl-tests' columns (out-of-place, then in-place: time, algbw, busbw,
  * #wrong). With two (--vs) a row is one form of one size (the `place` column) and shows each library's time
- * and bus bandwidth, the two ratios and each library's count of wrong values.
+ * and bus bandwidth, the two ratios and each library's count of wrong values. Every column starts with a
+ * space, so that a figure wider than its column never runs into its neighbour.
  */
 #include "bench.h"
 
@@ -59,25 +60,26 @@ void table_header(const bench_run_t *run, const coll_t *coll) {
 }
 
 static void print_prefix(const bench_row_t *row) {
-  printf("%12zu%14zu%10s%10s%6d", row->bytes, row->bytes / dtype_size(row->type), dtype_name(row->type),
+  printf(" %11zu %13zu %9s %9s %5d", row->bytes, row->bytes / dtype_size(row->type), dtype_name(row->type),
          bench_op_name(row->op_kind), row->root);
 }
 
 static void print_wrong(int check, double wrong, int width) {
   if (check && !isnan(wrong))
-    printf("%*.0f", width, wrong);
+    printf(" %*.0f", width - 1, wrong);
   else
-    printf("%*s", width, "N/A");
+    printf(" %*s", width - 1, "N/A");
 }
 
 /* One form's four columns in the one-library table. */
 static void print_single(const bench_opts_t *o, const bench_row_t *row, const bench_form_t *f) {
   if (f->skipped) {
-    printf("%10s%8s%8s%7s", "N/A", "N/A", "N/A", "N/A");
+    printf(" %9s %7s %7s %6s", "N/A", "N/A", "N/A", "N/A");
     return;
   }
   double t = f->time_us[0];
-  printf("%10.2f%8.2f%8.2f", t, bench_algbw(row->bytes, t), bench_busbw(row->coll, o->nranks, row->bytes, t));
+  printf(" %9.2f %7.2f %7.2f", t, bench_algbw(row->bytes, t),
+         bench_busbw(row->coll, o->nranks, row->bytes, t));
   print_wrong(o->check, f->wrong[0], 7);
 }
 
@@ -86,12 +88,12 @@ static void print_pair(const bench_opts_t *o, const bench_row_t *row, int in_pla
   const bench_form_t *f = &row->form[in_place];
   double bw[BENCH_MAX_LIBS];
   print_prefix(row);
-  printf("%6s", in_place ? "in" : "out");
+  printf(" %5s", in_place ? "in" : "out");
   for (int l = 0; l < BENCH_MAX_LIBS; l++) {
     bw[l] = bench_busbw(row->coll, o->nranks, row->bytes, f->time_us[l]);
-    printf("%11.2f%9.2f", f->time_us[l], bw[l]);
+    printf(" %10.2f %8.2f", f->time_us[l], bw[l]);
   }
-  printf("%9.3f%9.3f", f->time_us[1] / f->time_us[0], bw[0] / bw[1]);
+  printf(" %8.3f %8.3f", f->time_us[1] / f->time_us[0], bw[0] / bw[1]);
   for (int l = 0; l < BENCH_MAX_LIBS; l++) print_wrong(o->check, f->wrong[l], 8);
   printf("\n");
 }
