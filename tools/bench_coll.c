@@ -82,27 +82,27 @@ static void place_recv_block(const coll_call_t *c, char *base, void **send_p, vo
 /* Calls -------------------------------------------------------------------------------------------- */
 
 static ncclResult_t run_all_reduce(const coll_call_t *c) {
-  return c->lib->AllReduce(c->send, c->recv, c->shape.count, c->type, c->op, c->comm, NULL);
+  return c->lib->AllReduce(c->send, c->recv, c->shape.count, c->type, c->op, c->comm, c->stream);
 }
 
 static ncclResult_t run_all_gather(const coll_call_t *c) {
-  return c->lib->AllGather(c->send, c->recv, c->shape.count, c->type, c->comm, NULL);
+  return c->lib->AllGather(c->send, c->recv, c->shape.count, c->type, c->comm, c->stream);
 }
 
 static ncclResult_t run_reduce_scatter(const coll_call_t *c) {
-  return c->lib->ReduceScatter(c->send, c->recv, c->shape.count, c->type, c->op, c->comm, NULL);
+  return c->lib->ReduceScatter(c->send, c->recv, c->shape.count, c->type, c->op, c->comm, c->stream);
 }
 
 static ncclResult_t run_broadcast(const coll_call_t *c) {
-  return c->lib->Broadcast(c->send, c->recv, c->shape.count, c->type, c->root, c->comm, NULL);
+  return c->lib->Broadcast(c->send, c->recv, c->shape.count, c->type, c->root, c->comm, c->stream);
 }
 
 static ncclResult_t run_reduce(const coll_call_t *c) {
-  return c->lib->Reduce(c->send, c->recv, c->shape.count, c->type, c->op, c->root, c->comm, NULL);
+  return c->lib->Reduce(c->send, c->recv, c->shape.count, c->type, c->op, c->root, c->comm, c->stream);
 }
 
 static ncclResult_t run_alltoall(const coll_call_t *c) {
-  return c->lib->AlltoAll(c->send, c->recv, c->shape.count, c->type, c->comm, NULL);
+  return c->lib->AlltoAll(c->send, c->recv, c->shape.count, c->type, c->comm, c->stream);
 }
 
 /* A ring in one group: send to the next rank, receive from the previous one. */
@@ -110,19 +110,19 @@ static ncclResult_t run_sendrecv(const coll_call_t *c) {
   int next = (c->rank + 1) % c->nranks, prev = (c->rank + c->nranks - 1) % c->nranks;
   ncclResult_t res = c->lib->GroupStart();
   if (res != ncclSuccess) return res;
-  res = c->lib->Send(c->send, c->shape.count, c->type, next, c->comm, NULL);
-  if (res == ncclSuccess) res = c->lib->Recv(c->recv, c->shape.count, c->type, prev, c->comm, NULL);
+  res = c->lib->Send(c->send, c->shape.count, c->type, next, c->comm, c->stream);
+  if (res == ncclSuccess) res = c->lib->Recv(c->recv, c->shape.count, c->type, prev, c->comm, c->stream);
   /* The group is closed even after a failed call, so that the library's group depth stays balanced. */
   ncclResult_t end = c->lib->GroupEnd();
   return res != ncclSuccess ? res : end;
 }
 
 static ncclResult_t run_gather(const coll_call_t *c) {
-  return c->lib->Gather(c->send, c->recv, c->shape.count, c->type, c->root, c->comm, NULL);
+  return c->lib->Gather(c->send, c->recv, c->shape.count, c->type, c->root, c->comm, c->stream);
 }
 
 static ncclResult_t run_scatter(const coll_call_t *c) {
-  return c->lib->Scatter(c->send, c->recv, c->shape.count, c->type, c->root, c->comm, NULL);
+  return c->lib->Scatter(c->send, c->recv, c->shape.count, c->type, c->root, c->comm, c->stream);
 }
 
 /* Expected results: element i of the receive buffer ------------------------------------------------- */

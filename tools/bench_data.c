@@ -8,10 +8,14 @@
  * for prod), so no partial result exceeds 16 in magnitude: within int8, and exact in f8e4m3 (integers to 16)
  * and f8e5m2 (integers to 8, powers of two beyond). Only avg on floating-point types is inexact (NCCL
  * multiplies by 1/nranks); it is compared with a tolerance.
+ *
+ * Buffers reach 4 GiB, so filling and checking them is split over threads (data_set_threads): each thread
+ * owns a contiguous range of elements, and the caller joins them all before reading the buffer or the count.
  */
 #include "bench.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "base/dtype.h"
@@ -21,6 +25,15 @@
 #define ACTIVE 4
 /* What receive buffers hold before a checked call; no correct result is this large. */
 #define POISON 99.0
+/* The most threads, and the fewest elements a thread is given. */
+#define MAX_THREADS    64
+#define MIN_PER_THREAD (1 << 18)
+
+static int nthreads = 1;
+
+void data_set_threads(int n) {
+  nthreads = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : n;
+}
 
 static uint64_t mix(uint64_t x) {
   x ^= x >> 30;
@@ -90,14 +103,6 @@ double data_reduced(const coll_call_t *c, size_t i) {
   return acc;
 }
 
-void data_fill(const coll_call_t *c) {
-  for (size_t i = 0; i < c->shape.send_elems; i++) elem_set(c->type, c->send, i, data_value(c, c->rank, i));
-}
-
-void data_poison(const coll_call_t *c) {
-  for (size_t i = 0; i < c->shape.recv_elems; i++) elem_set(c->type, c->recv, i, POISON);
-}
-
 /* The tolerance of a comparison, relative to max(1, |expected|): 0 except for avg on floating point. */
 static double tolerance(const coll_call_t *c) {
   if (c->op_kind != ncclAvg || !dtype_is_float(c->type)) return 0;
@@ -106,12 +111,65 @@ static double tolerance(const coll_call_t *c) {
   return 4 * elem_epsilon(c->type);
 }
 
-size_t data_check(const coll_t *coll, const coll_call_t *c) {
-  double tol = tolerance(c);
+/* One thread's share of a fill, poison or check. */
+typedef enum { WORK_FILL, WORK_POISON, WORK_CHECK } work_t;
+typedef struct {
+  work_t work;
+  const coll_t *coll;
+  const coll_call_t *call;
+  size_t lo, hi;
+  size_t wrong; /* WORK_CHECK's result */
+} part_t;
+
+static void *run_part(void *arg) {
+  part_t *p = arg;
+  const coll_call_t *c = p->call;
+  if (p->work == WORK_FILL) {
+    for (size_t i = p->lo; i < p->hi; i++) elem_set(c->type, c->send, i, data_value(c, c->rank, i));
+  } else if (p->work == WORK_POISON) {
+    for (size_t i = p->lo; i < p->hi; i++) elem_set(c->type, c->recv, i, POISON);
+  } else {
+    double tol = tolerance(c);
+    for (size_t i = p->lo; i < p->hi; i++) {
+      double got = elem_get(c->type, c->recv, i), want = p->coll->expect(c, i);
+      if (!(got == want || fabs(got - want) <= tol * fmax(1, fabs(want)))) p->wrong++;
+    }
+  }
+  return NULL;
+}
+
+/* Runs `work` over n elements, split over up to nthreads threads (a part whose thread cannot be started runs
+ * here). Returns the wrong count of a check. */
+static size_t split(work_t work, const coll_t *coll, const coll_call_t *call, size_t n) {
+  part_t parts[MAX_THREADS];
+  pthread_t tids[MAX_THREADS];
+  int started[MAX_THREADS] = {0};
+  size_t nparts = n / MIN_PER_THREAD < (size_t)nthreads ? n / MIN_PER_THREAD : (size_t)nthreads;
+  if (nparts < 1) nparts = 1;
+  for (size_t j = 0; j < nparts; j++) {
+    parts[j] =
+        (part_t){.work = work, .coll = coll, .call = call, .lo = n * j / nparts, .hi = n * (j + 1) / nparts};
+    if (j > 0) started[j] = pthread_create(&tids[j], NULL, run_part, &parts[j]) == 0;
+  }
   size_t wrong = 0;
-  for (size_t i = 0; i < c->shape.recv_elems; i++) {
-    double got = elem_get(c->type, c->recv, i), want = coll->expect(c, i);
-    if (!(got == want || fabs(got - want) <= tol * fmax(1, fabs(want)))) wrong++;
+  for (size_t j = 0; j < nparts; j++) {
+    if (started[j])
+      pthread_join(tids[j], NULL);
+    else
+      run_part(&parts[j]);
+    wrong += parts[j].wrong;
   }
   return wrong;
+}
+
+void data_fill(const coll_call_t *c) {
+  split(WORK_FILL, NULL, c, c->shape.send_elems);
+}
+
+void data_poison(const coll_call_t *c) {
+  split(WORK_POISON, NULL, c, c->shape.recv_elems);
+}
+
+size_t data_check(const coll_t *coll, const coll_call_t *c) {
+  return split(WORK_CHECK, coll, c, c->shape.recv_elems);
 }

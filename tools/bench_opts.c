@@ -1,6 +1,7 @@
 /*
- * `braid bench` options: nccl-tests' flags (-b -e -f -n -w -c -d -o -r -g) plus --lib and --timeout, and
- * collective names as positional arguments.
+ * `braid bench` options: nccl-tests' flags (-b -e -f -n -w -c -d -o -r -g -G) plus the bench's own (--lib,
+ * --vs, --device, --single, --batch, --json, --png, --timeout), and collective names as positional
+ * arguments. What depends on the machine (the device, the default rank count) is settled later, in bench.c.
  */
 #include "bench.h"
 
@@ -13,32 +14,35 @@
 
 #include "base/dtype.h"
 
-/* The rank count when -g is not given. */
-static int default_nranks(void) {
-  /* The bench allocates host memory and so runs on the host backend, where 4 ranks exercise every
-   * algorithm's general case. One rank per GPU belongs here once it allocates device memory. */
-  return 4;
-}
+/* Options without a short form. */
+enum { OPT_LIB = 256, OPT_VS, OPT_DEVICE, OPT_SINGLE, OPT_BATCH, OPT_JSON, OPT_PNG };
 
 void bench_usage(FILE *out) {
-  fprintf(out,
-          "usage: braid bench [options] [collective...]\n"
-          "  -b, --minbytes N    smallest size (default 8; K, M, G suffixes)\n"
-          "  -e, --maxbytes N    largest size (default 32M)\n"
-          "  -f, --stepfactor N  multiply the size by N at each step (default 2)\n"
-          "  -n, --iters N       timed calls per size (default 20)\n"
-          "  -w, --warmup_iters N  untimed calls before timing (default 5)\n"
-          "  -c, --check 0|1     check results once per size (default 1)\n"
-          "  -d, --datatype T    int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3\n"
-          "                      f8e5m2, or all (default float)\n"
-          "  -o, --op OP         sum prod max min avg premulsum, or all (default sum)\n"
-          "  -r, --root N        root of rooted collectives (default 0)\n"
-          "  -g, --nranks N      ranks (processes) to launch (default %d)\n"
-          "  -T, --timeout S     kill the ranks after S seconds (default 900; 0: never)\n"
-          "      --lib PATH      NCCL library to measure (default: ../lib/libnccl.so.2 beside braid)\n"
-          "  -a, --list          list the collectives\n"
-          "Collectives (default: all):",
-          default_nranks());
+  fprintf(
+      out,
+      "usage: braid bench [options] [collective...]\n"
+      "  -b, --minbytes N    smallest size (default 8; K, M, G suffixes)\n"
+      "  -e, --maxbytes N    largest size (default 32M)\n"
+      "  -f, --stepfactor N  multiply the size by N at each step (default 2)\n"
+      "  -n, --samples N     timed samples per size; the median is reported (default 20)\n"
+      "      --batch K       iterations per sample (default: per size, so that a sample lasts >= 200 us)\n"
+      "  -w, --warmup_iters N  untimed iterations before timing (default 5)\n"
+      "  -c, --check 0|1     check results once per size (default 1)\n"
+      "  -d, --datatype T    int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3\n"
+      "                      f8e5m2, or all (default float)\n"
+      "  -o, --op OP         sum prod max min avg premulsum, or all (default sum)\n"
+      "  -r, --root N        root of rooted collectives (default 0)\n"
+      "  -g, --nranks N      ranks (default: one per GPU; 4 on the host)\n"
+      "      --device D      cuda or host (default: cuda when the driver has -g GPUs, else host)\n"
+      "      --single        one process drives every rank (ncclCommInitAll, grouped calls)\n"
+      "  -G, --graph         time replays of CUDA graphs of each sample's iterations\n"
+      "      --lib PATH      library A (default: ../lib/libnccl.so.2 beside braid)\n"
+      "      --vs PATH       library B, measured beside A (another libnccl.so.2)\n"
+      "      --json FILE     write every figure as JSON\n"
+      "      --png FILE      plot busbw and time against size\n"
+      "  -T, --timeout S     kill the ranks after S seconds (default 900; 0: never)\n"
+      "  -a, --list          list the collectives\n"
+      "Collectives (default: all):");
   for (int c = 0; c < COLL_COUNT; c++) fprintf(out, " %s", bench_colls[c].name);
   fprintf(out, "\n");
 }
@@ -112,14 +116,54 @@ static void set_defaults(bench_opts_t *o) {
   *o = (bench_opts_t){.min_bytes = 8,
                       .max_bytes = 32 << 20,
                       .step_factor = 2,
-                      .iters = 20,
+                      .samples = 20,
                       .warmup = 5,
                       .check = 1,
                       .root = 0,
-                      .nranks = default_nranks(),
+                      .nranks = 4,
                       .timeout_s = 900};
   parse_types("float", o);
   parse_ops("sum", o);
+}
+
+/* Copies a path option's value; refuses one too long to keep. */
+static int set_path(char *dst, const char *arg) {
+  if (strlen(arg) >= PATH_MAX || arg[0] == '\0') return -1;
+  strcpy(dst, arg);
+  return 0;
+}
+
+static int parse_device(const char *arg, bench_opts_t *o) {
+  if (strcmp(arg, "cuda") == 0)
+    o->device = BENCH_DEVICE_CUDA;
+  else if (strcmp(arg, "host") == 0)
+    o->device = BENCH_DEVICE_HOST;
+  else
+    return -1;
+  return 0;
+}
+
+/* The options without a short form. */
+static int apply_long_option(int ch, const char *arg, bench_opts_t *o) {
+  switch (ch) {
+  case OPT_LIB:
+    return set_path(o->lib_path, arg);
+  case OPT_VS:
+    return set_path(o->vs_path, arg);
+  case OPT_JSON:
+    return set_path(o->json_path, arg);
+  case OPT_PNG:
+    return set_path(o->png_path, arg);
+  case OPT_DEVICE:
+    return parse_device(arg, o);
+  case OPT_SINGLE:
+    o->single = 1;
+    return 0;
+  case OPT_BATCH:
+    return parse_int(arg, 1, 1 << 20, &o->batch);
+  default:
+    return -1;
+  }
 }
 
 /* Applies one option; returns 0, 1 to exit successfully (help, list), -1 for a bad value. */
@@ -135,7 +179,7 @@ static int apply_option(int ch, const char *arg, bench_opts_t *o) {
     o->step_factor = (size_t)factor;
     return 0;
   case 'n':
-    return parse_int(arg, 1, 1 << 30, &o->iters);
+    return parse_int(arg, 1, 1 << 20, &o->samples);
   case 'w':
     return parse_int(arg, 0, 1 << 30, &o->warmup);
   case 'c':
@@ -147,13 +191,13 @@ static int apply_option(int ch, const char *arg, bench_opts_t *o) {
   case 'r':
     return parse_int(arg, 0, 1 << 20, &o->root);
   case 'g':
+    o->nranks_set = 1;
     return parse_int(arg, 1, 1024, &o->nranks);
+  case 'G':
+    o->graph = 1;
+    return 0;
   case 'T':
     return parse_int(arg, 0, 1 << 24, &o->timeout_s);
-  case 'L':
-    if (strlen(arg) >= sizeof(o->lib_path)) return -1;
-    strcpy(o->lib_path, arg);
-    return 0;
   case 'a':
     for (int c = 0; c < COLL_COUNT; c++) printf("%s\n", bench_colls[c].name);
     return 1;
@@ -161,7 +205,7 @@ static int apply_option(int ch, const char *arg, bench_opts_t *o) {
     bench_usage(stdout);
     return 1;
   default:
-    return -1;
+    return apply_long_option(ch, arg, o);
   }
 }
 
@@ -171,19 +215,32 @@ static int validate(bench_opts_t *o) {
     fprintf(stderr, "braid bench: -b %zu is larger than -e %zu\n", o->min_bytes, o->max_bytes);
     return -1;
   }
-  if (o->root >= o->nranks) {
+  if (o->nranks_set && o->root >= o->nranks) {
     fprintf(stderr, "braid bench: root %d is not a rank of %d\n", o->root, o->nranks);
+    return -1;
+  }
+  if (o->graph && o->device == BENCH_DEVICE_HOST) {
+    fprintf(stderr, "braid bench: -G (CUDA graphs) needs --device cuda\n");
     return -1;
   }
   if (o->lib_path[0] == '\0' && lib_default_path(o->lib_path, sizeof(o->lib_path)) != 0) return -1;
   return 0;
 }
 
+/* The long name of an option without a short one, for messages. */
+static const char *long_name(const struct option *longopts, int ch) {
+  for (; longopts->name != NULL; longopts++)
+    if (longopts->val == ch) return longopts->name;
+  return "?";
+}
+
 int bench_parse(int argc, char **argv, bench_opts_t *opts_p) {
   static const struct option longopts[] = {{"minbytes", required_argument, NULL, 'b'},
                                            {"maxbytes", required_argument, NULL, 'e'},
                                            {"stepfactor", required_argument, NULL, 'f'},
+                                           {"samples", required_argument, NULL, 'n'},
                                            {"iters", required_argument, NULL, 'n'},
+                                           {"batch", required_argument, NULL, OPT_BATCH},
                                            {"warmup_iters", required_argument, NULL, 'w'},
                                            {"check", required_argument, NULL, 'c'},
                                            {"datatype", required_argument, NULL, 'd'},
@@ -191,7 +248,13 @@ int bench_parse(int argc, char **argv, bench_opts_t *opts_p) {
                                            {"root", required_argument, NULL, 'r'},
                                            {"nranks", required_argument, NULL, 'g'},
                                            {"timeout", required_argument, NULL, 'T'},
-                                           {"lib", required_argument, NULL, 'L'},
+                                           {"graph", no_argument, NULL, 'G'},
+                                           {"device", required_argument, NULL, OPT_DEVICE},
+                                           {"single", no_argument, NULL, OPT_SINGLE},
+                                           {"lib", required_argument, NULL, OPT_LIB},
+                                           {"vs", required_argument, NULL, OPT_VS},
+                                           {"json", required_argument, NULL, OPT_JSON},
+                                           {"png", required_argument, NULL, OPT_PNG},
                                            {"list", no_argument, NULL, 'a'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
@@ -199,12 +262,12 @@ int bench_parse(int argc, char **argv, bench_opts_t *opts_p) {
   set_defaults(&o);
   int ch;
   optind = 1;
-  while ((ch = getopt_long(argc, argv, "b:e:f:n:w:c:d:o:r:g:T:ah", longopts, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, "b:e:f:n:w:c:d:o:r:g:T:Gah", longopts, NULL)) != -1) {
     int res = apply_option(ch, optarg, &o);
     if (res == 1) return 1;
     if (res != 0) {
-      if (ch == 'L')
-        fprintf(stderr, "braid bench: --lib path too long\n");
+      if (ch >= OPT_LIB)
+        fprintf(stderr, "braid bench: bad value '%s' for --%s\n", optarg, long_name(longopts, ch));
       else if (ch != '?')
         fprintf(stderr, "braid bench: bad value '%s' for -%c\n", optarg, ch);
       bench_usage(stderr);

@@ -1,206 +1,254 @@
 /*
- * One rank of `braid bench`, in its own process: initialises the communicator, then for each collective,
- * type, operation and size measures the out-of-place and in-place forms and (on rank 0) prints the row.
+ * A rank process of `braid bench`: sets up its ranks (buffers, streams, one communicator per library and
+ * rank), then for each collective, type, operation and size runs a row and reports it.
  *
- * Timing follows nccl-tests: `iters` back-to-back calls after `warmup` untimed ones, the mean per call, and
- * the slowest rank's mean, gathered with an all-reduce (max) through the measured library itself. On the
- * host backend a call completes before it returns, so wall time around the calls is the collective's time.
+ * A row measures each form (out-of-place, in-place) with every library in turn, the same warm-up and sample
+ * counts for each; the order alternates with the size (A then B at even sizes in the sweep, B then A at odd
+ * ones), so that drift over a run (clocks, temperature) does not favour one library. Each rank posts its
+ * figures on the board; after the row's barrier every process reads every rank's: the reported time is the
+ * slowest rank's median, the wrong count the sum over ranks. The process holding rank 0 prints the row and
+ * keeps it for the JSON and PNG files it writes at the end.
+ *
+ * Communicators: one process per rank makes them with ncclCommInitRank, rank 0 making one unique id per
+ * library and passing them through the board; one process for every rank (--single) calls ncclCommInitAll
+ * once per library.
  */
 #include "bench.h"
 
+#include <math.h>
 #include <stdlib.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "base/check.h"
 #include "base/dtype.h"
+#include "chart.h"
 #include "elem.h"
+#include "stats.h"
 
-/* This rank's state. */
-typedef struct {
-  const nccl_lib_t *lib;
-  const bench_opts_t *o;
-  ncclComm_t comm;
-  int rank;
-  char *sbuf, *rbuf; /* send and receive buffers, max_bytes each */
-  double *stat;      /* two doubles: the input and output of the statistics all-reduces */
-  unsigned rows;     /* rows run so far: seeds the data */
-  size_t last_bytes; /* the previous row's size, to skip sizes that round to the same counts */
-  double busbw_sum;  /* this table's bus bandwidths, for its average */
-  int busbw_n;
-  double wrong_total; /* wrong elements over every row and rank */
-} rank_t;
+/* Where a rank's figures sit on the board: times, then wrong counts, per library and form. */
+static int fig_time(int lib, int form) {
+  return lib * 2 + form;
+}
 
-/* One measured form (out-of-place or in-place) of one row. */
-typedef struct {
-  int skipped;    /* the collective has no such form */
-  double time_us; /* mean time per call, slowest rank */
-  double wrong;   /* wrong elements, summed over ranks */
-} result_t;
+static int fig_wrong(int lib, int form) {
+  return 2 * BENCH_MAX_LIBS + lib * 2 + form;
+}
+_Static_assert(4 * BENCH_MAX_LIBS <= BOARD_FIGS, "the board holds every figure of a row");
 
-/* Reports a failed library call once, where it failed; passes the result on. */
-static ncclResult_t called(const rank_t *r, const char *what, ncclResult_t res) {
-  if (res != ncclSuccess) {
-    char who[64];
-    snprintf(who, sizeof(who), "braid bench: rank %d", r->rank);
-    lib_report(r->lib, r->comm, who, what, res);
+/* Communicators ----------------------------------------------------------------------------------------- */
+
+/* One process per rank: rank 0 makes the unique ids, everyone joins each library's communicator. */
+static ncclResult_t init_ranks(bench_proc_t *p) {
+  const bench_run_t *run = p->run;
+  dev_rank_t *d = &p->ranks[0];
+  ncclUniqueId *ids = board_ids(run->board);
+  CHECK(dev_enter(d));
+  for (int l = 0; d->rank == 0 && l < run->nlibs; l++)
+    CHECK(bench_called(p, l, 0, NULL, "ncclGetUniqueId", run->libs[l].GetUniqueId(&ids[l])));
+  CHECK(board_barrier(run->board)); /* rank 0's ids are on the board */
+  for (int l = 0; l < run->nlibs; l++)
+    CHECK(bench_called(p, l, d->rank, NULL, "ncclCommInitRank",
+                       run->libs[l].CommInitRank(&d->comms[l], p->o->nranks, ids[l], d->rank)));
+  return ncclSuccess;
+}
+
+/* One process for every rank: ncclCommInitAll over devices 0 to n-1 (ranks' indices on the host). */
+static ncclResult_t init_all(bench_proc_t *p) {
+  int n = p->nlocal;
+  ncclComm_t *comms = calloc((size_t)n, sizeof(*comms));
+  int *devs = calloc((size_t)n, sizeof(*devs));
+  ncclResult_t res = ncclSuccess;
+  if (comms == NULL || devs == NULL) {
+    fprintf(stderr, "braid bench: out of memory for %d communicators\n", n);
+    res = ncclSystemError;
   }
+  for (int i = 0; res == ncclSuccess && i < n; i++) devs[i] = i;
+  for (int l = 0; res == ncclSuccess && l < p->run->nlibs; l++) {
+    res = bench_called(p, l, 0, NULL, "ncclCommInitAll", p->run->libs[l].CommInitAll(comms, n, devs));
+    for (int i = 0; res == ncclSuccess && i < n; i++) p->ranks[i].comms[l] = comms[i];
+  }
+  free(devs);
+  free(comms);
   return res;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+static ncclResult_t destroy_comms(bench_proc_t *p) {
+  ncclResult_t res = ncclSuccess;
+  for (int l = 0; l < p->run->nlibs; l++)
+    for (int i = 0; i < p->nlocal; i++) {
+      dev_rank_t *d = &p->ranks[i];
+      if (d->comms[l] == NULL) continue;
+      ncclResult_t r = bench_called(p, l, d->rank, d->comms[l], "ncclCommDestroy",
+                                    p->run->libs[l].CommDestroy(d->comms[l]));
+      d->comms[l] = NULL;
+      if (res == ncclSuccess) res = r;
+    }
+  return res;
 }
 
-/* Reduces one double over all ranks (max or sum) with the measured library. */
-static ncclResult_t reduce_stat(rank_t *r, double *v, ncclRedOp_t op) {
-  r->stat[0] = *v;
-  CHECK(called(r, "ncclAllReduce (statistics)",
-               r->lib->AllReduce(&r->stat[0], &r->stat[1], 1, ncclFloat64, op, r->comm, NULL)));
-  *v = r->stat[1];
-  return ncclSuccess;
-}
+/* A row's calls ------------------------------------------------------------------------------------------ */
 
-/* Runs the call `n` times. */
-static ncclResult_t repeat(const rank_t *r, const coll_t *coll, const coll_call_t *call, int n) {
-  for (int i = 0; i < n; i++) CHECK(called(r, coll->api, coll->run(call)));
-  return ncclSuccess;
-}
-
-/* One checked call on fresh data: poisons the receive side, fills the send side, runs, counts mismatches. */
-static ncclResult_t check_once(const rank_t *r, const coll_t *coll, const coll_call_t *call,
-                               double *wrong_p) {
-  data_poison(call);
-  data_fill(call); /* after the poison: in place, the send data may lie inside the receive buffer */
-  CHECK(called(r, coll->api, coll->run(call)));
-  *wrong_p = (double)data_check(coll, call);
-  return ncclSuccess;
-}
-
-/* Measures one form of a row: the check, the warm-up, then the timed calls; statistics over all ranks. */
-static ncclResult_t measure(rank_t *r, const coll_t *coll, coll_call_t *call, int in_place, result_t *res_p) {
-  result_t res = {.skipped = in_place && !coll->in_place};
-  if (res.skipped) {
-    *res_p = res;
-    return ncclSuccess;
-  }
-  call->seed = 2 * r->rows + (unsigned)in_place;
-  call->send = r->sbuf;
-  call->recv = r->rbuf;
-  if (in_place) coll->place(call, r->rbuf, &call->send, &call->recv);
-  if (r->o->check) CHECK(check_once(r, coll, call, &res.wrong));
-  CHECK(repeat(r, coll, call, r->o->warmup));
-  double barrier = 0;
-  CHECK(reduce_stat(r, &barrier, ncclSum)); /* all ranks start the timed calls together */
-  double start = now_s();
-  CHECK(repeat(r, coll, call, r->o->iters));
-  res.time_us = (now_s() - start) * 1e6 / r->o->iters;
-  CHECK(reduce_stat(r, &res.time_us, ncclMax));
-  CHECK(reduce_stat(r, &res.wrong, ncclSum));
-  *res_p = res;
-  return ncclSuccess;
-}
-
-static void print_table_header(const coll_t *coll) {
-  printf("#\n# %s\n#\n", coll->name);
-  printf("#%77s%33s\n", "out-of-place", "in-place");
-  printf("#%11s%14s%10s%10s%6s%10s%8s%8s%7s%10s%8s%8s%7s\n", "size", "count", "type", "redop", "root", "time",
-         "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-  printf("#%11s%14s%10s%10s%6s%10s%8s%8s%7s%10s%8s%8s%7s\n", "(B)", "(elements)", "", "", "", "(us)",
-         "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
-}
-
-/* The algorithm and bus bandwidths of one form, in GB/s. */
-static void bandwidths(const rank_t *r, const coll_t *coll, size_t bytes, const result_t *res,
-                       double bw_p[2]) {
-  bw_p[0] = res->time_us > 0 ? (double)bytes / res->time_us / 1e3 : 0;
-  bw_p[1] = bw_p[0] * coll->busbw_factor(r->o->nranks);
-}
-
-/* Prints one form's four columns. */
-static void print_result(const rank_t *r, const coll_t *coll, size_t bytes, const result_t *res) {
-  if (res->skipped) {
-    printf("%10s%8s%8s%7s", "N/A", "N/A", "N/A", "N/A");
-    return;
-  }
-  double bw[2];
-  bandwidths(r, coll, bytes, res, bw);
-  printf("%10.2f%8.2f%8.2f", res->time_us, bw[0], bw[1]);
-  if (r->o->check)
-    printf("%7.0f", res->wrong);
-  else
-    printf("%7s", "N/A");
-}
-
-static void print_row(const rank_t *r, const coll_t *coll, const coll_call_t *call, const result_t res[2]) {
-  size_t esize = dtype_size(call->type);
-  printf("%12zu%14zu%10s%10s%6d", call->shape.bytes, call->shape.bytes / esize, dtype_name(call->type),
-         bench_op_name(call->op_kind), coll->rooted ? call->root : -1);
-  print_result(r, coll, call->shape.bytes, &res[0]);
-  print_result(r, coll, call->shape.bytes, &res[1]);
-  printf("\n");
-  fflush(stdout);
-}
-
-/* Adds a row's results to the table's average and the run's count of wrong values. */
-static void tally(rank_t *r, const coll_t *coll, size_t bytes, const result_t res[2]) {
-  for (int f = 0; f < 2; f++) {
-    if (res[f].skipped) continue;
-    double bw[2];
-    bandwidths(r, coll, bytes, &res[f], bw);
-    r->busbw_sum += bw[1];
-    r->busbw_n++;
-    r->wrong_total += res[f].wrong;
-  }
-}
-
-/* Makes the row's reduction: a built-in one, or a premulsum whose scalar is given in the row's type. */
-static ncclResult_t make_op(const rank_t *r, coll_call_t *call) {
-  if (call->op_kind != BENCH_OP_PREMULSUM) {
-    call->op = call->op_kind == BENCH_OP_NONE ? ncclSum : (ncclRedOp_t)call->op_kind;
+/* Makes a call's reduction: a built-in one, or a premulsum whose scalar is given in the row's type. */
+static ncclResult_t make_op(const bench_proc_t *p, int lib, coll_call_t *c) {
+  if (c->op_kind != BENCH_OP_PREMULSUM) {
+    c->op = c->op_kind == BENCH_OP_NONE ? ncclSum : (ncclRedOp_t)c->op_kind;
     return ncclSuccess;
   }
   double scalar[1]; /* eight bytes: room for one element of any type */
-  elem_set(call->type, scalar, 0, BENCH_PREMUL_SCALAR);
-  return called(
-      r, "ncclRedOpCreatePreMulSum",
-      r->lib->RedOpCreatePreMulSum(&call->op, scalar, call->type, ncclScalarHostImmediate, r->comm));
+  elem_set(c->type, scalar, 0, BENCH_PREMUL_SCALAR);
+  return bench_called(
+      p, lib, c->rank, c->comm, "ncclRedOpCreatePreMulSum",
+      c->lib->RedOpCreatePreMulSum(&c->op, scalar, c->type, ncclScalarHostImmediate, c->comm));
 }
 
-/* Runs and prints one row: one size of one collective, type and operation. */
-static ncclResult_t run_row(rank_t *r, const coll_t *coll, ncclDataType_t type, int op_kind, size_t bytes) {
-  coll_call_t call = {.lib = r->lib,
-                      .comm = r->comm,
-                      .rank = r->rank,
-                      .nranks = r->o->nranks,
-                      .root = r->o->root,
-                      .type = type,
-                      .op_kind = op_kind};
-  coll->shape(bytes, dtype_size(type), call.nranks, call.rank, call.root, &call.shape);
-  if (call.shape.bytes == r->last_bytes) return ncclSuccess;
-  r->last_bytes = call.shape.bytes;
-  CHECK(make_op(r, &call));
-  result_t res[2];
-  ncclResult_t ret = measure(r, coll, &call, 0, &res[0]);
-  if (ret == ncclSuccess) ret = measure(r, coll, &call, 1, &res[1]);
-  if (op_kind == BENCH_OP_PREMULSUM) {
-    ncclResult_t destroyed = called(r, "ncclRedOpDestroy", r->lib->RedOpDestroy(call.op, r->comm));
-    if (ret == ncclSuccess) ret = destroyed;
-  }
-  CHECK(ret);
-  r->rows++;
-  tally(r, coll, call.shape.bytes, res);
-  if (r->rank == 0) print_row(r, coll, &call, res);
+/* Sets up every library's call on every local rank for one row. */
+static ncclResult_t prepare_calls(bench_proc_t *p, const coll_t *coll, ncclDataType_t type, int op_kind,
+                                  size_t bytes) {
+  for (int l = 0; l < p->run->nlibs; l++)
+    for (int i = 0; i < p->nlocal; i++) {
+      const dev_rank_t *d = &p->ranks[i];
+      coll_call_t *c = bench_call(p, l, i);
+      *c = (coll_call_t){.lib = &p->run->libs[l],
+                         .comm = d->comms[l],
+                         .stream = d->stream,
+                         .rank = d->rank,
+                         .nranks = p->o->nranks,
+                         .root = p->o->root,
+                         .type = type,
+                         .op_kind = op_kind};
+      coll->shape(bytes, dtype_size(type), c->nranks, c->rank, c->root, &c->shape);
+      CHECK(make_op(p, l, c));
+    }
   return ncclSuccess;
 }
 
+static ncclResult_t destroy_ops(const bench_proc_t *p) {
+  ncclResult_t res = ncclSuccess;
+  for (int l = 0; l < p->run->nlibs; l++)
+    for (int i = 0; i < p->nlocal; i++) {
+      coll_call_t *c = bench_call(p, l, i);
+      if (c->op_kind != BENCH_OP_PREMULSUM) continue;
+      ncclResult_t r =
+          bench_called(p, l, c->rank, c->comm, "ncclRedOpDestroy", c->lib->RedOpDestroy(c->op, c->comm));
+      if (res == ncclSuccess) res = r;
+    }
+  return res;
+}
+
+/* Points the calls at the buffers for one form; the data's seed depends on the row and form only, so both
+ * libraries are checked on the same data. */
+static void place_form(bench_proc_t *p, const coll_t *coll, int in_place) {
+  for (int l = 0; l < p->run->nlibs; l++)
+    for (int i = 0; i < p->nlocal; i++) {
+      dev_rank_t *d = &p->ranks[i];
+      coll_call_t *c = bench_call(p, l, i);
+      c->seed = (unsigned)(2 * p->row + in_place);
+      c->send = d->sbuf;
+      c->recv = d->rbuf;
+      if (in_place) coll->place(c, d->rbuf, &c->send, &c->recv);
+    }
+}
+
+/* A row ------------------------------------------------------------------------------------------------- */
+
+/* Measures both forms with every library, in the size's order, and posts each local rank's figures. */
+static ncclResult_t measure_row(bench_proc_t *p, const coll_t *coll, int batch, int size_index) {
+  int nlibs = p->run->nlibs;
+  for (int form = 0; form < 2; form++) {
+    if (form == 1 && !coll->in_place) continue;
+    place_form(p, coll, form);
+    for (int j = 0; j < nlibs; j++) {
+      int lib = size_index % 2 ? nlibs - 1 - j : j;
+      double *time_us = p->figs, *wrong = p->figs + p->nlocal;
+      CHECK(measure_lib(p, coll, lib, batch, time_us, wrong));
+      for (int i = 0; i < p->nlocal; i++) {
+        double *figs = board_figs(p->run->board, p->row, p->ranks[i].rank);
+        figs[fig_time(lib, form)] = time_us[i];
+        figs[fig_wrong(lib, form)] = wrong[i];
+      }
+    }
+  }
+  return ncclSuccess;
+}
+
+/* Reads every rank's figures of the current row (after its barrier): the slowest time, the summed wrongs. */
+static void gather_row(bench_proc_t *p, bench_row_t *row) {
+  for (int form = 0; form < 2; form++) {
+    bench_form_t *f = &row->form[form];
+    f->skipped = form == 1 && !row->coll->in_place;
+    for (int l = 0; l < BENCH_MAX_LIBS; l++) {
+      f->time_us[l] = f->wrong[l] = NAN;
+      if (f->skipped || l >= p->run->nlibs) continue;
+      double t = -INFINITY, w = 0;
+      for (int r = 0; r < p->o->nranks; r++) {
+        const double *figs = board_figs(p->run->board, p->row, r);
+        t = fmax(t, figs[fig_time(l, form)]);
+        w += figs[fig_wrong(l, form)];
+      }
+      f->time_us[l] = t;
+      if (p->o->check) f->wrong[l] = w;
+      if (p->o->check) p->wrong_total += w;
+    }
+  }
+}
+
+/* Keeps a row's measured forms for the JSON and PNG files. */
+static ncclResult_t keep_row(bench_proc_t *p, const bench_row_t *row) {
+  for (int form = 0; form < 2; form++) {
+    const bench_form_t *f = &row->form[form];
+    if (f->skipped) continue;
+    report_row_t r = {.coll = row->coll->name,
+                      .type = dtype_name(row->type),
+                      .op = bench_op_name(row->op_kind),
+                      .root = row->root,
+                      .in_place = form,
+                      .bytes = row->bytes,
+                      .count = row->bytes / dtype_size(row->type),
+                      .batch = row->batch};
+    for (int l = 0; l < BENCH_MAX_LIBS; l++) {
+      r.time_us[l] = f->time_us[l];
+      r.algbw[l] = bench_algbw(row->bytes, f->time_us[l]);
+      r.busbw[l] = bench_busbw(row->coll, p->o->nranks, row->bytes, f->time_us[l]);
+      r.wrong[l] = f->wrong[l];
+    }
+    if (report_add(p->report, &r) != 0) return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+/* Runs, gathers and reports one row: one size of one collective, type and operation. */
+static ncclResult_t run_row(bench_proc_t *p, const coll_t *coll, ncclDataType_t type, int op_kind,
+                            size_t bytes, int size_index) {
+  coll_shape_t shape;
+  coll->shape(bytes, dtype_size(type), p->o->nranks, 0, p->o->root, &shape);
+  if (shape.bytes == p->last_bytes) return ncclSuccess;
+  p->last_bytes = shape.bytes;
+  bench_row_t row = {.coll = coll,
+                     .type = type,
+                     .op_kind = op_kind,
+                     .root = coll->rooted ? p->o->root : -1,
+                     .bytes = shape.bytes,
+                     .batch = p->o->batch > 0 ? p->o->batch : stats_batch(shape.bytes, p->run->gpu)};
+  CHECK(prepare_calls(p, coll, type, op_kind, bytes));
+  ncclResult_t res = measure_row(p, coll, row.batch, size_index);
+  ncclResult_t destroyed = destroy_ops(p);
+  CHECK(res);
+  CHECK(destroyed);
+  CHECK(board_barrier(p->run->board)); /* every rank's figures of this row are on the board */
+  gather_row(p, &row);
+  p->row++;
+  if (p->report == NULL) return ncclSuccess;
+  table_row(p->o, p->run, &row, &p->avg);
+  return keep_row(p, &row);
+}
+
 /* Sweeps the sizes from -b to -e for one collective, type and operation. */
-static ncclResult_t sweep(rank_t *r, const coll_t *coll, ncclDataType_t type, int op_kind) {
-  const bench_opts_t *o = r->o;
-  r->last_bytes = (size_t)-1;
-  for (size_t bytes = o->min_bytes; bytes <= o->max_bytes;) {
-    CHECK(run_row(r, coll, type, op_kind, bytes));
+static ncclResult_t sweep(bench_proc_t *p, const coll_t *coll, ncclDataType_t type, int op_kind) {
+  const bench_opts_t *o = p->o;
+  p->last_bytes = (size_t)-1;
+  int index = 0;
+  for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; index++) {
+    CHECK(run_row(p, coll, type, op_kind, bytes, index));
     if (bytes == 0)
       bytes = 1;
     else if (bytes > o->max_bytes / o->step_factor)
@@ -212,52 +260,107 @@ static ncclResult_t sweep(rank_t *r, const coll_t *coll, ncclDataType_t type, in
 }
 
 /* Runs one collective's table: every type, every operation (if it reduces), every size. */
-static ncclResult_t run_table(rank_t *r, const coll_t *coll) {
+static ncclResult_t run_table(bench_proc_t *p, const coll_t *coll) {
   static const int no_op[] = {BENCH_OP_NONE};
-  const int *ops = coll->reduces ? r->o->ops : no_op;
-  int nops = coll->reduces ? r->o->nops : 1;
-  if (r->rank == 0) print_table_header(coll);
-  r->busbw_sum = 0;
-  r->busbw_n = 0;
-  for (int t = 0; t < r->o->ntypes; t++)
-    for (int op = 0; op < nops; op++) CHECK(sweep(r, coll, r->o->types[t], ops[op]));
-  if (r->rank == 0) printf("# Avg bus bandwidth    : %g\n", r->busbw_n ? r->busbw_sum / r->busbw_n : 0.0);
+  const int *ops = coll->reduces ? p->o->ops : no_op;
+  int nops = coll->reduces ? p->o->nops : 1;
+  p->avg = (table_avg_t){0};
+  if (p->report != NULL) table_header(p->run, coll);
+  for (int t = 0; t < p->o->ntypes; t++)
+    for (int op = 0; op < nops; op++) CHECK(sweep(p, coll, p->o->types[t], ops[op]));
+  if (p->report != NULL) table_footer(p->run, &p->avg);
   return ncclSuccess;
 }
 
-/* Allocates the buffers: as large as the largest size, and filled so that unchecked runs see numbers. */
-static int alloc_buffers(rank_t *r) {
-  size_t bytes = r->o->max_bytes > 0 ? r->o->max_bytes : 1;
-  r->sbuf = calloc(1, bytes);
-  r->rbuf = calloc(1, bytes);
-  r->stat = calloc(2, sizeof(double));
-  if (r->sbuf == NULL || r->rbuf == NULL || r->stat == NULL) {
-    fprintf(stderr, "braid bench: rank %d: out of memory for two buffers of %zu bytes\n", r->rank, bytes);
-    return -1;
-  }
-  return 0;
+/* The process -------------------------------------------------------------------------------------------- */
+
+static void describe_run(const bench_proc_t *p, report_info_t *in) {
+  const bench_opts_t *o = p->o;
+  const bench_run_t *run = p->run;
+  *in = (report_info_t){.date = run->date,
+                        .gpu = run->gpu_name,
+                        .device = run->gpu ? "cuda" : "host",
+                        .layout = o->single ? "single" : "process",
+                        .graphs = o->graph,
+                        .nranks = o->nranks,
+                        .samples = o->samples,
+                        .warmup = o->warmup,
+                        .batch = o->batch,
+                        .check = o->check,
+                        .nlibs = run->nlibs};
+  for (int l = 0; l < run->nlibs; l++)
+    in->libs[l] = (report_lib_t){.path = run->libs[l].path, .version = run->versions[l]};
 }
 
-int bench_rank_main(const nccl_lib_t *lib, const bench_opts_t *opts, const ncclUniqueId *id, int rank) {
-  rank_t r = {.lib = lib, .o = opts, .rank = rank};
-  int status = 1;
-  ncclResult_t res = ncclSuccess;
-  if (alloc_buffers(&r) != 0) goto err_free;
-  if (called(&r, "ncclCommInitRank", lib->CommInitRank(&r.comm, opts->nranks, *id, rank)) != ncclSuccess)
-    goto err_free;
-  for (int c = 0; c < opts->ncolls && res == ncclSuccess; c++)
-    res = run_table(&r, &bench_colls[opts->colls[c]]);
-  if (res == ncclSuccess) {
-    if (rank == 0)
-      printf("# Out of bounds values : %.0f %s\n", r.wrong_total, r.wrong_total ? "FAILED" : "OK");
-    status = r.wrong_total ? BENCH_EXIT_WRONG : 0;
-    res = called(&r, "ncclCommDestroy", lib->CommDestroy(r.comm));
-    if (res != ncclSuccess) status = 1;
+/* Allocates the process's ranks and calls and sets up every rank's buffers, stream and marks. */
+static ncclResult_t setup(bench_proc_t *p) {
+  p->ranks = calloc((size_t)p->nlocal, sizeof(*p->ranks));
+  p->calls = calloc((size_t)(p->run->nlibs * p->nlocal), sizeof(*p->calls));
+  p->figs = calloc(2 * (size_t)p->nlocal, sizeof(*p->figs));
+  if (p->ranks == NULL || p->calls == NULL || p->figs == NULL) {
+    fprintf(stderr, "braid bench: out of memory for %d ranks\n", p->nlocal);
+    return ncclSystemError;
   }
-err_free:
-  free(r.stat);
-  free(r.rbuf);
-  free(r.sbuf);
+  for (int i = 0; i < p->nlocal; i++) p->ranks[i] = (dev_rank_t){.dev = -1};
+  int ndev = 0;
+  char why[160];
+  if (p->run->gpu && (drv_open(&ndev, why, sizeof(why)) != ncclSuccess || ndev < p->o->nranks)) {
+    fprintf(stderr, "braid bench: rank %d: the CUDA driver has %d GPUs for %d ranks%s%s\n", p->first_rank,
+            ndev, p->o->nranks, ndev == 0 ? ": " : "", ndev == 0 ? why : "");
+    return ncclSystemError;
+  }
+  for (int i = 0; i < p->nlocal; i++) {
+    int rank = p->first_rank + i;
+    CHECK(dev_setup(&p->ranks[i], rank, p->run->gpu ? rank : -1, p->o->max_bytes, p->o->samples + 1));
+  }
+  return ncclSuccess;
+}
+
+static void teardown(bench_proc_t *p) {
+  for (int i = 0; p->ranks != NULL && i < p->nlocal; i++) dev_teardown(&p->ranks[i]);
+  free(p->ranks);
+  free(p->calls);
+  free(p->figs);
+}
+
+/* Where rank 0 runs: the closing line and the files. Returns 0, or -1 when a file cannot be written. */
+static int finish_report(const bench_proc_t *p, int complete) {
+  if (complete)
+    printf("# Out of bounds values : %.0f %s\n", p->wrong_total, p->wrong_total ? "FAILED" : "OK");
+  fflush(stdout);
+  int res = 0;
+  if (p->o->json_path[0] != '\0' && report_write_json(p->report, p->o->json_path) != 0) res = -1;
+  if (p->o->png_path[0] != '\0' && chart_write(p->report, p->o->png_path) != 0) res = -1;
+  return res;
+}
+
+/* Every table, between the communicators' creation and destruction. After a failure nothing is destroyed:
+ * a communicator may have work queued that waits for a peer that has gone, and the process is ending. */
+static ncclResult_t run_all(bench_proc_t *p) {
+  CHECK(p->o->single ? init_all(p) : init_ranks(p));
+  for (int c = 0; c < p->o->ncolls; c++) CHECK(run_table(p, &bench_colls[p->o->colls[c]]));
+  return destroy_comms(p);
+}
+
+int bench_proc_main(const bench_opts_t *o, const bench_run_t *run, int first_rank, int nlocal) {
+  bench_proc_t p = {.o = o, .run = run, .first_rank = first_rank, .nlocal = nlocal};
+  report_t report = {0};
+  if (first_rank == 0) {
+    p.report = &report;
+    describe_run(&p, &report.info);
+  }
+  /* Fills and checks share the machine's cores with the other rank processes. */
+  long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+  data_set_threads((int)(ncpus > 0 ? ncpus : 1) / (o->single ? 1 : o->nranks));
+  ncclResult_t res = setup(&p);
+  if (res == ncclSuccess) res = run_all(&p);
+  /* After a failure the buffers stay: freeing device memory may wait for kernels that wait for a lost peer.
+   */
+  if (res == ncclSuccess) teardown(&p);
+  int status = res != ncclSuccess ? 1 : p.wrong_total ? BENCH_EXIT_WRONG : 0;
+  if (status == 1) board_fail(run->board); /* the others stop waiting for this process at their barrier */
+  if (p.report != NULL && finish_report(&p, res == ncclSuccess) != 0 && status == 0) status = 1;
+  report_free(&report);
   fflush(stdout);
   return status;
 }

@@ -20,25 +20,11 @@ typedef struct {
 #define SYM(field)                                                                                           \
   { "nccl" #field, offsetof(nccl_lib_t, field) }
 static const symbol_t symbols[] = {
-    SYM(GetVersion),
-    SYM(GetUniqueId),
-    SYM(CommInitRank),
-    SYM(CommDestroy),
-    SYM(GetErrorString),
-    SYM(GetLastError),
-    SYM(RedOpCreatePreMulSum),
-    SYM(RedOpDestroy),
-    SYM(AllReduce),
-    SYM(Reduce),
-    SYM(Broadcast),
-    SYM(ReduceScatter),
-    SYM(AllGather),
-    SYM(AlltoAll),
-    SYM(Gather),
-    SYM(Scatter),
-    SYM(Send),
-    SYM(Recv),
-    SYM(GroupStart),
+    SYM(GetVersion),    SYM(GetUniqueId),    SYM(CommInitRank), SYM(CommInitAll),
+    SYM(CommDestroy),   SYM(GetErrorString), SYM(GetLastError), SYM(RedOpCreatePreMulSum),
+    SYM(RedOpDestroy),  SYM(AllReduce),      SYM(Reduce),       SYM(Broadcast),
+    SYM(ReduceScatter), SYM(AllGather),      SYM(AlltoAll),     SYM(Gather),
+    SYM(Scatter),       SYM(Send),           SYM(Recv),         SYM(GroupStart),
     SYM(GroupEnd),
 };
 #undef SYM

@@ -1,7 +1,9 @@
 /*
  * The NCCL library that `braid bench` measures, loaded at run time with dlopen so that the same tool can
- * measure Braid's libnccl.so.2 or any other build of the NCCL API (--lib PATH). Every function the bench
- * calls is resolved here once; a library that lacks one of them is refused with the missing name.
+ * measure Braid's libnccl.so.2 or any other build of the NCCL API (--lib PATH), or two of them side by side
+ * (--vs PATH): each is loaded with RTLD_LOCAL, so two libraries exporting the same names live in one process,
+ * each with its own state. Every function the bench calls is resolved here once; a library that lacks one of
+ * them is refused with the missing name.
  */
 #ifndef BRAID_TOOLS_LIB_H
 #define BRAID_TOOLS_LIB_H
@@ -17,6 +19,7 @@ typedef struct {
   ncclResult_t (*GetVersion)(int *version);
   ncclResult_t (*GetUniqueId)(ncclUniqueId *id);
   ncclResult_t (*CommInitRank)(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
+  ncclResult_t (*CommInitAll)(ncclComm_t *comms, int ndev, const int *devlist);
   ncclResult_t (*CommDestroy)(ncclComm_t comm);
   const char *(*GetErrorString)(ncclResult_t res);
   const char *(*GetLastError)(ncclComm_t comm);

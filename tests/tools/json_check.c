@@ -1,0 +1,290 @@
+/*
+ * json_check FILE NLIBS NRANKS COLLECTIVE...: checks a `braid bench --json` file. It parses the file with a
+ * strict JSON parser of its own (RFC 8259: no trailing commas, no comments, every escape and number form
+ * checked, nothing after the value), then checks what the bench promises: the tool's name, the run's mode
+ * with NRANKS ranks, NLIBS libraries, and results whose every row has its names, sizes, per-library arrays
+ * of NLIBS figures, no wrong values, ratios exactly when there are two libraries, and at least one row of
+ * each COLLECTIVE named. Exits 0, or 1 saying what is wrong.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A parsed value. Objects keep their keys in order. */
+typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } jtype_t;
+typedef struct jval {
+  jtype_t type;
+  double num; /* J_NUM; J_BOOL: 0 or 1 */
+  char *str;  /* J_STR */
+  int n;      /* J_ARR, J_OBJ: entries */
+  struct jval *items;
+  char **keys; /* J_OBJ */
+} jval_t;
+
+typedef struct {
+  const char *s;
+  size_t pos, len;
+  char err[200];
+} parser_t;
+
+static int parse_value(parser_t *p, jval_t *v, int depth);
+
+static int perr(parser_t *p, const char *what) {
+  if (p->err[0] == '\0') snprintf(p->err, sizeof(p->err), "%s at byte %zu", what, p->pos);
+  return -1;
+}
+
+static void skip_ws(parser_t *p) {
+  while (p->pos < p->len && strchr(" \t\r\n", p->s[p->pos]) != NULL && p->s[p->pos] != '\0') p->pos++;
+}
+
+static int literal(parser_t *p, const char *word) {
+  size_t n = strlen(word);
+  if (p->len - p->pos < n || strncmp(p->s + p->pos, word, n) != 0) return perr(p, "bad literal");
+  p->pos += n;
+  return 0;
+}
+
+/* A string: its unescaped bytes (\u escapes become '?'), which the checks only compare as ASCII. */
+static int parse_string(parser_t *p, char **out) {
+  if (p->s[p->pos] != '"') return perr(p, "expected a string");
+  size_t cap = 16, n = 0;
+  char *buf = malloc(cap);
+  for (p->pos++;; p->pos++) {
+    if (p->pos >= p->len) return free(buf), perr(p, "unterminated string");
+    unsigned char ch = (unsigned char)p->s[p->pos];
+    if (ch == '"') break;
+    if (ch < 0x20) return free(buf), perr(p, "control character in a string");
+    if (ch == '\\') {
+      char e = ++p->pos < p->len ? p->s[p->pos] : '\0';
+      if (e == 'u') {
+        for (int k = 1; k <= 4; k++)
+          if (p->pos + k >= p->len || !isxdigit((unsigned char)p->s[p->pos + k]))
+            return free(buf), perr(p, "bad \\u");
+        p->pos += 4;
+        ch = '?';
+      } else {
+        const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t", *at = e ? strchr(from, e) : NULL;
+        if (at == NULL) return free(buf), perr(p, "bad escape");
+        ch = (unsigned char)to[at - from];
+      }
+    }
+    if (n + 2 > cap) buf = realloc(buf, cap *= 2);
+    buf[n++] = (char)ch;
+  }
+  p->pos++;
+  buf[n] = '\0';
+  *out = buf;
+  return 0;
+}
+
+/* A number, checked against JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int parse_number(parser_t *p, jval_t *v) {
+  size_t i = p->pos;
+  const char *s = p->s;
+  if (i < p->len && s[i] == '-') i++;
+  if (i < p->len && s[i] == '0')
+    i++;
+  else if (i < p->len && s[i] >= '1' && s[i] <= '9')
+    while (i < p->len && isdigit((unsigned char)s[i])) i++;
+  else
+    return perr(p, "bad number");
+  if (i < p->len && s[i] == '.') {
+    if (++i >= p->len || !isdigit((unsigned char)s[i])) return perr(p, "bad fraction");
+    while (i < p->len && isdigit((unsigned char)s[i])) i++;
+  }
+  if (i < p->len && (s[i] == 'e' || s[i] == 'E')) {
+    if (++i < p->len && (s[i] == '+' || s[i] == '-')) i++;
+    if (i >= p->len || !isdigit((unsigned char)s[i])) return perr(p, "bad exponent");
+    while (i < p->len && isdigit((unsigned char)s[i])) i++;
+  }
+  v->type = J_NUM;
+  v->num = strtod(s + p->pos, NULL);
+  p->pos = i;
+  return 0;
+}
+
+/* An array or object: entries separated by commas between the brackets. */
+static int parse_list(parser_t *p, jval_t *v, int object, int depth) {
+  v->type = object ? J_OBJ : J_ARR;
+  p->pos++;
+  skip_ws(p);
+  if (p->pos < p->len && p->s[p->pos] == (object ? '}' : ']')) {
+    p->pos++;
+    return 0;
+  }
+  for (;;) {
+    v->items = realloc(v->items, (size_t)(v->n + 1) * sizeof(*v->items));
+    v->keys = realloc(v->keys, (size_t)(v->n + 1) * sizeof(*v->keys));
+    memset(&v->items[v->n], 0, sizeof(*v->items));
+    v->keys[v->n] = NULL;
+    skip_ws(p);
+    if (object) {
+      if (p->pos >= p->len || parse_string(p, &v->keys[v->n]) != 0) return perr(p, "expected a key");
+      skip_ws(p);
+      if (p->pos >= p->len || p->s[p->pos++] != ':') return perr(p, "expected ':'");
+    }
+    if (parse_value(p, &v->items[v->n++], depth + 1) != 0) return -1;
+    skip_ws(p);
+    char ch = p->pos < p->len ? p->s[p->pos++] : '\0';
+    if (ch == (object ? '}' : ']')) return 0;
+    if (ch != ',') return perr(p, "expected ',' or the closing bracket");
+  }
+}
+
+static int parse_value(parser_t *p, jval_t *v, int depth) {
+  skip_ws(p);
+  if (depth > 64) return perr(p, "nested too deep");
+  if (p->pos >= p->len) return perr(p, "unexpected end");
+  char ch = p->s[p->pos];
+  if (ch == '{' || ch == '[') return parse_list(p, v, ch == '{', depth);
+  if (ch == '"') {
+    v->type = J_STR;
+    return parse_string(p, &v->str);
+  }
+  if (ch == 't' || ch == 'f') {
+    v->type = J_BOOL;
+    v->num = ch == 't';
+    return literal(p, ch == 't' ? "true" : "false");
+  }
+  if (ch == 'n') {
+    v->type = J_NULL;
+    return literal(p, "null");
+  }
+  return parse_number(p, v);
+}
+
+static const jval_t *get(const jval_t *obj, const char *key) {
+  for (int i = 0; obj != NULL && obj->type == J_OBJ && i < obj->n; i++)
+    if (strcmp(obj->keys[i], key) == 0) return &obj->items[i];
+  return NULL;
+}
+
+static int failures;
+
+static void bad(const char *where, const char *what) {
+  if (failures++ < 20) fprintf(stderr, "json_check: %s: %s\n", where, what);
+}
+
+/* Checks that obj[key] exists and has the given type. */
+static const jval_t *need(const jval_t *obj, const char *key, jtype_t type, const char *where) {
+  const jval_t *v = get(obj, key);
+  char what[96];
+  snprintf(what, sizeof(what), "\"%s\" %s", key, v == NULL ? "missing" : "has the wrong type");
+  if (v == NULL || v->type != type) {
+    bad(where, what);
+    return NULL;
+  }
+  return v;
+}
+
+/* A per-library array: nlibs numbers (null allowed where a figure may be missing), each >= lo. */
+static void check_per_lib(const jval_t *row, const char *key, int nlibs, double lo, int nulls,
+                          const char *where) {
+  const jval_t *a = need(row, key, J_ARR, where);
+  if (a == NULL) return;
+  if (a->n != nlibs) bad(where, key);
+  for (int l = 0; l < a->n; l++) {
+    const jval_t *x = &a->items[l];
+    if (!((x->type == J_NUM && x->num >= lo) || (nulls && x->type == J_NULL))) bad(where, key);
+  }
+}
+
+static void check_row(const jval_t *row, int nlibs, char *where) {
+  const jval_t *coll = need(row, "collective", J_STR, "result");
+  snprintf(where, 96, "result %s", coll != NULL ? coll->str : "?");
+  need(row, "type", J_STR, where);
+  need(row, "op", J_STR, where);
+  need(row, "root", J_NUM, where);
+  const jval_t *place = need(row, "place", J_STR, where);
+  if (place != NULL && strcmp(place->str, "out") != 0 && strcmp(place->str, "in") != 0) bad(where, "place");
+  const jval_t *bytes = need(row, "bytes", J_NUM, where), *batch = need(row, "batch", J_NUM, where);
+  need(row, "count", J_NUM, where);
+  if ((bytes != NULL && bytes->num < 0) || (batch != NULL && batch->num < 1)) bad(where, "bytes or batch");
+  check_per_lib(row, "time_us", nlibs, 0, 0, where);
+  check_per_lib(row, "algbw", nlibs, 0, 1, where);
+  check_per_lib(row, "busbw", nlibs, 0, 1, where);
+  check_per_lib(row, "wrong", nlibs, 0, 0, where);
+  const jval_t *wrong = get(row, "wrong");
+  for (int l = 0; wrong != NULL && wrong->type == J_ARR && l < wrong->n; l++)
+    if (wrong->items[l].type == J_NUM && wrong->items[l].num != 0) bad(where, "wrong values");
+  const char *ratios[] = {"time_ratio", "busbw_ratio"};
+  for (int k = 0; k < 2; k++) {
+    const jval_t *r = get(row, ratios[k]);
+    if (r == NULL || (nlibs > 1 ? r->type != J_NUM && r->type != J_NULL : r->type != J_NULL))
+      bad(where, ratios[k]);
+  }
+}
+
+static void check_header(const jval_t *root, int nlibs, int nranks) {
+  const jval_t *tool = need(root, "tool", J_STR, "top");
+  if (tool != NULL && strcmp(tool->str, "braid bench") != 0) bad("top", "tool is not \"braid bench\"");
+  need(root, "date", J_STR, "top");
+  need(root, "gpu", J_STR, "top");
+  const jval_t *mode = need(root, "mode", J_OBJ, "top");
+  const jval_t *n = need(mode, "nranks", J_NUM, "mode");
+  if (n != NULL && n->num != nranks) bad("mode", "nranks");
+  need(mode, "device", J_STR, "mode");
+  need(mode, "layout", J_STR, "mode");
+  need(mode, "samples", J_NUM, "mode");
+  const jval_t *libs = need(root, "libraries", J_ARR, "top");
+  if (libs != NULL && libs->n != nlibs) bad("libraries", "wrong count");
+  for (int l = 0; libs != NULL && l < libs->n; l++) {
+    const jval_t *name = need(&libs->items[l], "name", J_STR, "library");
+    if (name != NULL && (name->str[0] != 'A' + l || name->str[1] != '\0')) bad("library", "name");
+    need(&libs->items[l], "path", J_STR, "library");
+    need(&libs->items[l], "version", J_NUM, "library");
+  }
+}
+
+static char *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return NULL;
+  size_t cap = 1 << 16;
+  char *buf = malloc(cap);
+  *len = 0;
+  for (size_t got; buf != NULL && (got = fread(buf + *len, 1, cap - *len, f)) > 0;)
+    if ((*len += got) == cap) buf = realloc(buf, cap *= 2);
+  fclose(f);
+  return buf;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 5) {
+    fprintf(stderr, "usage: json_check FILE NLIBS NRANKS COLLECTIVE...\n");
+    return 2;
+  }
+  parser_t p = {0};
+  p.s = read_all(argv[1], &p.len);
+  if (p.s == NULL) {
+    fprintf(stderr, "json_check: cannot read %s\n", argv[1]);
+    return 1;
+  }
+  jval_t root = {0};
+  if (parse_value(&p, &root, 0) == 0) {
+    skip_ws(&p);
+    if (p.pos != p.len) perr(&p, "text after the value");
+  }
+  if (p.err[0] != '\0') {
+    fprintf(stderr, "json_check: %s: not JSON: %s\n", argv[1], p.err);
+    return 1;
+  }
+  int nlibs = atoi(argv[2]), nranks = atoi(argv[3]);
+  check_header(&root, nlibs, nranks);
+  const jval_t *results = need(&root, "results", J_ARR, "top");
+  char where[96];
+  for (int i = 0; results != NULL && i < results->n; i++) check_row(&results->items[i], nlibs, where);
+  for (int a = 4; a < argc; a++) {
+    int rows = 0;
+    for (int i = 0; results != NULL && i < results->n; i++) {
+      const jval_t *c = get(&results->items[i], "collective");
+      rows += c != NULL && c->type == J_STR && strcmp(c->str, argv[a]) == 0;
+    }
+    if (rows == 0) bad(argv[a], "no result rows");
+  }
+  printf("json_check: %s: %d result rows, %d problem(s)\n", argv[1], results != NULL ? results->n : 0,
+         failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,341 @@
+/*
+ * The bench's CUDA driver calls (see cuda_drv.h). With CUDA's headers (BRAID_TOOL_CUDA_HEADERS, set by the
+ * build when it finds them) the entry points are resolved through cuGetProcAddress for CUDA 12.0 by base
+ * name, and stored with the header's types (__typeof__), so a signature that does not match is a compile
+ * error. Only entry points whose 12.0 variant has the header's signature are used: cuEventElapsedTime's
+ * newer variant has the same one; cuGraphInstantiateWithFlags is asked for by that name. Without the
+ * headers, every call but drv_open refuses.
+ */
+#include "cuda_drv.h"
+
+#include <stdio.h>
+
+#ifdef BRAID_TOOL_CUDA_HEADERS
+#include <cuda.h>
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The CUDA version whose entry-point variants are asked for. */
+#define DRV_API_VERSION 12000
+
+/* Every entry point the bench uses, by the name cuda.h declares it under. */
+// clang-format off
+#define DRV_FUNCS(X) \
+  X(cuGetErrorName) X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) \
+  X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoDAsync) \
+  X(cuMemcpyDtoHAsync) X(cuMemsetD8Async) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) \
+  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) \
+  X(cuGraphExecDestroy) X(cuGraphDestroy)
+// clang-format on
+
+/* The resolved entry points; fields carry the macro-expanded names (cuMemAlloc_v2), and drv.cuMemAlloc
+ * expands the same way. */
+#define DRV_FIELD(name) __typeof__(&name) name;
+static struct { DRV_FUNCS(DRV_FIELD) } drv;
+#undef DRV_FIELD
+
+/* What drv_open found; written once, read-only after. */
+static int opened;      /* drv_open ran */
+static int ndevs;       /* usable devices; 0 when the driver is missing or unusable */
+static char why0[256];  /* why ndevs is 0 */
+static CUcontext *ctxs; /* [ndevs] retained primary contexts, NULL until first used */
+
+static ncclResult_t fail(CUresult r, const char *call, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Reports a failed driver call once: its name, the CUresult's name and the values involved. */
+static ncclResult_t fail(CUresult r, const char *call, const char *fmt, ...) {
+  char what[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  const char *name = NULL;
+  if (drv.cuGetErrorName == NULL || drv.cuGetErrorName(r, &name) != CUDA_SUCCESS || name == NULL)
+    name = "unknown CUresult";
+  fprintf(stderr, "braid bench: %s (%s) failed: %s (%d)\n", call, what, name, (int)r);
+  return ncclUnhandledCudaError;
+}
+
+/* Calls drv.fn args; on failure reports it (with the printf-style values) and returns. */
+#define DRV_CALL(fn, args, ...)                                                                              \
+  do {                                                                                                       \
+    CUresult drv_res_ = drv.fn args;                                                                         \
+    if (drv_res_ != CUDA_SUCCESS) return fail(drv_res_, #fn, __VA_ARGS__);                                   \
+  } while (0)
+
+static CUdeviceptr dptr(const void *p) {
+  return (CUdeviceptr)(uintptr_t)p;
+}
+
+/* Resolves every entry point; writes why0 and returns -1 when one is missing. */
+static int resolve(void *lib) {
+  void *sym = dlsym(lib, "cuGetProcAddress_v2");
+  if (sym == NULL) {
+    snprintf(why0, sizeof(why0), "the CUDA driver is older than 12.0 (no cuGetProcAddress_v2)");
+    return -1;
+  }
+  __typeof__(&cuGetProcAddress) get_proc;
+  memcpy(&get_proc, &sym, sizeof(sym));
+  void *fn;
+  CUdriverProcAddressQueryResult found;
+#define DRV_RESOLVE(name)                                                                                    \
+  fn = NULL;                                                                                                 \
+  if (get_proc(#name, &fn, DRV_API_VERSION, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found) != CUDA_SUCCESS ||    \
+      found != CU_GET_PROC_ADDRESS_SUCCESS || fn == NULL) {                                                  \
+    snprintf(why0, sizeof(why0), "the CUDA driver lacks %s for CUDA 12.0", #name);                           \
+    return -1;                                                                                               \
+  }                                                                                                          \
+  memcpy(&drv.name, &fn, sizeof(fn));
+  DRV_FUNCS(DRV_RESOLVE)
+#undef DRV_RESOLVE
+  return 0;
+}
+
+/* Initialises the driver and counts its devices; writes why0 when there are none. */
+static int count_devices(void) {
+  const char *name = "?";
+  CUresult r = drv.cuInit(0);
+  int n = 0;
+  if (r == CUDA_SUCCESS) r = drv.cuDeviceGetCount(&n);
+  if (r != CUDA_SUCCESS || n <= 0) {
+    drv.cuGetErrorName(r, &name);
+    snprintf(why0, sizeof(why0), "no usable CUDA device (cuInit/cuDeviceGetCount: %s, %d devices)",
+             r == CUDA_SUCCESS ? "CUDA_SUCCESS" : name, n);
+    return 0;
+  }
+  ctxs = calloc((size_t)n, sizeof(*ctxs));
+  if (ctxs == NULL) {
+    snprintf(why0, sizeof(why0), "out of host memory listing %d CUDA devices", n);
+    return 0;
+  }
+  return n;
+}
+
+ncclResult_t drv_open(int *ndev_p, char *why, size_t len) {
+  if (!opened) {
+    opened = 1;
+    /* The library stays loaded for the process's life: the resolved pointers point into it. */
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL)
+      snprintf(why0, sizeof(why0), "no CUDA driver (%s)", dlerror());
+    else if (resolve(lib) == 0)
+      ndevs = count_devices();
+  }
+  *ndev_p = ndevs;
+  snprintf(why, len, "%s", why0);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_device_name(int dev, char *buf, size_t len) {
+  CUdevice d;
+  DRV_CALL(cuDeviceGet, (&d, dev), "device %d", dev);
+  DRV_CALL(cuDeviceGetName, (buf, (int)len, d), "device %d", dev);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_use_device(int dev) {
+  if (dev < 0 || dev >= ndevs) {
+    if (ndevs > 0)
+      fprintf(stderr, "braid bench: CUDA device %d does not exist (the driver has %d)\n", dev, ndevs);
+    else
+      fprintf(stderr, "braid bench: CUDA device %d: %s\n", dev, opened ? why0 : "the driver is not loaded");
+    return ncclInvalidUsage;
+  }
+  if (ctxs[dev] == NULL) {
+    CUdevice d;
+    DRV_CALL(cuDeviceGet, (&d, dev), "device %d", dev);
+    DRV_CALL(cuDevicePrimaryCtxRetain, (&ctxs[dev], d), "device %d", dev);
+  }
+  DRV_CALL(cuCtxSetCurrent, (ctxs[dev]), "primary context of device %d", dev);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_mem_alloc(void **ptr_p, size_t bytes) {
+  CUdeviceptr p;
+  DRV_CALL(cuMemAlloc, (&p, bytes), "%zu bytes", bytes);
+  *ptr_p = (void *)(uintptr_t)p;
+  return ncclSuccess;
+}
+
+ncclResult_t drv_mem_free(void *ptr) {
+  DRV_CALL(cuMemFree, (dptr(ptr)), "%p", ptr);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_upload(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+  DRV_CALL(cuMemcpyHtoDAsync, (dptr(dst), src, bytes, stream), "%zu bytes to %p", bytes, dst);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_download(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+  DRV_CALL(cuMemcpyDtoHAsync, (dst, dptr(src), bytes, stream), "%zu bytes from %p", bytes, src);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_memset(void *dst, unsigned char value, size_t bytes, cudaStream_t stream) {
+  DRV_CALL(cuMemsetD8Async, (dptr(dst), value, bytes, stream), "%zu bytes at %p", bytes, dst);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_stream_create(cudaStream_t *stream_p) {
+  CUstream s;
+  DRV_CALL(cuStreamCreate, (&s, CU_STREAM_NON_BLOCKING), "non-blocking");
+  *stream_p = s;
+  return ncclSuccess;
+}
+
+ncclResult_t drv_stream_destroy(cudaStream_t stream) {
+  DRV_CALL(cuStreamDestroy, (stream), "stream %p", (void *)stream);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_stream_sync(cudaStream_t stream) {
+  DRV_CALL(cuStreamSynchronize, (stream), "stream %p", (void *)stream);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_event_create(drv_event_t *event_p) {
+  CUevent e;
+  DRV_CALL(cuEventCreate, (&e, CU_EVENT_DEFAULT), "timing event");
+  *event_p = (drv_event_t)e;
+  return ncclSuccess;
+}
+
+ncclResult_t drv_event_destroy(drv_event_t event) {
+  DRV_CALL(cuEventDestroy, ((CUevent)event), "event %p", (void *)event);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_event_record(drv_event_t event, cudaStream_t stream) {
+  DRV_CALL(cuEventRecord, ((CUevent)event, stream), "event %p on stream %p", (void *)event, (void *)stream);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_event_elapsed_ms(drv_event_t start, drv_event_t stop, float *ms_p) {
+  DRV_CALL(cuEventSynchronize, ((CUevent)stop), "event %p", (void *)stop);
+  DRV_CALL(cuEventElapsedTime, (ms_p, (CUevent)start, (CUevent)stop), "events %p to %p", (void *)start,
+           (void *)stop);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_capture_begin(cudaStream_t stream) {
+  DRV_CALL(cuStreamBeginCapture, (stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "stream %p", (void *)stream);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_capture_end(cudaStream_t stream, drv_graph_t *graph_p) {
+  CUgraph graph;
+  CUgraphExec exec;
+  DRV_CALL(cuStreamEndCapture, (stream, &graph), "stream %p", (void *)stream);
+  CUresult r = drv.cuGraphInstantiateWithFlags(&exec, graph, 0);
+  /* The instantiated graph is independent of the captured one, which is not needed any more. */
+  drv.cuGraphDestroy(graph);
+  if (r != CUDA_SUCCESS)
+    return fail(r, "cuGraphInstantiateWithFlags", "graph captured on stream %p", (void *)stream);
+  *graph_p = (drv_graph_t)exec;
+  return ncclSuccess;
+}
+
+ncclResult_t drv_graph_launch(drv_graph_t graph, cudaStream_t stream) {
+  DRV_CALL(cuGraphLaunch, ((CUgraphExec)graph, stream), "graph %p on stream %p", (void *)graph,
+           (void *)stream);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_graph_destroy(drv_graph_t graph) {
+  DRV_CALL(cuGraphExecDestroy, ((CUgraphExec)graph), "graph %p", (void *)graph);
+  return ncclSuccess;
+}
+
+#else /* built without CUDA's headers: no device, every device call refused */
+
+static ncclResult_t refuse(const char *call) {
+  fprintf(stderr, "braid bench: %s: this braid was built without CUDA headers\n", call);
+  return ncclInvalidUsage;
+}
+
+ncclResult_t drv_open(int *ndev_p, char *why, size_t len) {
+  *ndev_p = 0;
+  snprintf(why, len, "built without CUDA headers");
+  return ncclSuccess;
+}
+
+ncclResult_t drv_device_name(int dev, char *buf, size_t len) {
+  return refuse("drv_device_name");
+}
+
+ncclResult_t drv_use_device(int dev) {
+  return refuse("drv_use_device");
+}
+
+ncclResult_t drv_mem_alloc(void **ptr_p, size_t bytes) {
+  return refuse("drv_mem_alloc");
+}
+
+ncclResult_t drv_mem_free(void *ptr) {
+  return refuse("drv_mem_free");
+}
+
+ncclResult_t drv_upload(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+  return refuse("drv_upload");
+}
+
+ncclResult_t drv_download(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+  return refuse("drv_download");
+}
+
+ncclResult_t drv_memset(void *dst, unsigned char value, size_t bytes, cudaStream_t stream) {
+  return refuse("drv_memset");
+}
+
+ncclResult_t drv_stream_create(cudaStream_t *stream_p) {
+  return refuse("drv_stream_create");
+}
+
+ncclResult_t drv_stream_destroy(cudaStream_t stream) {
+  return refuse("drv_stream_destroy");
+}
+
+ncclResult_t drv_stream_sync(cudaStream_t stream) {
+  return refuse("drv_stream_sync");
+}
+
+ncclResult_t drv_event_create(drv_event_t *event_p) {
+  return refuse("drv_event_create");
+}
+
+ncclResult_t drv_event_destroy(drv_event_t event) {
+  return refuse("drv_event_destroy");
+}
+
+ncclResult_t drv_event_record(drv_event_t event, cudaStream_t stream) {
+  return refuse("drv_event_record");
+}
+
+ncclResult_t drv_event_elapsed_ms(drv_event_t start, drv_event_t stop, float *ms_p) {
+  return refuse("drv_event_elapsed_ms");
+}
+
+ncclResult_t drv_capture_begin(cudaStream_t stream) {
+  return refuse("drv_capture_begin");
+}
+
+ncclResult_t drv_capture_end(cudaStream_t stream, drv_graph_t *graph_p) {
+  return refuse("drv_capture_end");
+}
+
+ncclResult_t drv_graph_launch(drv_graph_t graph, cudaStream_t stream) {
+  return refuse("drv_graph_launch");
+}
+
+ncclResult_t drv_graph_destroy(drv_graph_t graph) {
+  return refuse("drv_graph_destroy");
+}
+
+#endif

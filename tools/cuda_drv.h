@@ -1,0 +1,65 @@
+/*
+ * The CUDA driver as `braid bench` uses it: device memory, streams, timing events and graphs, for measuring
+ * collectives on GPUs.
+ *
+ * libcuda.so.1 is loaded at run time (dlopen) and every entry point is resolved through cuGetProcAddress, so
+ * the tool runs without CUDA on machines that have none and links nothing of CUDA's. The build includes
+ * <cuda.h> when it finds CUDA's headers (the pointers then keep the driver's exact types); built without
+ * them, drv_open finds no device and says why. Every call that needs a context runs in the current device's
+ * PRIMARY context (drv_use_device): the one the measured library and the CUDA runtime use. One thread per
+ * process calls these functions.
+ *
+ * Device memory is handed around as plain pointers (a CUdeviceptr's value), streams as cudaStream_t (the
+ * type the NCCL API takes; the same handle as the driver's CUstream). Every failure is reported once on
+ * stderr, naming the call, its CUresult and the values involved, and returned as ncclUnhandledCudaError.
+ */
+#ifndef BRAID_TOOLS_CUDA_DRV_H
+#define BRAID_TOOLS_CUDA_DRV_H
+
+#include <stddef.h>
+
+#include "nccl.h"
+
+/* A timing event (CUevent). */
+typedef struct drv_event *drv_event_t;
+/* An instantiated graph (CUgraphExec). */
+typedef struct drv_graph *drv_graph_t;
+
+/* Loads the driver once, initialises it and counts its devices into *ndev_p. No driver, no device or a
+ * build without CUDA headers is not an error: *ndev_p is then 0 and `why` says which. */
+ncclResult_t drv_open(int *ndev_p, char *why, size_t len);
+/* The device's name as the driver gives it ("NVIDIA H100 80GB HBM3"). */
+ncclResult_t drv_device_name(int dev, char *buf, size_t len);
+/* Makes device `dev`'s primary context (retained at the first call, kept for the process's life) the calling
+ * thread's current context. */
+ncclResult_t drv_use_device(int dev);
+
+/* Device memory in the current context. */
+ncclResult_t drv_mem_alloc(void **ptr_p, size_t bytes);
+ncclResult_t drv_mem_free(void *ptr);
+/* Copies and fills, ordered on `stream` (pageable host memory is staged by the driver); the host may reuse
+ * or read its buffer after drv_stream_sync. */
+ncclResult_t drv_upload(void *dst, const void *src, size_t bytes, cudaStream_t stream);
+ncclResult_t drv_download(void *dst, const void *src, size_t bytes, cudaStream_t stream);
+ncclResult_t drv_memset(void *dst, unsigned char value, size_t bytes, cudaStream_t stream);
+
+/* A non-blocking stream of the current context (no implicit ordering with the legacy default stream). */
+ncclResult_t drv_stream_create(cudaStream_t *stream_p);
+ncclResult_t drv_stream_destroy(cudaStream_t stream);
+ncclResult_t drv_stream_sync(cudaStream_t stream);
+
+/* Timing events of the current context. */
+ncclResult_t drv_event_create(drv_event_t *event_p);
+ncclResult_t drv_event_destroy(drv_event_t event);
+ncclResult_t drv_event_record(drv_event_t event, cudaStream_t stream);
+/* Milliseconds between two recorded events; waits for `stop` to complete first. */
+ncclResult_t drv_event_elapsed_ms(drv_event_t start, drv_event_t stop, float *ms_p);
+
+/* Starts capturing `stream` into a graph (global capture mode). */
+ncclResult_t drv_capture_begin(cudaStream_t stream);
+/* Ends the capture of `stream` and instantiates what it captured. */
+ncclResult_t drv_capture_end(cudaStream_t stream, drv_graph_t *graph_p);
+ncclResult_t drv_graph_launch(drv_graph_t graph, cudaStream_t stream);
+ncclResult_t drv_graph_destroy(drv_graph_t graph);
+
+#endif
