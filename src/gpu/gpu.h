@@ -103,8 +103,8 @@ ncclResult_t gpu_event_query(gpu_event_t *event, int *done_p);
 ncclResult_t gpu_stream_wait(cudaStream_t stream, gpu_event_t *event);
 /* Whether `stream` is being captured into a CUDA graph. */
 ncclResult_t gpu_stream_capturing(cudaStream_t stream, int *yes_p);
-/* The same, and the graph being built (an opaque CUgraph) and the capture's id (unique in the process) when it
- * is. A capture invalidated by an earlier error is refused (ncclInvalidUsage): nothing enqueued now would
+/* The same, and the graph being built (an opaque CUgraph) and the capture's id (unique in the process) when
+ * it is. A capture invalidated by an earlier error is refused (ncclInvalidUsage): nothing enqueued now would
  * ever run. */
 ncclResult_t gpu_stream_capture(cudaStream_t stream, int *yes_p, void **graph_p, uint64_t *id_p);
 /* Ties `release(arg)` to the graph's life: it is called once the graph, every executable graph made from it
