@@ -3,9 +3,10 @@
  *
  * A plan's steps become the steps of a dev_work_t. Within a step, transfers that share a connection (the same
  * send peer or the same receive peer) must keep their list order, so they form one lane; local copies form
- * one lane of their own. Lanes run concurrently, each on nch blocks. A transfer is split over ceil(bytes /
- * DEV_CHANNEL_BYTES) channels, at most nch: a function of its size only, so both ends of a connection split
- * it the same way (DESIGN.md, principle 2).
+ * one lane of their own. A transfer is split over ceil(bytes / DEV_CHANNEL_BYTES) channels, at most nch: a
+ * function of its size only, so both ends of a connection split it the same way (DESIGN.md, principle 2).
+ * Lanes run concurrently, each on as many blocks as the launch's widest transfer has channels
+ * (dev_work_t.nch): an 8-byte all-reduce runs on one block, not on nch per lane.
  *
  * Launches of one communicator are ordered even when the calls come on different streams: each launch waits
  * for the event recorded after the previous one. Inside CUDA graph capture the ordering is the graph's.
@@ -576,13 +577,14 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
       CHECK(queue_place(gx, lc, spill, &slot));
     else if (spill != 0)
       CHECK(capture_place(gx, lc, spill));
-    ncclResult_t res = gpu_launch(gx->func, (unsigned)(widest * gx->nch), DEV_THREADS, w, sizeof *w, lc->s);
+    /* a grid only as wide as the channels the launch's transfers use (w->nch, at least 1 per transfer) */
+    ncclResult_t res = gpu_launch(gx->func, (unsigned)(widest * w->nch), DEV_THREADS, w, sizeof *w, lc->s);
     if (res != ncclSuccess) {
       wq_cancel(&gx->wq, &slot); /* it never reached the GPU */
       return res;
     }
   }
-  w->nsteps = w->nxfers = 0;
+  w->nsteps = w->nxfers = w->nch = 0;
   w->seq = seq;
   return ncclSuccess;
 }
@@ -634,8 +636,10 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
     CHECK(flush(gx, lc, st->task->seq));
   CHECK(xf_reserve(gx, w->nxfers + st->count));
   dev_xfer_t *x = &gx->xf[w->nxfers];
-  for (int i = 0; i < st->count; i++)
+  for (int i = 0; i < st->count; i++) {
     fill_xfer(gx, &plan->xfers[st->first + i], (uint16_t)(st->task - plan->tasks), &x[i]);
+    if (x[i].nch > w->nch) w->nch = x[i].nch;
+  }
   int parent[2 * GX_MAX_RANKS + 1], lane_of[2 * GX_MAX_RANKS + 1];
   w->step_lanes[w->nsteps] = (uint16_t)assign_lanes(x, st->count, gx->nranks, parent, lane_of);
   CHECK(lanes_check(gx, x, st->count, parent, st->task->seq));
@@ -659,7 +663,7 @@ ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
   if (lc.capturing) CHECK_GOTO(token_for(gx, graph, capture_id, &lc.token), res, out);
   CHECK_GOTO(before(gx, plan, lc.s, lc.capturing), res, out);
   gx->group_first_tag = gx->wq.next_tag;
-  gx->work.nsteps = gx->work.nxfers = 0;
+  gx->work.nsteps = gx->work.nxfers = gx->work.nch = 0;
   gx->work.seq = plan->tasks[0].seq;
   for (int i = 0; i < plan->nsteps; i++) CHECK_GOTO(add_step(gx, plan, i, &lc), res, out);
   CHECK_GOTO(flush(gx, &lc, 0), res, out);

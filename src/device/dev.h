@@ -6,7 +6,8 @@
  * separates them); within a step, transfers are grouped into lanes: the transfers of one lane share a
  * connection and run in list order, different lanes run at the same time on different blocks. Each transfer
  * is split over `nch` channels; channel c of a transfer uses ring c of its connections, so the two ends of a
- * connection see the same sequence of pieces on every ring.
+ * connection see the same sequence of pieces on every ring. A launch runs each lane on dev_work_t.nch blocks,
+ * the most channels any of its transfers uses, so a small call takes a block or two, not nch_max per lane.
  *
  * A ring is DEV_SLOTS slots of DEV_SLOT_BYTES in memory the consumer reads (the receiver's GPU for p2p, host
  * memory for shm and net), with two counters in a control block:
@@ -136,6 +137,7 @@ typedef struct {
   uint16_t nxfers, nsteps;
   uint16_t step_end[DEV_MAX_STEPS];   /* transfers of step s are [step_end[s-1], step_end[s]) */
   uint16_t step_lanes[DEV_MAX_STEPS]; /* lanes in step s; the block count covers the widest */
+  uint16_t nch;                       /* blocks per lane: the most channels a transfer uses, 1 .. nch_max */
   dev_xfer_t xfers[DEV_MAX_XFERS];    /* sorted by (step, lane), list order kept within a lane */
 } dev_work_t;
 
@@ -178,9 +180,9 @@ DEV_INLINE uint32_t dev_npieces(uint64_t len) {
 }
 
 /* The kernel: extern "C" __global__ void braid_kernel(dev_work_t work), launched with
- * grid = max(step_lanes) * comm->nch_max blocks of DEV_THREADS threads; block b serves lane b / nch_max,
- * channel b % nch_max. The embedded fatbin that holds it (made by nvcc from src/device) is reached through
- * these symbols; dev_fatbin_size is 0 in a build without CUDA. */
+ * grid = max(step_lanes) * work.nch blocks of DEV_THREADS threads; block b serves lane b / work.nch, channel
+ * b % work.nch (rings are still indexed peer * nch_max + channel). The embedded fatbin that holds it (made
+ * by nvcc from src/device) is reached through these symbols; dev_fatbin_size is 0 in a build without CUDA. */
 extern const unsigned char dev_fatbin[];
 extern const unsigned long long dev_fatbin_size;
 
