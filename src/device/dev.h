@@ -94,13 +94,16 @@ typedef struct {
   uint64_t timeout_ns;                /* a wait longer than this fails with DEV_ERR_TIMEOUT (0: never) */
 } dev_comm_t;
 
-/* Transfer flags (the same values as the planner's XF_*). */
-enum { DEV_XF_REDUCE = 1, DEV_XF_PREPARE = 2, DEV_XF_LAST = 4 };
+/* Transfer flags (the same values as the planner's XF_*). SEQ and PREPARED are the host's business (lane
+ * assignment; PreMulSum of a running result becomes SUM before the launch); the kernel ignores them. */
+enum { DEV_XF_REDUCE = 1, DEV_XF_PREPARE = 2, DEV_XF_LAST = 4, DEV_XF_SEQ = 8, DEV_XF_PREPARED = 16 };
 
 /* Reduction kinds (the same values as host_reduce.h's red_kind_t). */
 enum { DEV_RED_SUM, DEV_RED_PROD, DEV_RED_MAX, DEV_RED_MIN, DEV_RED_PREMULSUM, DEV_RED_SUM_POSTDIV };
 
-/* One transfer: receive from recv_peer (or read src), combine, store to dst and/or send to send_peer. */
+/* One transfer: receive from recv_peer (or read src), combine, store to dst and/or send to send_peer. With
+ * REDUCE and no recv_peer it combines two local operands instead: dst = prepare(src) (+) dst (a one-shot
+ * reduction adding this rank's own data to the running result). */
 typedef struct {
   const char *src;   /* local operand, or NULL */
   char *dst;         /* where the result goes, or NULL */

@@ -204,13 +204,14 @@ __device__ bool work_valid(const dev_work_t &w) {
 }
 
 /* A transfer is well formed: channels (within the launch's blocks per lane, so every part has a block),
- * type, operation and peers in range, and something to move. */
+ * type, operation and peers in range, and something to move; a local reduction has both operands. */
 __device__ bool xfer_valid(const dev_xfer_t &x, const dev_work_t &w) {
   const dev_comm_t *comm = w.comm;
   if (x.nch < 1 || x.nch > w.nch || x.type >= ncclNumTypes || x.red > DEV_RED_SUM_POSTDIV) return false;
   if (x.recv_peer < -1 || x.recv_peer >= comm->nranks || x.send_peer < -1 || x.send_peer >= comm->nranks) {
     return false;
   }
+  if (x.recv_peer < 0 && (x.flags & DEV_XF_REDUCE) && x.dst == NULL) return false;
   return x.recv_peer >= 0 || x.src != NULL;
 }
 
@@ -307,7 +308,10 @@ __device__ void batch_publish(const dev_xfer_t &x, uint32_t xi, uint32_t done, u
   }
 }
 
-/* Every thread: piece i of a batch, at byte `at` of the transfer. */
+/* Every thread: piece i of a batch, at byte `at` of the transfer. A local reduction takes its second operand
+ * from dst: the running result an earlier transfer of the lane stored there, ordered before this read by
+ * the block barriers between pieces (the same block handles the same bytes of every transfer of the lane,
+ * as they all have the transfer's size and channels). */
 __device__ __forceinline__ void piece_run(const dev_xfer_t &x, uint32_t xi, uint32_t i, uint64_t at,
                                           uint32_t bytes, const block_state &st) {
   piece_t pc;
@@ -319,6 +323,8 @@ __device__ __forceinline__ void piece_run(const dev_xfer_t &x, uint32_t xi, uint
   if (x.recv_peer >= 0) {
     const ring_use &r = st.rings[st.recv_ring[xi]];
     pc.in = r.data + (size_t)((r.count + i) % DEV_SLOTS) * DEV_SLOT_BYTES;
+  } else if (x.flags & DEV_XF_REDUCE) {
+    pc.in = pc.dst;
   }
   if (x.send_peer >= 0) {
     const ring_use &r = st.rings[st.send_ring[xi]];
