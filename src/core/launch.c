@@ -462,7 +462,9 @@ static ncclResult_t before(gx_t *gx, const plan_t *plan, cudaStream_t s, int cap
 
 /* After the launch: the group's other streams wait for it, and so will the next eager launch. Inside a
  * capture, `done` keeps its last eager record (an eager wait on an event recorded in a graph is not
- * allowed), and a separate event joins the streams. */
+ * allowed), and a separate event joins the streams. `done` is recorded after every eager launch, not lazily
+ * on the old stream when a later launch comes on another: by then the caller may have destroyed that stream
+ * (its handle is no longer valid) or begun capturing it (the record would land in the graph). */
 static ncclResult_t after(gx_t *gx, const plan_t *plan, cudaStream_t s, int capturing) {
   gpu_event_t *ev = gx->done;
   if (capturing) {

@@ -4,7 +4,8 @@
  * The GPU executor runs one kernel launch per group per GPU. The launch carries a work description by value
  * (dev_work_t): a list of transfers cut into steps. Steps run one after another (a grid-wide barrier
  * separates them); within a step, transfers are grouped into lanes: the transfers of one lane share a
- * connection and run in list order, different lanes run at the same time on different blocks. Each transfer
+ * connection (or the host chained them: XF_SEQ) and run in list order, different lanes run at the same time
+ * on different blocks. Each transfer
  * is split over `nch` channels; channel c of a transfer uses ring c of its connections, so the two ends of a
  * connection see the same sequence of pieces on every ring. A launch runs each lane on dev_work_t.nch blocks,
  * the most channels any of its transfers uses, so a small call takes a block or two, not nch_max per lane.
