@@ -136,7 +136,7 @@ static void connect_phase(int p, exec_t *execs, int n) {
 /* GPU communicators: plan with whole blocks (the kernels slice) and launch; nothing waits for the GPU. */
 static ncclResult_t launch_calls(ncclComm_t c) {
   CHECK(gx_scratch(c->gx, &c->plan, c->nranks));
-  CHECK(plan_build(&c->plan, c->rank, c->nranks, (size_t)1 << 62));
+  CHECK(plan_build(&c->plan, c->rank, c->nranks, (size_t)1 << 62, plan_tuning()));
   return gx_launch(c->gx, &c->plan);
 }
 
@@ -154,7 +154,7 @@ static ncclResult_t run_calls(void) {
       grp.execs[i].result = launch_calls(c);
       grp.execs[i].step = -1; /* launched: nothing left for the host executor */
     } else {
-      grp.execs[i].result = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2);
+      grp.execs[i].result = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2, NULL);
     }
   }
   for (int p = 0; p < 3; p++) connect_phase(p, grp.execs, n);
@@ -189,7 +189,7 @@ ncclResult_t group_simulate_end(ncclSimInfo_t *sim) {
   if (res == ncclSuccess) res = grp.error;
   double us = 0;
   for (ncclComm_t c = grp.comms; c != NULL && res == ncclSuccess; c = c->group_next) {
-    res = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2);
+    res = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2, NULL);
     double t = plan_estimate_us(&c->plan, c->nranks);
     if (t > us) us = t;
   }

@@ -3,9 +3,11 @@
  *
  * A plan's steps become the steps of a dev_work_t. Within a step, transfers that share a connection (the same
  * send peer or the same receive peer) must keep their list order, so they form one lane; local copies form
- * one lane of their own. Lanes run concurrently, each on nch blocks. A transfer is split over ceil(bytes /
- * DEV_CHANNEL_BYTES) channels, at most nch: a function of its size only, so both ends of a connection split
- * it the same way (DESIGN.md, principle 2).
+ * one lane of their own, and transfers the planner marks XF_SEQ (a one-shot reduction, whose combines read
+ * what the one before stored) all join one lane. A transfer is split over ceil(bytes / DEV_CHANNEL_BYTES)
+ * channels, at most nch: a function of its size only, so both ends of a connection split it the same way
+ * (DESIGN.md, principle 2). Lanes run concurrently, each on as many blocks as the launch's widest transfer
+ * has channels (dev_work_t.nch): an 8-byte all-reduce runs on a block or two, not on nch per lane.
  *
  * Launches of one communicator are ordered even when the calls come on different streams: each launch waits
  * for the event recorded after the previous one. Inside CUDA graph capture the ordering is the graph's.
@@ -91,6 +93,15 @@ struct gx {
 
 /* Ranks of one GPU communicator at most (lane assignment works on the stack). */
 enum { GX_MAX_RANKS = 1024 };
+
+/* The planner's transfer flags travel unchanged in dev_xfer_t.flags. */
+_Static_assert((int)XF_REDUCE == (int)DEV_XF_REDUCE && (int)XF_PREPARE == (int)DEV_XF_PREPARE &&
+                   (int)XF_LAST == (int)DEV_XF_LAST && (int)XF_SEQ == (int)DEV_XF_SEQ &&
+                   (int)XF_PREPARED == (int)DEV_XF_PREPARED,
+               "transfer flags differ between the planner and the kernel");
+/* A one-shot reduction's lane receives from every peer and, in place, sends to every peer. */
+_Static_assert(2 * (PLAN_ONESHOT_MAX_RANKS - 1) <= DEV_LANE_RINGS,
+               "one-shot lanes exceed the kernel's rings");
 
 int gx_channels(int nranks) {
   int64_t want = param_int(P_BRAID_CHANNELS);
@@ -305,16 +316,6 @@ static ncclResult_t token_alloc(gx_t *gx, token_t *t, size_t bytes, int staged, 
 
 /* ---- In-place all-to-all scratch ---- */
 
-static size_t scratch_need(const plan_t *plan, int nranks) {
-  size_t need = 0;
-  for (int i = 0; i < plan->ntasks; i++) {
-    const task_t *t = &plan->tasks[i];
-    if (t->kind == OP_ALLTOALL && t->sendbuff == t->recvbuff && nranks > 1)
-      need += (size_t)nranks * t->count * dtype_size(t->type);
-  }
-  return need;
-}
-
 /* Eager launches share one staging buffer, grown when needed. */
 static ncclResult_t scratch_eager(gx_t *gx, size_t need, gpu_mem_t **mem_p) {
   if (gx->scratch != NULL && gpu_mem_size(gx->scratch) >= need) goto out;
@@ -334,7 +335,7 @@ out:
 }
 
 ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks) {
-  size_t need = scratch_need(plan, nranks);
+  size_t need = plan_scratch_need(plan, gx->rank, nranks, plan_tuning());
   plan->ext_scratch = NULL;
   plan->ext_scratch_bytes = 0;
   if (need == 0) return ncclSuccess;
@@ -371,15 +372,21 @@ static int find(int *parent, int k) {
 }
 
 /* Assigns lanes to the transfers [first, first + n) of the work: transfers that share a connection share a
- * lane; lanes are numbered in order of first appearance. Sorts them by lane, keeping list order. */
+ * lane, and so do all transfers marked XF_SEQ (with everything that shares a connection with them); lanes
+ * are numbered in order of first appearance. Sorts them by lane, keeping list order. */
 static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane_of) {
-  int keys = 2 * nranks + 1;
+  int keys = 2 * nranks + 1, seq = -1;
   for (int k = 0; k < keys; k++) parent[k] = k, lane_of[k] = -1;
   for (int i = 0; i < n; i++) {
     int a = x[i].send_peer >= 0 ? x[i].send_peer : -1;
     int b = x[i].recv_peer >= 0 ? nranks + x[i].recv_peer : -1;
     if (a < 0 && b < 0) a = 2 * nranks;
     if (a >= 0 && b >= 0) parent[find(parent, a)] = find(parent, b);
+    if (x[i].flags & XF_SEQ) {
+      int k = a >= 0 ? a : b;
+      if (seq < 0) seq = k;
+      parent[find(parent, k)] = find(parent, seq);
+    }
   }
   int lanes = 0;
   for (int i = 0; i < n; i++) {
@@ -398,9 +405,12 @@ static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane
   return lanes;
 }
 
+/* The kernel's form of a planned transfer. A running result (XF_PREPARED) is combined as a plain sum where
+ * PreMulSum would scale it again; the kernel never sees that flag's meaning. */
 static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_t *out) {
   const red_t *red = in->red;
   uint64_t nch = (in->bytes + DEV_CHANNEL_BYTES - 1) / DEV_CHANNEL_BYTES;
+  red_kind_t kind = (in->flags & XF_PREPARED) && red->kind == RED_PREMULSUM ? RED_SUM : red->kind;
   *out = (dev_xfer_t){.src = in->src,
                       .dst = in->dst,
                       .bytes = in->bytes,
@@ -408,7 +418,7 @@ static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_
                       .send_peer = (int16_t)in->send_peer,
                       .flags = (uint8_t)in->flags,
                       .type = (uint8_t)red->type,
-                      .red = (uint8_t)red->kind,
+                      .red = (uint8_t)kind,
                       .nch = (uint8_t)(nch < 1                   ? 1
                                        : nch > (uint64_t)gx->nch ? (uint64_t)gx->nch
                                                                  : nch),
@@ -452,7 +462,9 @@ static ncclResult_t before(gx_t *gx, const plan_t *plan, cudaStream_t s, int cap
 
 /* After the launch: the group's other streams wait for it, and so will the next eager launch. Inside a
  * capture, `done` keeps its last eager record (an eager wait on an event recorded in a graph is not
- * allowed), and a separate event joins the streams. */
+ * allowed), and a separate event joins the streams. `done` is recorded after every eager launch, not lazily
+ * on the old stream when a later launch comes on another: by then the caller may have destroyed that stream
+ * (its handle is no longer valid) or begun capturing it (the record would land in the graph). */
 static ncclResult_t after(gx_t *gx, const plan_t *plan, cudaStream_t s, int capturing) {
   gpu_event_t *ev = gx->done;
   if (capturing) {
@@ -576,13 +588,14 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
       CHECK(queue_place(gx, lc, spill, &slot));
     else if (spill != 0)
       CHECK(capture_place(gx, lc, spill));
-    ncclResult_t res = gpu_launch(gx->func, (unsigned)(widest * gx->nch), DEV_THREADS, w, sizeof *w, lc->s);
+    /* a grid only as wide as the channels the launch's transfers use (w->nch, at least 1 per transfer) */
+    ncclResult_t res = gpu_launch(gx->func, (unsigned)(widest * w->nch), DEV_THREADS, w, sizeof *w, lc->s);
     if (res != ncclSuccess) {
       wq_cancel(&gx->wq, &slot); /* it never reached the GPU */
       return res;
     }
   }
-  w->nsteps = w->nxfers = 0;
+  w->nsteps = w->nxfers = w->nch = 0;
   w->seq = seq;
   return ncclSuccess;
 }
@@ -634,8 +647,10 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
     CHECK(flush(gx, lc, st->task->seq));
   CHECK(xf_reserve(gx, w->nxfers + st->count));
   dev_xfer_t *x = &gx->xf[w->nxfers];
-  for (int i = 0; i < st->count; i++)
+  for (int i = 0; i < st->count; i++) {
     fill_xfer(gx, &plan->xfers[st->first + i], (uint16_t)(st->task - plan->tasks), &x[i]);
+    if (x[i].nch > w->nch) w->nch = x[i].nch;
+  }
   int parent[2 * GX_MAX_RANKS + 1], lane_of[2 * GX_MAX_RANKS + 1];
   w->step_lanes[w->nsteps] = (uint16_t)assign_lanes(x, st->count, gx->nranks, parent, lane_of);
   CHECK(lanes_check(gx, x, st->count, parent, st->task->seq));
@@ -659,7 +674,7 @@ ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
   if (lc.capturing) CHECK_GOTO(token_for(gx, graph, capture_id, &lc.token), res, out);
   CHECK_GOTO(before(gx, plan, lc.s, lc.capturing), res, out);
   gx->group_first_tag = gx->wq.next_tag;
-  gx->work.nsteps = gx->work.nxfers = 0;
+  gx->work.nsteps = gx->work.nxfers = gx->work.nch = 0;
   gx->work.seq = plan->tasks[0].seq;
   for (int i = 0; i < plan->nsteps; i++) CHECK_GOTO(add_step(gx, plan, i, &lc), res, out);
   CHECK_GOTO(flush(gx, &lc, 0), res, out);

@@ -1,16 +1,22 @@
 /*
- * The planner (see plan.h). Host algorithms: rings for all-reduce, reduce-scatter and all-gather; chains
- * along the ring for broadcast and reduce; direct exchanges for all-to-all, gather, scatter and
- * point-to-point. Each collective is one step of pipelined transfers.
+ * The planner (see plan.h). Rings for all-reduce, reduce-scatter and all-gather; chains along the ring for
+ * broadcast and reduce; direct exchanges for all-to-all, gather, scatter and point-to-point. On the GPU
+ * executor, small calls of the first five run one-shot (direct) instead. Each collective is one step of
+ * pipelined transfers (an in-place all-to-all takes two).
  */
 #include "plan.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/check.h"
 #include "base/dtype.h"
 #include "base/log.h"
+#include "base/param.h"
 
 /* Grows an array of `*cap` elements of `size` bytes to hold at least `need`. */
 static ncclResult_t grow(void **array, int *cap, int need, size_t size, const char *what) {
@@ -70,7 +76,7 @@ typedef struct {
   int rank, nranks;
   size_t esize;
   size_t slice;        /* elements per ring slice */
-  size_t scratch_used; /* bytes of plan->scratch handed out so far */
+  size_t scratch_used; /* bytes of staging handed out so far (stage_take) */
   int whole_blocks;    /* ring blocks are the call's count each (reduce-scatter, all-gather), not count / n */
 } ctx_t;
 
@@ -196,6 +202,20 @@ static ncclResult_t build_reduce(ctx_t *c) {
   return add(c, prev, -1, t->sendbuff, t->recvbuff, t->count, XF_REDUCE | XF_LAST);
 }
 
+/* Staging is handed out in 16-byte multiples, so every staged buffer starts aligned for the kernels' wide
+ * accesses. */
+static size_t stage_round(size_t bytes) {
+  return (bytes + 15) / 16 * 16;
+}
+
+/* `bytes` of the staging reserved for this build (reserve_scratch counted them: plan_scratch_need). */
+static char *stage_take(ctx_t *c, size_t bytes) {
+  char *base = c->plan->ext_scratch != NULL ? c->plan->ext_scratch : c->plan->scratch;
+  char *p = base + c->scratch_used;
+  c->scratch_used += stage_round(bytes);
+  return p;
+}
+
 /* Makes sure the plan's scratch holds `bytes`. Called once per build, before any transfer points into it. */
 static ncclResult_t scratch(plan_t *p, size_t bytes) {
   if (bytes <= p->scratch_bytes) return ncclSuccess;
@@ -224,8 +244,7 @@ static ncclResult_t build_alltoall(ctx_t *c) {
   size_t cnt = t->count, es = c->esize;
   const char *in = t->sendbuff;
   if (in == t->recvbuff && n > 1 && cnt > 0) {
-    char *stage = (c->plan->ext_scratch != NULL ? c->plan->ext_scratch : c->plan->scratch) + c->scratch_used;
-    c->scratch_used += (size_t)n * cnt * es;
+    char *stage = stage_take(c, (size_t)n * cnt * es);
     CHECK(add(c, -1, -1, in, stage, (size_t)n * cnt, 0));
     CHECK(next_step(c));
     in = stage;
@@ -293,7 +312,105 @@ static ncclResult_t build_p2p(ctx_t *c) {
   return t->kind == OP_RECV ? match_self(c, t) : ncclSuccess;
 }
 
+/* ---- One-shot algorithms (GPU executor) ----
+ *
+ * Every rank sends its data straight to the ranks that need it, in one hop. A reduced block is computed by
+ * each rank that needs it from all n contributions, always in rank order, ((x0 (+) x1) (+) x2) (+) ...,
+ * each contribution prepared by its owner (PreMulSum scales) and each combine commutative for the
+ * operations that come here (plan_pick), so every rank that computes a block computes the same bits. The
+ * combines form one lane (XF_SEQ): each reads the running result the one before stored in `out`. Sends run
+ * in lanes of their own unless they read what that lane overwrites (an in-place all-reduce). */
+
+/* Stores into `out` the reduction of `count` elements of every rank in rank order: this rank's `own` (raw),
+ * the others' arriving prepared. Ranks 0 and 1 start with the combine of their own data and the other's;
+ * a rank from 2 on starts from rank 0's data and combines its own at its turn. When `own` is `out` (in
+ * place) such a rank first copies it to staging, since by its turn `out` holds the running result. */
+static ncclResult_t reduce_direct(ctx_t *c, const char *own, char *out, size_t count) {
+  int r = c->rank, n = c->nranks;
+  if (r <= 1) {
+    CHECK(add(c, 1 - r, -1, own, out, count, XF_REDUCE | XF_SEQ | (n == 2 ? XF_LAST : 0)));
+  } else {
+    if (own == out) {
+      char *stage = stage_take(c, count * c->esize);
+      CHECK(add(c, -1, -1, own, stage, count, XF_SEQ));
+      own = stage;
+    }
+    CHECK(add(c, 0, -1, NULL, out, count, XF_SEQ));
+    CHECK(add(c, 1, -1, out, out, count, XF_REDUCE | XF_PREPARED | XF_SEQ));
+  }
+  for (int k = 2; k < n; k++) {
+    uint32_t last = k == n - 1 ? XF_LAST : 0;
+    if (k == r)
+      CHECK(add(c, -1, -1, own, out, count, XF_REDUCE | XF_SEQ | last));
+    else
+      CHECK(add(c, k, -1, out, out, count, XF_REDUCE | XF_PREPARED | XF_SEQ | last));
+  }
+  return ncclSuccess;
+}
+
+/* One-shot all-reduce: the whole input to every peer, then the reduction of all of them. In place, the sends
+ * read what the reduction overwrites: they go first, in its lane. */
+static ncclResult_t oneshot_allreduce(ctx_t *c) {
+  const task_t *t = c->task;
+  int r = c->rank, n = c->nranks;
+  uint32_t seq = t->sendbuff == t->recvbuff ? XF_SEQ : 0;
+  for (int s = 1; s < n; s++) CHECK(add(c, -1, (r + s) % n, t->sendbuff, NULL, t->count, XF_PREPARE | seq));
+  return reduce_direct(c, t->sendbuff, t->recvbuff, t->count);
+}
+
+/* One-shot reduce-scatter: block q of the input to rank q, then the reduction of block `rank` of everyone.
+ * In place the output is this rank's own block, which no send reads. */
+static ncclResult_t oneshot_reducescatter(ctx_t *c) {
+  const task_t *t = c->task;
+  int r = c->rank, n = c->nranks;
+  for (int s = 1; s < n; s++) {
+    int q = (r + s) % n;
+    CHECK(add(c, -1, q, at(t->sendbuff, (size_t)q * t->count, c->esize), NULL, t->count, XF_PREPARE));
+  }
+  return reduce_direct(c, at(t->sendbuff, (size_t)r * t->count, c->esize), t->recvbuff, t->count);
+}
+
+/* One-shot reduce: every other rank sends its input to the root, which reduces them all. */
+static ncclResult_t oneshot_reduce(ctx_t *c) {
+  const task_t *t = c->task;
+  if (c->rank != t->root) return add(c, -1, t->root, t->sendbuff, NULL, t->count, XF_PREPARE);
+  return reduce_direct(c, t->sendbuff, t->recvbuff, t->count);
+}
+
+/* One-shot all-gather: this rank's block to every peer, and every peer's block from it. */
+static ncclResult_t oneshot_allgather(ctx_t *c) {
+  const task_t *t = c->task;
+  int r = c->rank, n = c->nranks;
+  size_t cnt = t->count, es = c->esize;
+  char *out = t->recvbuff;
+  if (t->sendbuff != at(out, (size_t)r * cnt, es))
+    CHECK(add(c, -1, -1, t->sendbuff, at(out, (size_t)r * cnt, es), cnt, 0));
+  for (int s = 1; s < n; s++) {
+    int to = (r + s) % n, from = mod(r - s, n);
+    CHECK(add(c, -1, to, t->sendbuff, NULL, cnt, 0));
+    CHECK(add(c, from, -1, NULL, at(out, (size_t)from * cnt, es), cnt, 0));
+  }
+  return ncclSuccess;
+}
+
+/* One-shot broadcast: the root sends to every rank directly. */
+static ncclResult_t oneshot_broadcast(ctx_t *c) {
+  const task_t *t = c->task;
+  int r = c->rank, n = c->nranks;
+  if (r != t->root) return add(c, t->root, -1, NULL, t->recvbuff, t->count, 0);
+  if (t->sendbuff != t->recvbuff) CHECK(add(c, -1, -1, t->sendbuff, t->recvbuff, t->count, 0));
+  for (int s = 1; s < n; s++) CHECK(add(c, -1, (r + s) % n, t->sendbuff, NULL, t->count, 0));
+  return ncclSuccess;
+}
+
 typedef ncclResult_t (*build_fn_t)(ctx_t *c);
+static const build_fn_t oneshot_builders[OP_COUNT] = {
+    [OP_ALLREDUCE] = oneshot_allreduce,
+    [OP_BROADCAST] = oneshot_broadcast,
+    [OP_REDUCE] = oneshot_reduce,
+    [OP_ALLGATHER] = oneshot_allgather,
+    [OP_REDUCESCATTER] = oneshot_reducescatter,
+};
 static const build_fn_t builders[OP_COUNT] = {
     [OP_ALLREDUCE] = build_allreduce,
     [OP_BROADCAST] = build_broadcast,
@@ -320,29 +437,217 @@ static void close_step(plan_t *p) {
   if (s->count == 0) p->nsteps--;
 }
 
-/* Staging that in-place all-to-alls of the plan need, reserved before any transfer points into it. */
-static ncclResult_t reserve_scratch(plan_t *plan, int nranks) {
-  size_t need = 0;
-  for (int i = 0; i < plan->ntasks; i++) {
-    const task_t *t = &plan->tasks[i];
-    if (t->kind == OP_ALLTOALL && t->sendbuff == t->recvbuff && nranks > 1)
-      need += (size_t)nranks * t->count * dtype_size(t->type);
+/* ---- Algorithm selection ---- */
+
+#define STR_OF(x)   #x
+#define STR_EVAL(x) STR_OF(x)
+
+const char *plan_algo_name(plan_algo_t algo) {
+  static const char *names[ALGO_COUNT] = {"Ring", "OneShot"};
+  return (unsigned)algo < ALGO_COUNT ? names[algo] : "?";
+}
+
+/* The collectives that have a choice of algorithm, by their NCCL_ALGO names. */
+static const char *const coll_names[OP_COUNT] = {
+    [OP_ALLREDUCE] = "allreduce", [OP_BROADCAST] = "broadcast",         [OP_REDUCE] = "reduce",
+    [OP_ALLGATHER] = "allgather", [OP_REDUCESCATTER] = "reducescatter",
+};
+
+static int has_choice(op_kind_t kind) {
+  return (unsigned)kind < OP_COUNT && coll_names[kind] != NULL;
+}
+
+uint64_t plan_call_bytes(const task_t *t, int nranks) {
+  uint64_t bytes = (uint64_t)t->count * dtype_size(t->type);
+  return t->kind == OP_ALLGATHER || t->kind == OP_REDUCESCATTER ? bytes * (uint64_t)nranks : bytes;
+}
+
+plan_algo_t plan_pick(const task_t *t, int nranks, const plan_tuning_t *tuning, const char **why_p) {
+  const char *why;
+  plan_algo_t algo = ALGO_RING;
+  unsigned allowed = tuning != NULL && has_choice(t->kind) ? tuning->algos[t->kind] : 1u << ALGO_RING;
+  if (tuning == NULL) {
+    why = "the host executor runs rings";
+  } else if (!has_choice(t->kind)) {
+    why = "no other algorithm";
+  } else if (nranks == 1) {
+    why = "one rank";
+  } else if (allowed == 1u << ALGO_RING) {
+    why = "NCCL_ALGO allows only Ring";
+  } else if (nranks > PLAN_ONESHOT_MAX_RANKS) {
+    why = "one-shot takes at most " STR_EVAL(PLAN_ONESHOT_MAX_RANKS) " ranks";
+  } else if (t->kind == OP_ALLREDUCE && (t->red.kind == RED_MAX || t->red.kind == RED_MIN) &&
+             dtype_is_float(t->type)) {
+    /* max(a, b) and max(b, a) can differ in the bits (NaN, signed zeros): ranks computing the same result
+     * on their own could disagree */
+    why = "floating-point max/min is not bitwise commutative";
+  } else if (allowed == 1u << ALGO_ONESHOT) {
+    algo = ALGO_ONESHOT;
+    why = "NCCL_ALGO allows only OneShot";
+  } else if (plan_call_bytes(t, nranks) <= tuning->oneshot_max) {
+    algo = ALGO_ONESHOT;
+    why = "at most BRAID_ONESHOT_MAX_BYTES";
+  } else {
+    why = "more than BRAID_ONESHOT_MAX_BYTES";
   }
+  if (why_p != NULL) *why_p = why;
+  return algo;
+}
+
+/* One bit per power-of-two size class, per collective: the choices logged at INFO so far. */
+static _Atomic uint64_t logged_classes[OP_COUNT];
+
+/* Logs the choice for a call at INFO (TUNING) once per collective and size class, or every call at TRACE.
+ * Costs one test of the log level when TUNING is off. */
+static void log_pick(const task_t *t, int nranks, const plan_tuning_t *tuning, plan_algo_t algo,
+                     const char *why) {
+  if (!log_enabled(LOG_INFO, LOG_TUNING)) return;
+  uint64_t bytes = plan_call_bytes(t, nranks);
+  if (!log_enabled(LOG_TRACE, LOG_TUNING)) {
+    int cls = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);
+    uint64_t bit = 1ull << (cls > 63 ? 63 : cls);
+    if (atomic_fetch_or_explicit(&logged_classes[t->kind], bit, memory_order_relaxed) & bit) return;
+  }
+  int reduces = t->kind == OP_ALLREDUCE || t->kind == OP_REDUCE || t->kind == OP_REDUCESCATTER;
+  char threshold[32] = "";
+  if (strstr(why, "BRAID_ONESHOT_MAX_BYTES") != NULL)
+    snprintf(threshold, sizeof threshold, "=%llu", (unsigned long long)tuning->oneshot_max);
+  log_write(log_level >= LOG_TRACE ? LOG_TRACE : LOG_INFO, LOG_TUNING, __FILE__, __LINE__,
+            "%s of %llu bytes (%s%s%s, %d ranks, call %lu): %s, %s%s", plan_op_name(t->kind),
+            (unsigned long long)bytes, dtype_name(t->type), reduces ? " " : "",
+            reduces ? redop_name(t->op) : "", nranks, (unsigned long)t->seq, plan_algo_name(algo), why,
+            threshold);
+}
+
+/* The algorithm bits an NCCL_ALGO list names ("Ring,OneShot", "^Ring"), or -1 when it leaves the default.
+ */
+static int parse_algo_list(char *list, const char *spec) {
+  while (*list == ' ') list++;
+  int exclude = *list == '^';
+  unsigned named = 0;
+  char *save = NULL;
+  for (char *name = strtok_r(list + exclude, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
+    while (*name == ' ') name++;
+    for (char *e = name + strlen(name); e > name && e[-1] == ' ';) *--e = '\0';
+    int found = -1;
+    for (int a = 0; a < ALGO_COUNT; a++)
+      if (strcasecmp(name, plan_algo_name((plan_algo_t)a)) == 0) found = a;
+    if (found >= 0)
+      named |= 1u << found;
+    else if (name[0] != '\0')
+      INFO(LOG_ENV | LOG_TUNING,
+           "NCCL_ALGO=%s: %s is not an algorithm of this library (Ring, OneShot); ignored", spec, name);
+  }
+  if (!exclude) return named != 0 ? (int)named : -1;
+  unsigned left = ALGO_MASK_ALL & ~named;
+  if (left != 0) return (int)left;
+  INFO(LOG_ENV | LOG_TUNING, "NCCL_ALGO=%s excludes every algorithm; Ring is kept", spec);
+  return 1 << ALGO_RING;
+}
+
+/* One ';'-separated part of NCCL_ALGO: "list" for every collective, or "collective:list". */
+static void parse_algo_part(char *part, const char *spec, plan_tuning_t *t) {
+  char *colon = strchr(part, ':');
+  int only = -1;
+  if (colon != NULL) {
+    *colon = '\0';
+    while (*part == ' ') part++;
+    for (char *e = part + strlen(part); e > part && e[-1] == ' ';) *--e = '\0';
+    for (int k = 0; k < OP_COUNT; k++)
+      if (coll_names[k] != NULL && strcasecmp(part, coll_names[k]) == 0) only = k;
+    if (only < 0) {
+      INFO(LOG_ENV | LOG_TUNING, "NCCL_ALGO=%s: %s is not a collective with a choice of algorithm; ignored",
+           spec, part);
+      return;
+    }
+    part = colon + 1;
+  }
+  int mask = parse_algo_list(part, spec);
+  if (mask < 0) return;
+  for (int k = 0; k < OP_COUNT; k++)
+    if (coll_names[k] != NULL && (only < 0 || only == k)) t->algos[k] = (uint8_t)mask;
+}
+
+void plan_tuning_parse(const char *algo_spec, uint64_t oneshot_max, plan_tuning_t *t) {
+  t->oneshot_max = oneshot_max;
+  for (int k = 0; k < OP_COUNT; k++) t->algos[k] = ALGO_MASK_ALL;
+  char buf[512];
+  if (algo_spec == NULL || algo_spec[0] == '\0') return;
+  if (strlen(algo_spec) >= sizeof buf)
+    INFO(LOG_ENV | LOG_TUNING, "NCCL_ALGO is longer than %zu characters; the rest is ignored",
+         sizeof buf - 1);
+  snprintf(buf, sizeof buf, "%s", algo_spec);
+  char *save = NULL;
+  for (char *part = strtok_r(buf, ";", &save); part != NULL; part = strtok_r(NULL, ";", &save))
+    parse_algo_part(part, algo_spec, t);
+}
+
+static pthread_once_t tuning_once = PTHREAD_ONCE_INIT;
+static plan_tuning_t tuning_knobs;
+
+static void tuning_load(void) {
+  int64_t max = param_int(P_BRAID_ONESHOT_MAX_BYTES);
+  plan_tuning_parse(param_str(P_NCCL_ALGO), max > 0 ? (uint64_t)max : 0, &tuning_knobs);
+}
+
+const plan_tuning_t *plan_tuning(void) {
+  pthread_once(&tuning_once, tuning_load);
+  return &tuning_knobs;
+}
+
+/* ---- Building ---- */
+
+/* Staging task `t` takes on `rank`: an in-place all-to-all's input; the own contribution of an in-place
+ * one-shot reduction on ranks from 2 on (reduce_direct). */
+static size_t task_stage(const task_t *t, int rank, int nranks, const plan_tuning_t *tuning) {
+  size_t bytes = t->count * dtype_size(t->type);
+  if (nranks <= 1 || t->count == 0) return 0;
+  if (t->kind == OP_ALLTOALL) return t->sendbuff == t->recvbuff ? stage_round((size_t)nranks * bytes) : 0;
+  if (rank < 2 || tuning == NULL || !has_choice(t->kind) ||
+      plan_pick(t, nranks, tuning, NULL) != ALGO_ONESHOT)
+    return 0;
+  const char *own = t->kind == OP_REDUCESCATTER
+                        ? at(t->sendbuff, (size_t)rank * t->count, dtype_size(t->type))
+                        : t->sendbuff;
+  int reduced_here =
+      t->kind == OP_ALLREDUCE || t->kind == OP_REDUCESCATTER || (t->kind == OP_REDUCE && t->root == rank);
+  return reduced_here && own == (const char *)t->recvbuff ? stage_round(bytes) : 0;
+}
+
+size_t plan_scratch_need(const plan_t *plan, int rank, int nranks, const plan_tuning_t *tuning) {
+  size_t need = 0;
+  for (int i = 0; i < plan->ntasks; i++) need += task_stage(&plan->tasks[i], rank, nranks, tuning);
+  return need;
+}
+
+/* Staging the plan's calls need, reserved before any transfer points into it. */
+static ncclResult_t reserve_scratch(plan_t *plan, int rank, int nranks, const plan_tuning_t *tuning) {
+  size_t need = plan_scratch_need(plan, rank, nranks, tuning);
   if (plan->ext_scratch != NULL)
     return need <= plan->ext_scratch_bytes
                ? ncclSuccess
                : log_err(ncclInternalError,
-                         "in-place all-to-all needs %zu bytes of staging; %zu were provided", need,
-                         plan->ext_scratch_bytes);
+                         "in-place all-to-all and one-shot reductions need %zu bytes of staging; %zu were "
+                         "provided",
+                         need, plan->ext_scratch_bytes);
   return scratch(plan, need);
+}
+
+/* The builder of call `t`: a ring (or chain, or the only algorithm there is), or one-shot as tuned. */
+static build_fn_t builder_of(const task_t *t, int nranks, const plan_tuning_t *tuning) {
+  if (tuning == NULL || !has_choice(t->kind)) return builders[t->kind];
+  const char *why;
+  plan_algo_t algo = plan_pick(t, nranks, tuning, &why);
+  log_pick(t, nranks, tuning, algo, why);
+  return algo == ALGO_ONESHOT ? oneshot_builders[t->kind] : builders[t->kind];
 }
 
 /* Collectives in call order, one step each (an in-place all-to-all takes two); then all point-to-point calls
  * together in one last step. */
-ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes) {
+ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes, const plan_tuning_t *tuning) {
   plan->nxfers = plan->nsteps = 0;
   ctx_t c = {.plan = plan, .rank = rank, .nranks = nranks};
-  CHECK(reserve_scratch(plan, nranks));
+  CHECK(reserve_scratch(plan, rank, nranks, tuning));
   for (int pass = 0; pass < 2; pass++) {
     int p2p_open = 0;
     for (int i = 0; i < plan->ntasks; i++) {
@@ -355,7 +660,7 @@ ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes) 
       c.esize = dtype_size(t->type);
       c.slice = slice_bytes / c.esize > 0 ? slice_bytes / c.esize : 1;
       c.whole_blocks = t->kind == OP_REDUCESCATTER || t->kind == OP_ALLGATHER;
-      CHECK(builders[t->kind](&c));
+      CHECK(builder_of(t, nranks, tuning)(&c));
       if (!is_p2p) close_step(plan);
     }
     if (p2p_open) close_step(plan);

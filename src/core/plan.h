@@ -7,8 +7,14 @@
  * it to another peer, all piece by piece, so a ring or chain algorithm is a single pipelined step. Transfers
  * of one step that use the same connection run in list order; that order is what keeps data dependencies.
  *
- * plan_build is a pure function of (rank, nranks, tasks): every rank derives the same algorithm, chunking
- * and connections from the same calls (DESIGN.md, principle 2).
+ * plan_build is a pure function of (rank, nranks, tasks, tuning): every rank derives the same algorithm,
+ * chunking and connections from the same calls (DESIGN.md, principle 2). The algorithm of a collective is a
+ * function of the call (kind, size, type, operation) and of knobs that must be equal on every rank, never of
+ * the rank or of its buffers.
+ *
+ * Two families: rings (chains along the ring for broadcast and reduce), which every executor runs, and
+ * one-shot algorithms for small calls on the GPU executor, where every rank sends its data straight to the
+ * ranks that need it (one hop instead of up to 2 (n - 1)) and reduces what arrives in rank order.
  */
 #ifndef BRAID_CORE_PLAN_H
 #define BRAID_CORE_PLAN_H
@@ -53,7 +59,14 @@ enum {
   XF_REDUCE = 1 << 0,  /* combine `src` with what is received */
   XF_PREPARE = 1 << 1, /* `src` is this rank's raw input: prepare it (PreMulSum scaling) before use */
   XF_LAST = 1 << 2,    /* the final combine of a reduction (integer average divides here) */
+  /* GPU executor only (one-shot algorithms; the host executor never sees them): */
+  XF_SEQ = 1 << 3,      /* runs in one lane with every other XF_SEQ transfer of its step, in list order, so a
+                           transfer may read what an earlier one of them stored, whatever their connections */
+  XF_PREPARED = 1 << 4, /* `src` holds prepared contributions (a running result): combined as a plain sum for
+                           PreMulSum instead of being scaled again */
 };
+/* A transfer with XF_REDUCE and no receive peer (GPU executor only) combines two local operands:
+ * dst = prepare(src) (+) dst. */
 
 /* One streaming transfer. Without a receive peer the data comes from `src` (a local copy or a send). */
 typedef struct {
@@ -92,12 +105,46 @@ typedef struct {
   size_t ext_scratch_bytes;
 } plan_t;
 
+/* Algorithms of a collective. */
+typedef enum { ALGO_RING, ALGO_ONESHOT, ALGO_COUNT } plan_algo_t;
+#define ALGO_MASK_ALL ((1u << ALGO_COUNT) - 1)
+
+/* Ranks of a communicator up to which one-shot algorithms are used: each rank receives from every other in
+ * one lane, whose rings the GPU executor bounds (launch.c checks this against the kernel's limit). */
+#define PLAN_ONESHOT_MAX_RANKS 32
+
+/* What picks the algorithm of a collective on the GPU executor (NCCL_ALGO, BRAID_ONESHOT_MAX_BYTES). */
+typedef struct {
+  uint64_t oneshot_max;    /* calls of at most this many bytes (plan_call_bytes) run one-shot */
+  uint8_t algos[OP_COUNT]; /* the algorithms each collective may use: bit (1 << plan_algo_t) */
+} plan_tuning_t;
+
+/* The process's tuning, from the knobs (read and parsed once; unknown algorithm names are logged at INFO). */
+const plan_tuning_t *plan_tuning(void);
+/* Fills `t` from an NCCL_ALGO value and a one-shot threshold. NCCL's syntax: a comma list of names, "^"
+ * first to exclude them, optionally per collective as "allreduce:list;broadcast:^list" (a list without a
+ * collective applies to all). Braid's names: Ring, OneShot (case-insensitive); other names are ignored with
+ * an INFO line, and a list that leaves a collective nothing it can run leaves it Ring. */
+void plan_tuning_parse(const char *algo_spec, uint64_t oneshot_max, plan_tuning_t *t);
+/* The algorithm of call `t` on `nranks` ranks and, in *why_p, the reason in a few words. A function of the
+ * call only: every rank picks the same. */
+plan_algo_t plan_pick(const task_t *t, int nranks, const plan_tuning_t *tuning, const char **why_p);
+/* The size of a call as the tuning sees it: the per-rank buffer of all-reduce, broadcast and reduce; the
+ * whole output of all-gather and the whole input of reduce-scatter (as NCCL counts them). */
+uint64_t plan_call_bytes(const task_t *t, int nranks);
+/* "Ring", "OneShot". */
+const char *plan_algo_name(plan_algo_t algo);
+
 /* Appends a call to the plan's task list. */
 ncclResult_t plan_add_task(plan_t *plan, const task_t *task);
 /* Builds steps and transfers for the tasks of the plan, for `rank` of `nranks`. Rings move their blocks in
  * slices of at most `slice_bytes`, which must be at most the connections' ring size: a transfer larger than
- * the ring would wait for a peer that waits for it. */
-ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes);
+ * the ring would wait for a peer that waits for it. `tuning` picks the algorithms (GPU executor); NULL: rings
+ * only, what the host executor runs. */
+ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes, const plan_tuning_t *tuning);
+/* Bytes of staging the plan's calls need on `rank` (in-place all-to-all, in-place one-shot reductions):
+ * what plan_build takes from plan->scratch or plan->ext_scratch. */
+size_t plan_scratch_need(const plan_t *plan, int rank, int nranks, const plan_tuning_t *tuning);
 /* Forgets the tasks and steps (keeps the arrays). */
 void plan_reset(plan_t *plan);
 /* Frees the arrays. */

@@ -4,9 +4,11 @@
  * The GPU executor runs one kernel launch per group per GPU. The launch carries a work description by value
  * (dev_work_t): a list of transfers cut into steps. Steps run one after another (a grid-wide barrier
  * separates them); within a step, transfers are grouped into lanes: the transfers of one lane share a
- * connection and run in list order, different lanes run at the same time on different blocks. Each transfer
+ * connection (or the host chained them: XF_SEQ) and run in list order, different lanes run at the same time
+ * on different blocks. Each transfer
  * is split over `nch` channels; channel c of a transfer uses ring c of its connections, so the two ends of a
- * connection see the same sequence of pieces on every ring.
+ * connection see the same sequence of pieces on every ring. A launch runs each lane on dev_work_t.nch blocks,
+ * the most channels any of its transfers uses, so a small call takes a block or two, not nch_max per lane.
  *
  * A ring is DEV_SLOTS slots of DEV_SLOT_BYTES in memory the consumer reads (the receiver's GPU for p2p, host
  * memory for shm and net), with two counters in a control block:
@@ -93,13 +95,16 @@ typedef struct {
   uint64_t timeout_ns;                /* a wait longer than this fails with DEV_ERR_TIMEOUT (0: never) */
 } dev_comm_t;
 
-/* Transfer flags (the same values as the planner's XF_*). */
-enum { DEV_XF_REDUCE = 1, DEV_XF_PREPARE = 2, DEV_XF_LAST = 4 };
+/* Transfer flags (the same values as the planner's XF_*). SEQ and PREPARED are the host's business (lane
+ * assignment; PreMulSum of a running result becomes SUM before the launch); the kernel ignores them. */
+enum { DEV_XF_REDUCE = 1, DEV_XF_PREPARE = 2, DEV_XF_LAST = 4, DEV_XF_SEQ = 8, DEV_XF_PREPARED = 16 };
 
 /* Reduction kinds (the same values as host_reduce.h's red_kind_t). */
 enum { DEV_RED_SUM, DEV_RED_PROD, DEV_RED_MAX, DEV_RED_MIN, DEV_RED_PREMULSUM, DEV_RED_SUM_POSTDIV };
 
-/* One transfer: receive from recv_peer (or read src), combine, store to dst and/or send to send_peer. */
+/* One transfer: receive from recv_peer (or read src), combine, store to dst and/or send to send_peer. With
+ * REDUCE and no recv_peer it combines two local operands instead: dst = prepare(src) (+) dst (a one-shot
+ * reduction adding this rank's own data to the running result). */
 typedef struct {
   const char *src;   /* local operand, or NULL */
   char *dst;         /* where the result goes, or NULL */
@@ -136,6 +141,7 @@ typedef struct {
   uint16_t nxfers, nsteps;
   uint16_t step_end[DEV_MAX_STEPS];   /* transfers of step s are [step_end[s-1], step_end[s]) */
   uint16_t step_lanes[DEV_MAX_STEPS]; /* lanes in step s; the block count covers the widest */
+  uint16_t nch;                       /* blocks per lane: the most channels a transfer uses, 1 .. nch_max */
   dev_xfer_t xfers[DEV_MAX_XFERS];    /* sorted by (step, lane), list order kept within a lane */
 } dev_work_t;
 
@@ -178,9 +184,9 @@ DEV_INLINE uint32_t dev_npieces(uint64_t len) {
 }
 
 /* The kernel: extern "C" __global__ void braid_kernel(dev_work_t work), launched with
- * grid = max(step_lanes) * comm->nch_max blocks of DEV_THREADS threads; block b serves lane b / nch_max,
- * channel b % nch_max. The embedded fatbin that holds it (made by nvcc from src/device) is reached through
- * these symbols; dev_fatbin_size is 0 in a build without CUDA. */
+ * grid = max(step_lanes) * work.nch blocks of DEV_THREADS threads; block b serves lane b / work.nch, channel
+ * b % work.nch (rings are still indexed peer * nch_max + channel). The embedded fatbin that holds it (made
+ * by nvcc from src/device) is reached through these symbols; dev_fatbin_size is 0 in a build without CUDA. */
 extern const unsigned char dev_fatbin[];
 extern const unsigned long long dev_fatbin_size;
 

@@ -2,11 +2,11 @@
  * The GPU data path's kernel; dev.h is its contract with the host executor.
  *
  * One launch runs a group's steps one after another, a grid barrier between them. In a step, block b serves
- * lane b / nch_max on channel c = b % nch_max: it walks the lane's transfers slice by slice and moves channel
- * c's part of each through ring c of the transfer's connections, one slot per piece. Thread 0 does every
- * wait and every publication; the other threads meet it at block barriers, so a batch of pieces costs two
- * barriers: thread 0 waits until the pieces can move and says how many (as many ready pieces of the part as
- * the rings allow: never more than it would wait for one by one, so waiting stays deadlock-free), all
+ * lane b / work.nch on channel c = b % work.nch: it walks the lane's transfers slice by slice and moves
+ * channel c's part of each through ring c of the transfer's connections, one slot per piece. Thread 0 does
+ * every wait and every publication; the other threads meet it at block barriers, so a batch of pieces costs
+ * two barriers: thread 0 waits until the pieces can move and says how many (as many ready pieces of the part
+ * as the rings allow: never more than it would wait for one by one, so waiting stays deadlock-free), all
  * threads combine them (reduce.cuh), then thread 0 publishes.
  *
  * Every spin loop looks, every WAIT_CHECK_SPINS spins, at the abort flag, at the error word (another block
@@ -189,26 +189,29 @@ __device__ void grid_finish(const dev_work_t &w) {
  * lane's transfers when it opens them (xfer_valid), which keeps the start of a launch short. */
 __device__ bool work_valid(const dev_work_t &w) {
   const dev_comm_t *comm = w.comm;
-  if (comm->nch_max < 1 || comm->nch_max > DEV_MAX_CHANNELS || gridDim.x % comm->nch_max != 0) return false;
+  if (comm->nch_max < 1 || comm->nch_max > DEV_MAX_CHANNELS) return false;
+  if (w.nch < 1 || w.nch > comm->nch_max || gridDim.x % w.nch != 0) return false;
   if (blockDim.x != DEV_THREADS || w.nxfers > (w.ext != NULL ? DEV_MAX_SPILL : DEV_MAX_XFERS) ||
       w.nsteps > DEV_MAX_STEPS)
     return false;
   uint32_t first = 0;
   for (uint32_t s = 0; s < w.nsteps; s++) {
     if (w.step_end[s] < first || w.step_end[s] > w.nxfers) return false;
-    if ((uint32_t)w.step_lanes[s] * comm->nch_max > gridDim.x) return false;
+    if ((uint32_t)w.step_lanes[s] * w.nch > gridDim.x) return false;
     first = w.step_end[s];
   }
   return true;
 }
 
-/* A transfer is well formed: channels, type, operation and peers in range, and something to move. */
-__device__ bool xfer_valid(const dev_xfer_t &x, const dev_comm_t *comm) {
-  if (x.nch < 1 || x.nch > comm->nch_max || x.type >= ncclNumTypes || x.red > DEV_RED_SUM_POSTDIV)
-    return false;
+/* A transfer is well formed: channels (within the launch's blocks per lane, so every part has a block),
+ * type, operation and peers in range, and something to move; a local reduction has both operands. */
+__device__ bool xfer_valid(const dev_xfer_t &x, const dev_work_t &w) {
+  const dev_comm_t *comm = w.comm;
+  if (x.nch < 1 || x.nch > w.nch || x.type >= ncclNumTypes || x.red > DEV_RED_SUM_POSTDIV) return false;
   if (x.recv_peer < -1 || x.recv_peer >= comm->nranks || x.send_peer < -1 || x.send_peer >= comm->nranks) {
     return false;
   }
+  if (x.recv_peer < 0 && (x.flags & DEV_XF_REDUCE) && x.dst == NULL) return false;
   return x.recv_peer >= 0 || x.src != NULL;
 }
 
@@ -240,7 +243,7 @@ __device__ bool lane_open(const dev_work_t &w, block_state &st) {
     const dev_xfer_t &x = xfer_at(w, k);
     const uint32_t xi = k - st.first;
     st.send_ring[xi] = st.recv_ring[xi] = NO_RING;
-    if (!xfer_valid(x, comm)) goto invalid;
+    if (!xfer_valid(x, w)) goto invalid;
     if (c >= x.nch) continue;
     if (x.send_peer >= 0) {
       st.send_ring[xi] = ring_find(st, comm->send, comm->sent, x.send_peer * comm->nch_max + c);
@@ -305,7 +308,10 @@ __device__ void batch_publish(const dev_xfer_t &x, uint32_t xi, uint32_t done, u
   }
 }
 
-/* Every thread: piece i of a batch, at byte `at` of the transfer. */
+/* Every thread: piece i of a batch, at byte `at` of the transfer. A local reduction takes its second operand
+ * from dst: the running result an earlier transfer of the lane stored there, ordered before this read by
+ * the block barriers between pieces (the same block handles the same bytes of every transfer of the lane,
+ * as they all have the transfer's size and channels). */
 __device__ __forceinline__ void piece_run(const dev_xfer_t &x, uint32_t xi, uint32_t i, uint64_t at,
                                           uint32_t bytes, const block_state &st) {
   piece_t pc;
@@ -317,6 +323,8 @@ __device__ __forceinline__ void piece_run(const dev_xfer_t &x, uint32_t xi, uint
   if (x.recv_peer >= 0) {
     const ring_use &r = st.rings[st.recv_ring[xi]];
     pc.in = r.data + (size_t)((r.count + i) % DEV_SLOTS) * DEV_SLOT_BYTES;
+  } else if (x.flags & DEV_XF_REDUCE) {
+    pc.in = pc.dst;
   }
   if (x.send_peer >= 0) {
     const ring_use &r = st.rings[st.send_ring[xi]];
@@ -404,8 +412,8 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
   int failed = 0;
   if (threadIdx.x == 0) {
     if (work_valid(work)) {
-      st.lane = blockIdx.x / (uint32_t)work.comm->nch_max;
-      st.channel = blockIdx.x % (uint32_t)work.comm->nch_max;
+      st.lane = blockIdx.x / (uint32_t)work.nch;
+      st.channel = blockIdx.x % (uint32_t)work.nch;
       st.step = 0;
     } else {
       error_record(work.comm, DEV_ERR_INVALID, -1, -1, 0, work.seq, 0);

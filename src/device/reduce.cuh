@@ -344,7 +344,9 @@ struct piece_t {
 };
 
 /* Moves `count` items of R = raw_of<B> from index `first` on: each thread takes items tid, tid + NT, ... in
- * groups of U whose loads are all issued before any store. `fn(l, in)` computes an item. */
+ * groups of U whose loads are all issued before any store. `fn(l, in)` computes an item. `aligned` says
+ * whether `local`, `dst` and `in` are aligned for R (`in` is a slot, or `dst` itself for a local reduction);
+ * `out` is always a slot. */
 template <int B, int U, class F>
 __device__ __forceinline__ void items_loop(const piece_t &pc, uint32_t first, uint32_t count, bool two,
                                            bool aligned, const F &fn) {
@@ -359,7 +361,7 @@ __device__ __forceinline__ void items_loop(const piece_t &pc, uint32_t first, ui
 #pragma unroll
     for (int u = 0; u < U; u++) {
       l[u] = load_raw<R>(a + at + u * nt * B, aligned);
-      if (two) r[u] = load_raw<R>(pc.in + at + u * nt * B, true);
+      if (two) r[u] = load_raw<R>(pc.in + at + u * nt * B, aligned);
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -371,7 +373,7 @@ __device__ __forceinline__ void items_loop(const piece_t &pc, uint32_t first, ui
   for (; i < end; i += nt) {
     const size_t at = (size_t)i * B;
     R l = load_raw<R>(a + at, aligned);
-    R v = fn(l, two ? load_raw<R>(pc.in + at, true) : l);
+    R v = fn(l, two ? load_raw<R>(pc.in + at, aligned) : l);
     if (pc.dst != NULL) store_raw<R>(pc.dst + at, v, aligned);
     if (pc.out != NULL) store_raw<R>(pc.out + at, v, true);
   }

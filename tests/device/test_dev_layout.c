@@ -29,6 +29,8 @@ static void test_struct_sizes(void) {
          sizeof(dev_work_t));
   EXPECT(sizeof(dev_work_t) <= 4096, "dev_work_t (%zu bytes) exceeds the kernel parameter limit",
          sizeof(dev_work_t));
+  EXPECT(offsetof(dev_work_t, step_lanes) == 76);
+  EXPECT(offsetof(dev_work_t, nch) == 108, "nch fills the padding before the transfers");
   EXPECT(offsetof(dev_work_t, xfers) % 8 == 0);
 }
 
