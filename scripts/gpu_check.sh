@@ -18,7 +18,8 @@
 # Python's nvidia-nccl package ships), NCCL_TESTS_SRC, BUDGET_S (seconds for the whole check, default 500:
 # what does not fit is reported as skipped), GPU_TESTS_S (seconds for the GPU tests on one library, default
 # 200), LARGE (largest size of the one-process-per-GPU runs, default 1G), REF_TESTS (1: always run the GPU
-# tests on NCCL, 0: never, default: with time to spare), NCCL_TESTS (0: skip nccl-tests).
+# tests on NCCL, 0: never, default: with time to spare), NCCL_TESTS (0: skip nccl-tests), WORK (scratch
+# folder for the builds of nccl-tests and the logs; default: a new temporary one).
 #
 # $OUT receives summary.md, results.tsv, gpu-tests.tsv, machine.txt, build.log and two tarballs of logs.
 # NVLink multicast stays off for every program started here.
@@ -33,7 +34,8 @@ tests_src=${NCCL_TESTS_SRC:-.ext/nccl-tests}
 budget=${BUDGET_S:-500}
 large=${LARGE:-1G}
 ref_tests=${REF_TESTS:-auto}
-work=$(mktemp -d)
+work=${WORK:-$(mktemp -d)}
+mkdir -p "$work"
 mkdir -p "$out" "$work/logs/nccl-tests" "$work/logs/gpu-tests"
 results=$out/results.tsv
 gtests=$out/gpu-tests.tsv
