@@ -247,7 +247,7 @@ of a budget of $budget s${skipped_stages:+; not run for lack of time: $skipped_s
 write_summary "$gtests" "$results" "$header" >"$out/summary.md"
 tar czf "$out/gpu-tests-logs.tgz" -C "$work/logs/gpu-tests" .
 tar czf "$out/nccl-tests-logs.tgz" -C "$work/logs/nccl-tests" .
-rm -rf "$work"
+[ -n "${WORK:-}" ] || rm -rf "$work"
 cat "$out/summary.md"
 # Success means Braid passed everything it ran.
 ! awk -F'\t' '$1 == "braid" && $3 ~ /^FAIL/ { f = 1 } END { exit !f }' "$gtests" &&
