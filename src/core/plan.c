@@ -487,6 +487,9 @@ plan_algo_t plan_pick(const task_t *t, int nranks, const plan_tuning_t *tuning, 
   } else if (plan_call_bytes(t, nranks) <= tuning->oneshot_max) {
     algo = ALGO_ONESHOT;
     why = "at most BRAID_ONESHOT_MAX_BYTES";
+  } else if (nranks == 2 && t->kind == OP_ALLREDUCE && plan_call_bytes(t, nranks) <= tuning->oneshot_pair) {
+    algo = ALGO_ONESHOT;
+    why = "all-reduce on two ranks, at most PLAN_ONESHOT_PAIR_MAX (16 MiB)";
   } else {
     why = "more than BRAID_ONESHOT_MAX_BYTES";
   }
@@ -570,6 +573,7 @@ static void parse_algo_part(char *part, const char *spec, plan_tuning_t *t) {
 
 void plan_tuning_parse(const char *algo_spec, uint64_t oneshot_max, plan_tuning_t *t) {
   t->oneshot_max = oneshot_max;
+  t->oneshot_pair = oneshot_max;
   for (int k = 0; k < OP_COUNT; k++) t->algos[k] = ALGO_MASK_ALL;
   char buf[512];
   if (algo_spec == NULL || algo_spec[0] == '\0') return;
@@ -588,6 +592,9 @@ static plan_tuning_t tuning_knobs;
 static void tuning_load(void) {
   int64_t max = param_int(P_BRAID_ONESHOT_MAX_BYTES);
   plan_tuning_parse(param_str(P_NCCL_ALGO), max > 0 ? (uint64_t)max : 0, &tuning_knobs);
+  /* an explicit threshold holds for every rank count; by default two ranks' all-reduce goes further */
+  if (!param_is_set(P_BRAID_ONESHOT_MAX_BYTES) && tuning_knobs.oneshot_pair < PLAN_ONESHOT_PAIR_MAX)
+    tuning_knobs.oneshot_pair = PLAN_ONESHOT_PAIR_MAX;
 }
 
 const plan_tuning_t *plan_tuning(void) {

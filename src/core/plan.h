@@ -112,10 +112,16 @@ typedef enum { ALGO_RING, ALGO_ONESHOT, ALGO_COUNT } plan_algo_t;
 /* Ranks of a communicator up to which one-shot algorithms are used: each rank receives from every other in
  * one lane, whose rings the GPU executor bounds (launch.c checks this against the kernel's limit). */
 #define PLAN_ONESHOT_MAX_RANKS 32
+/* All-reduce on two ranks runs one-shot up to this size unless BRAID_ONESHOT_MAX_BYTES is set: faster than
+ * the ring at every size from 64 KiB to 16 MiB on two H200s linked by NVLink (docs/performance.md). */
+#define PLAN_ONESHOT_PAIR_MAX (16ull << 20)
 
 /* What picks the algorithm of a collective on the GPU executor (NCCL_ALGO, BRAID_ONESHOT_MAX_BYTES). */
 typedef struct {
   uint64_t oneshot_max;    /* calls of at most this many bytes (plan_call_bytes) run one-shot */
+  uint64_t oneshot_pair;   /* the same for all-reduce on two ranks, where one-shot moves no more bytes per
+                            * link than the ring and saves its second hop (plan_tuning_parse sets it to
+                            * oneshot_max; the knobs' default raises it to PLAN_ONESHOT_PAIR_MAX) */
   uint8_t algos[OP_COUNT]; /* the algorithms each collective may use: bit (1 << plan_algo_t) */
 } plan_tuning_t;
 

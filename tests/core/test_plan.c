@@ -221,6 +221,17 @@ static void oneshot_choice(void) {
   EXPECT(plan_pick(&t, PLAN_ONESHOT_MAX_RANKS + 1, &tuning, NULL) == ALGO_RING, "too many ranks");
   t.count++;
   EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_RING, "past the threshold");
+  /* two ranks' all-reduce has a threshold of its own (the knobs' default raises it) */
+  tuning.oneshot_pair = PLAN_ONESHOT_PAIR_MAX;
+  EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_ONESHOT, "two ranks: up to the pair threshold");
+  EXPECT(plan_pick(&t, 3, &tuning, NULL) == ALGO_RING, "three ranks: the general threshold");
+  t.count = PLAN_ONESHOT_PAIR_MAX / 4 + 1;
+  EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_RING, "past the pair threshold");
+  t.kind = OP_BROADCAST;
+  t.count = THR / 4 + 1;
+  EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_RING, "the pair threshold is all-reduce's");
+  t.kind = OP_ALLREDUCE;
+  tuning.oneshot_pair = THR;
   t.count = 1;
   t.red.kind = RED_MAX;
   EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_RING, "float max is not bitwise commutative");
