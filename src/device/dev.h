@@ -129,8 +129,9 @@ typedef struct {
  * an eager launch, storage owned by the graph for a captured one), and `xfers` is unused.
  *
  * Completion: an eager launch's kernel writes `tag` into `*done` (host-mapped: the header of its work-queue
- * entry) when every block has finished with the work, ext included: the last block to finish stores it after
- * a system-scope fence, so when the host sees the tag the entry can be reused. Captured launches have
+ * entry) when every block has finished with the work, ext included: the last block to finish stores it, so
+ * when the host sees the tag the entry can be reused (the device copy of a spill is rewritten only in stream
+ * order after the kernel, so the store needs no fence). Captured launches have
  * done == NULL and write nothing (a replay must not touch the queue). */
 typedef struct {
   dev_comm_t *comm;
