@@ -113,7 +113,7 @@ int gx_channels(int nranks) {
 
 /* Byte offsets of the parts of the device allocation. */
 typedef struct {
-  size_t send, recv, sent, recvd, barrier, total;
+  size_t send, recv, sent, recvd, heads, barrier, total;
 } layout_t;
 
 static layout_t layout(int nranks, int nch) {
@@ -123,7 +123,8 @@ static layout_t layout(int nranks, int nch) {
   l.recv = l.send + rings * sizeof(dev_ring_t);
   l.sent = l.recv + rings * sizeof(dev_ring_t);
   l.recvd = l.sent + rings * sizeof(uint64_t);
-  l.barrier = l.recvd + rings * sizeof(uint64_t);
+  l.heads = l.recvd + rings * sizeof(uint64_t);
+  l.barrier = l.heads + rings * sizeof(uint64_t);
   l.total = l.barrier + 2 * sizeof(uint32_t);
   return l;
 }
@@ -153,6 +154,7 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
                                       .recv = (dev_ring_t *)(base + l.recv),
                                       .sent = (uint64_t *)(base + l.sent),
                                       .recvd = (uint64_t *)(base + l.recvd),
+                                      .heads = (uint64_t *)(base + l.heads),
                                       .barrier = (uint32_t *)(base + l.barrier),
                                       .abort_flag = &fd->abort,
                                       .error = &fd->error,

@@ -89,6 +89,9 @@ typedef struct {
   dev_ring_t *recv;  /* [nranks * nch_max]: ring c from peer p */
   uint64_t *sent;    /* [nranks * nch_max] slots this rank produced on each send ring */
   uint64_t *recvd;   /* [nranks * nch_max] slots this rank consumed on each recv ring */
+  uint64_t *heads;   /* [nranks * nch_max] the consumer's head this rank last read on each send ring: a lower
+                      * bound of the real one (counters only grow), so a send that the cached value already
+                      * allows skips the read across the link */
   uint32_t *barrier; /* [2] grid barrier: arrivals, and blocks finished (reset at kernel end) */
   const volatile int32_t *abort_flag; /* host-mapped; nonzero: stop every wait */
   dev_error_t *error;                 /* host-mapped */

@@ -36,8 +36,10 @@ __device__ __forceinline__ const dev_xfer_t &xfer_at(const dev_work_t &w, uint32
 struct ring_use {
   char *data;
   dev_ctrl_t *ctrl;
-  uint64_t *home; /* where the count lives between lanes: an entry of comm->sent or comm->recvd */
-  uint64_t count; /* slots produced (send ring) or consumed (receive ring) */
+  uint64_t *home;      /* where the count lives between lanes: an entry of comm->sent or comm->recvd */
+  uint64_t *head_home; /* send rings: where head_seen lives between lanes (comm->heads); NULL otherwise */
+  uint64_t head_seen;  /* send rings: the consumer's head as last read (a lower bound of it) */
+  uint64_t count;      /* slots produced (send ring) or consumed (receive ring) */
 };
 
 /* A block's shared state while it runs a lane. Only thread 0 writes it; the others read it after a block
@@ -178,7 +180,8 @@ __device__ void grid_finish(const dev_work_t &w) {
     /* Every block is past its last read of the work: its queue entry can go. No system fence: the word
      * publishes nothing else (a spill's device copy is overwritten only by a later copy that stream order or
      * the ordering event puts after this kernel, and the kernel never reads the entry's host memory), so a
-     * plain store, seen by the host whenever it lands, is enough; a fence here cost every launch microseconds. */
+     * plain store, seen by the host whenever it lands, is enough; a fence here cost every launch
+     * microseconds. */
     if (w.done != NULL) *w.done = w.tag;
   }
 }
@@ -220,7 +223,8 @@ __device__ bool xfer_valid(const dev_xfer_t &x, const dev_work_t &w) {
 
 /* Thread 0: the index in st.rings of ring `idx` (peer * nch_max + c) of one direction, adding it with its
  * count read from `homes` if the lane has not used it yet; NO_RING when it is not connected. */
-__device__ uint8_t ring_find(block_state &st, const dev_ring_t *rings, uint64_t *homes, int idx) {
+__device__ uint8_t ring_find(block_state &st, const dev_ring_t *rings, uint64_t *homes, uint64_t *heads,
+                             int idx) {
   for (uint32_t r = 0; r < st.nrings; r++) {
     if (st.rings[r].home == &homes[idx]) return (uint8_t)r;
   }
@@ -230,6 +234,8 @@ __device__ uint8_t ring_find(block_state &st, const dev_ring_t *rings, uint64_t 
   u.ctrl = rings[idx].ctrl;
   u.home = &homes[idx];
   u.count = *(volatile uint64_t *)u.home;
+  u.head_home = heads != NULL ? &heads[idx] : NULL;
+  u.head_seen = heads != NULL ? *(volatile uint64_t *)u.head_home : 0;
   return (uint8_t)st.nrings++;
 }
 
@@ -247,11 +253,11 @@ __device__ bool lane_open(const dev_work_t &w, block_state &st) {
     if (!xfer_valid(x, w)) goto invalid;
     if (c >= x.nch) continue;
     if (x.send_peer >= 0) {
-      st.send_ring[xi] = ring_find(st, comm->send, comm->sent, x.send_peer * comm->nch_max + c);
+      st.send_ring[xi] = ring_find(st, comm->send, comm->sent, comm->heads, x.send_peer * comm->nch_max + c);
       if (st.send_ring[xi] == NO_RING) goto invalid;
     }
     if (x.recv_peer >= 0) {
-      st.recv_ring[xi] = ring_find(st, comm->recv, comm->recvd, x.recv_peer * comm->nch_max + c);
+      st.recv_ring[xi] = ring_find(st, comm->recv, comm->recvd, NULL, x.recv_peer * comm->nch_max + c);
       if (st.recv_ring[xi] == NO_RING) goto invalid;
     }
   }
@@ -263,7 +269,10 @@ invalid:
 
 /* Thread 0: stores the lane's counts back for the next step or launch. */
 __device__ void lane_close(block_state &st) {
-  for (uint32_t r = 0; r < st.nrings; r++) *(volatile uint64_t *)st.rings[r].home = st.rings[r].count;
+  for (uint32_t r = 0; r < st.nrings; r++) {
+    *(volatile uint64_t *)st.rings[r].home = st.rings[r].count;
+    if (st.rings[r].head_home != NULL) *(volatile uint64_t *)st.rings[r].head_home = st.rings[r].head_seen;
+  }
 }
 
 /* Thread 0: waits until the next piece of the part can move and returns how many of the `want` next pieces
@@ -280,9 +289,13 @@ __device__ uint32_t batch_wait(const dev_work_t &w, const dev_xfer_t &x, uint32_
   if (x.send_peer >= 0) {
     ring_use &r = st.rings[st.send_ring[xi]];
     const wait_what what = {x.send_peer, (int)st.channel, 1, w.seq + x.task};
-    uint64_t target = r.count + 1 > DEV_SLOTS ? r.count + 1 - DEV_SLOTS : 0;
-    if (!wait_at_least(w.comm, &r.ctrl->head, target, what, &v)) return 0;
-    if (v + DEV_SLOTS - r.count < want) want = (uint32_t)(v + DEV_SLOTS - r.count);
+    /* the head last read may already free every slot wanted: then the link is not crossed */
+    if (r.head_seen + DEV_SLOTS - r.count < want) {
+      uint64_t target = r.count + 1 > DEV_SLOTS ? r.count + 1 - DEV_SLOTS : 0;
+      if (!wait_at_least(w.comm, &r.ctrl->head, target, what, &v)) return 0;
+      r.head_seen = v;
+    }
+    if (r.head_seen + DEV_SLOTS - r.count < want) want = (uint32_t)(r.head_seen + DEV_SLOTS - r.count);
   }
   return want;
 }

@@ -20,7 +20,7 @@ static void test_struct_sizes(void) {
   EXPECT(offsetof(dev_ctrl_t, sizes) == 256);
   EXPECT(sizeof(dev_ring_t) == 16);
   EXPECT(sizeof(dev_error_t) == 32, "dev_error_t is %zu bytes", sizeof(dev_error_t));
-  EXPECT(sizeof(dev_comm_t) == 80, "dev_comm_t is %zu bytes", sizeof(dev_comm_t));
+  EXPECT(sizeof(dev_comm_t) == 88, "dev_comm_t is %zu bytes", sizeof(dev_comm_t));
   EXPECT(sizeof(dev_xfer_t) == 56, "dev_xfer_t is %zu bytes", sizeof(dev_xfer_t));
   EXPECT(offsetof(dev_xfer_t, recv_peer) == 24);
   EXPECT(offsetof(dev_xfer_t, scalar) == 40);
