@@ -348,10 +348,9 @@ void comm_destroy(ncclComm_t comm) {
     /* only after ncclCommAbort (destroy and finalize refuse): replays may still reach the kernel view and the
      * rings, so both stay until the last graph goes */
     gx_retire(comm->gx, links_release, comm->links);
-  } else {
-    gx_destroy(comm->gx); /* first: waits until no kernel uses the connections */
+  } else if (gx_destroy(comm->gx) == ncclSuccess) { /* first: waits until no kernel uses the connections */
     links_destroy(comm->links);
-  }
+  } /* else a kernel may still use the rings: they stay (gx_destroy said so) */
   comm->gx = NULL;
   if (comm->boot != NULL) boot_close(comm->boot);
   mem_free(&comm->acct, comm->peers, comm->nranks * sizeof *comm->peers);

@@ -205,10 +205,21 @@ fail:
 
 /* Waits until the communicator's last eager launch has finished. */
 static ncclResult_t wait_last(gx_t *gx) {
+  /* a kernel gives up waiting for a peer after BRAID_TIMEOUT_S (or at once after an abort); the margin
+   * covers the work it still does after its last wait */
+  int64_t timeout_s = param_int(P_BRAID_TIMEOUT_S);
+  double deadline = timeout_s > 0 ? time_now() + (double)timeout_s + 5.0 : 0;
   int done = !gx->launched;
   while (!done) {
     CHECK(gpu_event_query(gx->done, &done));
-    if (!done) time_sleep_us(50);
+    if (done) break;
+    if (deadline != 0 && time_now() > deadline)
+      return log_err(
+          ncclSystemError,
+          "%s rank %d: the communicator's last launch has not finished %lld s after BRAID_TIMEOUT_S "
+          "(%lld s): the GPU makes no progress",
+          gx->name, gx->rank, 5ll, (long long)timeout_s);
+    time_sleep_us(50);
   }
   return ncclSuccess;
 }
@@ -732,8 +743,8 @@ void gx_sweep(void) {
     done = gx->retired_next;
     void (*release)(void *) = gx->retire_free;
     void *arg = gx->retire_arg;
-    gx_destroy(gx);
-    if (release != NULL) release(arg);
+    /* a stuck kernel keeps the connections too (gx_destroy said so) */
+    if (gx_destroy(gx) == ncclSuccess && release != NULL) release(arg);
   }
 }
 
@@ -760,11 +771,18 @@ ncclResult_t gx_error(gx_t *gx) {
                  e->peer, e->channel, (unsigned long)e->seq);
 }
 
-void gx_destroy(gx_t *gx) {
-  if (gx == NULL) return;
+ncclResult_t gx_destroy(gx_t *gx) {
+  if (gx == NULL) return ncclSuccess;
   gpu_scope_t scope;
   int entered = gpu_enter(gx->dev, &scope) == ncclSuccess;
-  wait_last(gx); /* kernels may still use the rings */
+  if (wait_last(gx) != ncclSuccess) {
+    /* a kernel may still run: its memory stays allocated rather than freed under it */
+    WARN(
+        "%s rank %d: its device memory is left allocated rather than freed under a kernel that may still run",
+        gx->name, gx->rank);
+    if (entered) gpu_leave(&scope);
+    return ncclSystemError;
+  }
   for (int i = 0; i < gx->njoins; i++) gpu_event_destroy(gx->joins[i]);
   free(gx->joins);
   if (gx->done != NULL) gpu_event_destroy(gx->done);
@@ -791,4 +809,5 @@ void gx_destroy(gx_t *gx) {
   free(gx->xf);
   if (entered) gpu_leave(&scope);
   mem_free(gx->acct, gx, sizeof *gx);
+  return ncclSuccess;
 }

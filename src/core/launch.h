@@ -38,9 +38,12 @@ ncclResult_t gx_error(gx_t *gx);
  * stops counting once it, every executable graph made from it and their launches are gone; the driver says
  * so from its own thread shortly after the last of them. */
 int gx_graphs(gx_t *gx);
-/* Waits (bounded, abort-aware) for the communicator's last launch, then frees everything. No graph may hold
- * it (gx_graphs() == 0). */
-void gx_destroy(gx_t *gx);
+/* Waits for the communicator's last launch, then frees everything. No graph may hold it (gx_graphs() == 0).
+ * The wait is bounded: kernels give up after BRAID_TIMEOUT_S (at once after gx_abort); when the last launch
+ * has still not finished 5 s after that, the GPU is stuck, and rather than free memory a kernel may still
+ * use, gx_destroy says so at WARN, leaves the executor allocated and returns ncclSystemError (the caller must
+ * then keep the connections too). */
+ncclResult_t gx_destroy(gx_t *gx);
 /* For an aborted communicator that graphs still hold: keeps the executor, and `arg` (the connections, which
  * a replay's kernel could still touch), until the last graph is gone; then gx_sweep frees the executor and
  * calls release(arg).

@@ -452,7 +452,10 @@ static CUresult mock_cuEventRecord(CUevent ev, CUstream stream) {
 }
 
 static CUresult mock_cuEventQuery(CUevent ev) {
-  return ev == NULL ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS; /* the mock runs nothing: always complete */
+  if (ev == NULL) return CUDA_ERROR_INVALID_HANDLE;
+  /* the mock runs nothing: recorded work is complete, or never completes (a stuck GPU) with
+   * MOCK_CUDA_STUCK set */
+  return ev->recorded > 0 && getenv("MOCK_CUDA_STUCK") != NULL ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
 static CUresult mock_cuStreamWaitEvent(CUstream stream, CUevent ev, unsigned int flags) {

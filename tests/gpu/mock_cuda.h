@@ -3,7 +3,8 @@
  * built as libcuda.so.1). "Device memory" is host memory: cuMem allocations are memfds (so exporting them
  * as file descriptors really crosses processes), cuMemAlloc allocations are POSIX shared memory (so legacy
  * IPC handles do too). Its environment knobs: MOCK_CUDA_DEVICES (default 2; 0: cuInit reports no device),
- * MOCK_CUDA_NO_VMM (set: no cuMem support, so allocations fall back to cuMemAlloc).
+ * MOCK_CUDA_NO_VMM (set: no cuMem support, so allocations fall back to cuMemAlloc), MOCK_CUDA_STUCK (set: a
+ * recorded event never completes, as on a GPU whose kernels never finish).
  *
  * What it saw is exported as `mock_cuda_stats`, which tests read through dlsym.
  */

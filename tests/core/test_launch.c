@@ -1,0 +1,124 @@
+/*
+ * The GPU executor's waits against the tests' stand-in driver (tests/gpu/mock_cuda.c), on a machine without
+ * a GPU: two rank processes make a GPU communicator whose kernels never finish (MOCK_CUDA_STUCK), so its
+ * work queue fills up. The call that finds it full must wait, say so once at WARN (naming the queue's
+ * bytes, the launches holding them and the oldest launch), and come back with an error when another thread
+ * aborts the communicator; the abort itself must come back although the GPU never finishes (the executor is
+ * left allocated, with a WARN, instead of freed under a kernel that may still run).
+ *
+ * Without CUDA's headers there is no stand-in driver and nothing to test.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/param.h"
+#include "harness.h"
+#include "nccl.h"
+
+#ifdef BRAID_MOCK_CUDA_DIR
+
+enum { CALLS = 5000, QUEUE = 65536 };
+
+static void run_again_with_mock(char **argv) {
+  if (getenv("BRAID_TEST_MOCK_CUDA") != NULL) return;
+  const char *old = getenv("LD_LIBRARY_PATH");
+  char path[4096];
+  snprintf(path, sizeof path, "%s%s%s", BRAID_MOCK_CUDA_DIR, old != NULL ? ":" : "", old != NULL ? old : "");
+  setenv("LD_LIBRARY_PATH", path, 1);
+  setenv("BRAID_TEST_MOCK_CUDA", "1", 1);
+  execv("/proc/self/exe", argv);
+  test_fail(__FILE__, __LINE__, "re-running with the stand-in driver failed");
+}
+
+typedef struct {
+  ncclUniqueId id;
+  char log_dir[64];
+} shared_t;
+
+static void *abort_later(void *arg) {
+  sleep(3);
+  EXPECT_OK(ncclCommAbort((ncclComm_t)arg));
+  return NULL;
+}
+
+static int file_has(const char *path, const char *part) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  static char text[1 << 16];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  return strstr(text, part) != NULL;
+}
+
+static void full_queue_rank(int rank, int nranks, void *arg) {
+  const shared_t *sh = arg;
+  char log_path[128];
+  snprintf(log_path, sizeof log_path, "%s/rank%d.log", sh->log_dir, rank);
+  setenv("NCCL_DEBUG_FILE", log_path, 1);
+  param_reload();
+  log_init();
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  pthread_t aborter;
+  EXPECT(pthread_create(&aborter, NULL, abort_later, comm) == 0);
+  /* the stand-in driver never touches buffers: any address will do */
+  void *buf = (void *)(uintptr_t)0x10000000;
+  int stopped_at = -1;
+  for (int i = 0; i < CALLS; i++) {
+    if (ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL) != ncclSuccess) {
+      stopped_at = i;
+      break;
+    }
+  }
+  pthread_join(aborter, NULL);
+  /* one 64-byte entry per launch: the queue holds QUEUE / 64 of them before a call has to wait */
+  EXPECT(stopped_at >= QUEUE / 64, "rank %d: the calls stopped at %d, before the queue was full", rank,
+         stopped_at);
+  EXPECT(file_has(log_path, "the work queue has been full for"), "rank %d: no WARN of the full queue", rank);
+  EXPECT(file_has(log_path, "held by 1024 eager launches"), "rank %d: the WARN misses the launch count",
+         rank);
+  EXPECT(file_has(log_path, "the oldest, AllReduce (call "), "rank %d: the WARN misses the oldest launch",
+         rank);
+  EXPECT(file_has(log_path, "its device memory is left allocated"), "rank %d: no WARN of the stuck GPU",
+         rank);
+}
+
+/* Eager calls on a GPU whose kernels never finish: the wait for queue space is reported and abort-aware. */
+static void full_queue_wait(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  setenv("MOCK_CUDA_STUCK", "1", 1);
+  setenv("NCCL_WORK_FIFO_BYTES", "65536", 1);
+  setenv("BRAID_QUEUE_WARN_S", "1", 1);
+  setenv("BRAID_TIMEOUT_S", "1", 1);
+  setenv("NCCL_DEBUG", "WARN", 1);
+  shared_t sh;
+  snprintf(sh.log_dir, sizeof sh.log_dir, "/tmp/braid-test-launch-XXXXXX");
+  EXPECT(mkdtemp(sh.log_dir) != NULL);
+  EXPECT_OK(ncclGetUniqueId(&sh.id));
+  EXPECT(run_ranks(2, 60, full_queue_rank, &sh) == 0, "a rank failed");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", sh.log_dir);
+  EXPECT(system(cmd) == 0);
+}
+
+int main(int argc, char **argv) {
+  run_again_with_mock(argv);
+  test_filter(argc - 1, argv + 1);
+  TEST(full_queue_wait, 90);
+  return test_summary();
+}
+
+#else
+
+int main(void) {
+  printf("built without CUDA's headers: no stand-in driver, nothing to test\n");
+  return 0;
+}
+
+#endif
