@@ -85,14 +85,17 @@ struct gx {
   token_t *tokens;  /* every token made, released or not */
   token_t *pending; /* the token of the latest capture, and that capture's id */
   uint64_t pending_capture;
-  _Atomic int graphs; /* tokens held by graphs and not yet released */
-  void *retire_arg;   /* what gx_retire keeps alive with the executor */
+  _Atomic int graphs;  /* tokens held by graphs and not yet released */
+  _Atomic int unswept; /* tokens released and not yet freed: tokens_sweep walks the list only then */
+  void *retire_arg;    /* what gx_retire keeps alive with the executor */
   void (*retire_free)(void *);
   gx_t *retired_next;
 };
 
 /* Ranks of one GPU communicator at most (lane assignment works on the stack). */
 enum { GX_MAX_RANKS = 1024 };
+/* Seconds past BRAID_TIMEOUT_S after which a launch that has not finished means the GPU is stuck. */
+enum { GX_STUCK_MARGIN_S = 5 };
 
 /* The planner's transfer flags travel unchanged in dev_xfer_t.flags. */
 _Static_assert((int)XF_REDUCE == (int)DEV_XF_REDUCE && (int)XF_PREPARE == (int)DEV_XF_PREPARE &&
@@ -208,7 +211,7 @@ static ncclResult_t wait_last(gx_t *gx) {
   /* a kernel gives up waiting for a peer after BRAID_TIMEOUT_S (or at once after an abort); the margin
    * covers the work it still does after its last wait */
   int64_t timeout_s = param_int(P_BRAID_TIMEOUT_S);
-  double deadline = timeout_s > 0 ? time_now() + (double)timeout_s + 5.0 : 0;
+  double deadline = timeout_s > 0 ? time_now() + (double)(timeout_s + GX_STUCK_MARGIN_S) : 0;
   int done = !gx->launched;
   while (!done) {
     CHECK(gpu_event_query(gx->done, &done));
@@ -218,7 +221,7 @@ static ncclResult_t wait_last(gx_t *gx) {
           ncclSystemError,
           "%s rank %d: the communicator's last launch has not finished %lld s after BRAID_TIMEOUT_S "
           "(%lld s): the GPU makes no progress",
-          gx->name, gx->rank, 5ll, (long long)timeout_s);
+          gx->name, gx->rank, (long long)GX_STUCK_MARGIN_S, (long long)timeout_s);
     time_sleep_us(50);
   }
   return ncclSuccess;
@@ -242,6 +245,7 @@ static void token_release(void *arg) {
   token_t *t = arg;
   gx_t *gx = t->gx;
   atomic_store_explicit(&t->released, 1, memory_order_release);
+  atomic_fetch_add_explicit(&gx->unswept, 1, memory_order_release);
   atomic_fetch_sub_explicit(&gx->graphs, 1, memory_order_release);
 }
 
@@ -263,6 +267,8 @@ static void token_free(gx_t *gx, token_t *t) {
 
 /* Frees the tokens whose graphs are gone (the caller has entered the device). */
 static void tokens_sweep(gx_t *gx) {
+  /* every launch calls this: with no token released since the last sweep, the list is not walked */
+  if (atomic_load_explicit(&gx->unswept, memory_order_acquire) == 0) return;
   for (token_t **pp = &gx->tokens; *pp != NULL;) {
     token_t *t = *pp;
     if (!atomic_load_explicit(&t->released, memory_order_acquire)) {
@@ -272,6 +278,7 @@ static void tokens_sweep(gx_t *gx) {
     *pp = t->next;
     if (gx->pending == t) gx->pending = NULL;
     token_free(gx, t);
+    atomic_fetch_sub_explicit(&gx->unswept, 1, memory_order_relaxed);
   }
 }
 
@@ -615,12 +622,16 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
 
 /* Lanes of one step within the kernel's limits: transfers per lane, and rings (peer, direction) per lane. */
 static ncclResult_t lanes_check(const gx_t *gx, const dev_xfer_t *x, int n, int *mark, uint64_t seq) {
+  for (int k = 0; k < 2 * gx->nranks; k++) mark[k] = 0;
   for (int i = 0; i < n;) {
     int j = i, rings = 0;
-    for (int k = 0; k < 2 * gx->nranks; k++) mark[k] = 0;
     for (; j < n && x[j].lane == x[i].lane; j++) {
       if (x[j].send_peer >= 0 && !mark[x[j].send_peer]++) rings++;
       if (x[j].recv_peer >= 0 && !mark[gx->nranks + x[j].recv_peer]++) rings++;
+    }
+    for (int k = i; k < j; k++) { /* clear what this lane set, for the next */
+      if (x[k].send_peer >= 0) mark[x[k].send_peer] = 0;
+      if (x[k].recv_peer >= 0) mark[gx->nranks + x[k].recv_peer] = 0;
     }
     if (j - i > DEV_LANE_XFERS || rings > DEV_LANE_RINGS)
       return log_err(ncclInvalidUsage,

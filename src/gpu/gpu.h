@@ -101,11 +101,9 @@ ncclResult_t gpu_event_record(gpu_event_t *event, cudaStream_t stream);
 ncclResult_t gpu_event_query(gpu_event_t *event, int *done_p);
 /* Makes `stream` wait for the event's last record. */
 ncclResult_t gpu_stream_wait(cudaStream_t stream, gpu_event_t *event);
-/* Whether `stream` is being captured into a CUDA graph. */
-ncclResult_t gpu_stream_capturing(cudaStream_t stream, int *yes_p);
-/* The same, and the graph being built (an opaque CUgraph) and the capture's id (unique in the process) when
- * it is. A capture invalidated by an earlier error is refused (ncclInvalidUsage): nothing enqueued now would
- * ever run. */
+/* Whether `stream` is being captured into a CUDA graph and, when it is, the graph being built (an opaque
+ * CUgraph) and the capture's id (unique in the process). A capture invalidated by an earlier error is refused
+ * (ncclInvalidUsage): nothing enqueued now would ever run. */
 ncclResult_t gpu_stream_capture(cudaStream_t stream, int *yes_p, void **graph_p, uint64_t *id_p);
 /* Ties `release(arg)` to the graph's life: it is called once the graph, every executable graph made from it
  * and every launch of those are gone. It runs on a driver thread and must not call CUDA. */

@@ -789,15 +789,6 @@ ncclResult_t gpu_stream_wait(cudaStream_t stream, gpu_event_t *event) {
   return ncclSuccess;
 }
 
-ncclResult_t gpu_stream_capturing(cudaStream_t stream, int *yes_p) {
-  CHECK(ready("gpu_stream_capturing"));
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  CU_CALL(cuStreamIsCapturing, (stream, &status), "stream %p", (void *)stream);
-  /* An invalidated capture is still a capture: work enqueued now would never run eagerly. */
-  *yes_p = status != CU_STREAM_CAPTURE_STATUS_NONE;
-  return ncclSuccess;
-}
-
 ncclResult_t gpu_stream_capture(cudaStream_t stream, int *yes_p, void **graph_p, uint64_t *id_p) {
   CHECK(ready("gpu_stream_capture"));
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;

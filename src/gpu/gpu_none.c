@@ -84,10 +84,6 @@ ncclResult_t gpu_event_query(gpu_event_t *event, int *done_p) {
 ncclResult_t gpu_stream_wait(cudaStream_t stream, gpu_event_t *event) {
   return no_cuda("gpu_stream_wait");
 }
-ncclResult_t gpu_stream_capturing(cudaStream_t stream, int *yes_p) {
-  return no_cuda("gpu_stream_capturing");
-}
-
 ncclResult_t gpu_stream_capture(cudaStream_t stream, int *yes_p, void **graph_p, uint64_t *id_p) {
   return no_cuda("gpu_stream_capture");
 }

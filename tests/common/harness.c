@@ -5,6 +5,8 @@
 
 #include <signal.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -146,4 +148,15 @@ int test_summary(void) {
     }
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
+}
+
+void test_reexec_with_library_dir(char **argv, const char *dir) {
+  if (getenv("BRAID_TEST_REEXEC") != NULL) return;
+  const char *old = getenv("LD_LIBRARY_PATH");
+  char path[4096];
+  snprintf(path, sizeof path, "%s%s%s", dir, old != NULL ? ":" : "", old != NULL ? old : "");
+  setenv("LD_LIBRARY_PATH", path, 1);
+  setenv("BRAID_TEST_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);
+  test_fail(__FILE__, __LINE__, "running again with %s first on LD_LIBRARY_PATH failed", dir);
 }

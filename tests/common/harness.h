@@ -45,4 +45,8 @@ int run_ranks(int nranks, int timeout_s, void (*fn)(int rank, int nranks, void *
 /* Like run_ranks, but returns a bitmask of the ranks that failed or hung (bit r for rank r). */
 unsigned run_ranks_mask(int nranks, int timeout_s, void (*fn)(int rank, int nranks, void *arg), void *arg);
 
+/* Runs the test program again (once) with `dir` first on LD_LIBRARY_PATH, e.g. to load the tests' stand-in
+ * libcuda.so.1; returns in the program run that way. */
+void test_reexec_with_library_dir(char **argv, const char *dir);
+
 #endif

@@ -2,9 +2,9 @@
  * The GPU executor's waits against the tests' stand-in driver (tests/gpu/mock_cuda.c), on a machine without
  * a GPU: two rank processes make a GPU communicator whose kernels never finish (MOCK_CUDA_STUCK), so its
  * work queue fills up. The call that finds it full must wait, say so once at WARN (naming the queue's
- * bytes, the launches holding them and the oldest launch), and come back with an error when another thread
- * aborts the communicator; the abort itself must come back although the GPU never finishes (the executor is
- * left allocated, with a WARN, instead of freed under a kernel that may still run).
+ * bytes, the launches holding them and the oldest launch), and come back with an error when another thread,
+ * which waits for that WARN, aborts the communicator; the abort itself must come back although the GPU never
+ * finishes (the executor is left allocated, with a WARN, instead of freed under a kernel that may still run).
  *
  * Without CUDA's headers there is no stand-in driver and nothing to test.
  */
@@ -24,27 +24,10 @@
 
 enum { CALLS = 5000, QUEUE = 65536 };
 
-static void run_again_with_mock(char **argv) {
-  if (getenv("BRAID_TEST_MOCK_CUDA") != NULL) return;
-  const char *old = getenv("LD_LIBRARY_PATH");
-  char path[4096];
-  snprintf(path, sizeof path, "%s%s%s", BRAID_MOCK_CUDA_DIR, old != NULL ? ":" : "", old != NULL ? old : "");
-  setenv("LD_LIBRARY_PATH", path, 1);
-  setenv("BRAID_TEST_MOCK_CUDA", "1", 1);
-  execv("/proc/self/exe", argv);
-  test_fail(__FILE__, __LINE__, "re-running with the stand-in driver failed");
-}
-
 typedef struct {
   ncclUniqueId id;
   char log_dir[64];
 } shared_t;
-
-static void *abort_later(void *arg) {
-  sleep(3);
-  EXPECT_OK(ncclCommAbort((ncclComm_t)arg));
-  return NULL;
-}
 
 static int file_has(const char *path, const char *part) {
   FILE *f = fopen(path, "r");
@@ -54,6 +37,20 @@ static int file_has(const char *path, const char *part) {
   fclose(f);
   text[n] = 0;
   return strstr(text, part) != NULL;
+}
+
+/* What the aborting thread needs: the communicator, and the log in which the WARN of the full queue shows. */
+typedef struct {
+  ncclComm_t comm;
+  const char *log_path;
+} aborter_t;
+
+/* Aborts once the full queue was reported (the harness's time limit bounds the wait). */
+static void *abort_after_warn(void *arg) {
+  const aborter_t *a = arg;
+  while (!file_has(a->log_path, "the work queue has been full for")) usleep(50000);
+  EXPECT_OK(ncclCommAbort(a->comm));
+  return NULL;
 }
 
 static void full_queue_rank(int rank, int nranks, void *arg) {
@@ -66,7 +63,8 @@ static void full_queue_rank(int rank, int nranks, void *arg) {
   ncclComm_t comm;
   EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
   pthread_t aborter;
-  EXPECT(pthread_create(&aborter, NULL, abort_later, comm) == 0);
+  aborter_t a = {comm, log_path};
+  EXPECT(pthread_create(&aborter, NULL, abort_after_warn, &a) == 0);
   /* the stand-in driver never touches buffers: any address will do */
   void *buf = (void *)(uintptr_t)0x10000000;
   int stopped_at = -1;
@@ -108,7 +106,7 @@ static void full_queue_wait(void) {
 }
 
 int main(int argc, char **argv) {
-  run_again_with_mock(argv);
+  test_reexec_with_library_dir(argv, BRAID_MOCK_CUDA_DIR);
   test_filter(argc - 1, argv + 1);
   TEST(full_queue_wait, 90);
   return test_summary();

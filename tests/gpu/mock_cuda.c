@@ -462,7 +462,7 @@ static CUresult mock_cuStreamWaitEvent(CUstream stream, CUevent ev, unsigned int
   return ev == NULL || flags != 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
-static CUresult mock_cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status) {
+static CUresult capture_status(CUstream stream, CUstreamCaptureStatus *status) {
   *status =
       (void *)stream == MOCK_CUDA_CAPTURING ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
@@ -470,7 +470,7 @@ static CUresult mock_cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus 
 
 static CUresult mock_cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus *status, cuuint64_t *id,
                                             CUgraph *graph, const CUgraphNode **deps, size_t *ndeps) {
-  mock_cuStreamIsCapturing(stream, status);
+  capture_status(stream, status);
   if (graph != NULL) *graph = *status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? (CUgraph)&mock_graph : NULL;
   if (id != NULL) *id = *status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? 7 : 0;
   return deps == NULL && ndeps == NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;

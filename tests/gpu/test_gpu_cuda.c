@@ -243,9 +243,11 @@ static void test_events_and_streams(void) {
   EXPECT_OK(gpu_event_record(ev, NULL));
   EXPECT_OK(gpu_stream_wait(NULL, ev));
   int yes = -1;
-  EXPECT_OK(gpu_stream_capturing(NULL, &yes));
+  void *graph;
+  uint64_t id;
+  EXPECT_OK(gpu_stream_capture(NULL, &yes, &graph, &id));
   EXPECT(yes == 0);
-  EXPECT_OK(gpu_stream_capturing((cudaStream_t)MOCK_CUDA_CAPTURING, &yes));
+  EXPECT_OK(gpu_stream_capture((cudaStream_t)MOCK_CUDA_CAPTURING, &yes, &graph, &id));
   EXPECT(yes == 1);
   EXPECT_OK(gpu_stream_sync(NULL));
   gpu_event_destroy(ev);
@@ -349,19 +351,8 @@ static void test_no_device(void) {
 
 /* Runs this program again with the mock first on the library path: dlopen reads LD_LIBRARY_PATH only at
  * start. */
-static void use_mock(char **argv) {
-  if (getenv("BRAID_TEST_MOCK_CUDA") != NULL) return;
-  const char *old = getenv("LD_LIBRARY_PATH");
-  char path[4096];
-  snprintf(path, sizeof path, "%s%s%s", BRAID_MOCK_CUDA_DIR, old != NULL ? ":" : "", old != NULL ? old : "");
-  setenv("LD_LIBRARY_PATH", path, 1);
-  setenv("BRAID_TEST_MOCK_CUDA", "1", 1);
-  execv("/proc/self/exe", argv);
-  test_fail(__FILE__, __LINE__, "re-running with the mock driver failed");
-}
-
 int main(int argc, char **argv) {
-  use_mock(argv);
+  test_reexec_with_library_dir(argv, BRAID_MOCK_CUDA_DIR);
   TEST(test_devices, 30);
   TEST(test_contexts, 30);
   TEST(test_dev_alloc, 30);
