@@ -131,10 +131,14 @@ static ncclResult_t init_links(ncclComm_t comm) {
 }
 
 /* GPU communicators connect to every peer now (so that nothing is set up inside a captured call) and make
- * the kernels' view of the connections. */
+ * the kernels' view of the connections. The barrier keeps every rank in init until all have mapped their
+ * peers' rings: a receiver learns nothing of its sender's import, and one that returned and destroyed its
+ * communicator at once would take the memory (and the export's file descriptor server) from under a peer
+ * still importing it. */
 static ncclResult_t init_gpu(ncclComm_t comm) {
   if (comm->dev < 0) return ncclSuccess;
   CHECK(links_connect_all(comm->links));
+  CHECK(boot_barrier(comm->boot));
   return gx_init(comm->dev, comm->rank, comm->nranks, comm->nch, comm->links, &comm->acct, comm->name,
                  &comm->gx);
 }
