@@ -29,6 +29,7 @@
 #include "launch.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,9 @@ struct gx {
   int dev, rank, nranks, nch;
   const char *name;
   alloc_acct_t *acct;
-  gpu_func_t *func;
+  gpu_func_t *func;          /* braid_kernel */
+  gpu_func_t *func_small;    /* braid_kernel_small, for launches of at most DEV_SMALL_XFERS transfers */
+  uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
   gpu_mem_t *mem;            /* dev_comm_t, ring tables, counters, barrier */
   dev_comm_t *dcomm;         /* its device address */
   flags_t *flags;            /* host address of the host-mapped flags */
@@ -102,6 +105,16 @@ _Static_assert((int)XF_REDUCE == (int)DEV_XF_REDUCE && (int)XF_PREPARE == (int)D
                    (int)XF_LAST == (int)DEV_XF_LAST && (int)XF_SEQ == (int)DEV_XF_SEQ &&
                    (int)XF_PREPARED == (int)DEV_XF_PREPARED,
                "transfer flags differ between the planner and the kernel");
+/* The executor's LL mark travels with them. */
+_Static_assert((int)DEV_XF_LL > (int)XF_PREPARED, "the LL mark takes a bit the planner does not use");
+/* braid_kernel_small reads the head of the same dev_work_t. */
+_Static_assert(offsetof(dev_work_t, xfers) == offsetof(dev_work_small_t, xfers),
+               "the small entry point's work is a prefix of the full one");
+/* An LL transfer runs in one slice: within half of its LL ring, and of a Simple ring for a side without LL.
+ */
+_Static_assert(PLAN_LL_MAX <= DEV_LL_SLOTS / 2 * DEV_LL_PIECE &&
+                   PLAN_LL_MAX <= DEV_SLOTS / 2 * DEV_SLOT_BYTES,
+               "an LL transfer fits half a ring");
 /* A one-shot reduction's lane receives from every peer and, in place, sends to every peer. */
 _Static_assert(2 * (PLAN_ONESHOT_MAX_RANKS - 1) <= DEV_LANE_RINGS,
                "one-shot lanes exceed the kernel's rings");
@@ -116,18 +129,23 @@ int gx_channels(int nranks) {
 
 /* Byte offsets of the parts of the device allocation. */
 typedef struct {
-  size_t send, recv, sent, recvd, heads, barrier, total;
+  size_t send, recv, sent, recvd, heads, ll_send, ll_recv, ll_sent, ll_recvd, ll_heads, barrier, total;
 } layout_t;
 
 static layout_t layout(int nranks, int nch) {
   layout_t l;
-  size_t rings = (size_t)nranks * nch;
+  size_t rings = (size_t)nranks * nch, peers = (size_t)nranks;
   l.send = (sizeof(dev_comm_t) + 255) / 256 * 256;
   l.recv = l.send + rings * sizeof(dev_ring_t);
   l.sent = l.recv + rings * sizeof(dev_ring_t);
   l.recvd = l.sent + rings * sizeof(uint64_t);
   l.heads = l.recvd + rings * sizeof(uint64_t);
-  l.barrier = l.heads + rings * sizeof(uint64_t);
+  l.ll_send = l.heads + rings * sizeof(uint64_t);
+  l.ll_recv = l.ll_send + peers * sizeof(dev_ring_t);
+  l.ll_sent = l.ll_recv + peers * sizeof(dev_ring_t);
+  l.ll_recvd = l.ll_sent + peers * sizeof(uint64_t);
+  l.ll_heads = l.ll_recvd + peers * sizeof(uint64_t);
+  l.barrier = l.ll_heads + peers * sizeof(uint64_t);
   l.total = l.barrier + 2 * sizeof(uint32_t);
   return l;
 }
@@ -139,8 +157,11 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
   char *img = calloc(1, l.total);
   if (img == NULL) return log_err(ncclSystemError, "%s: out of host memory (%zu bytes)", gx->name, l.total);
   dev_ring_t *send = (dev_ring_t *)(img + l.send), *recv = (dev_ring_t *)(img + l.recv);
+  dev_ring_t *ll_send = (dev_ring_t *)(img + l.ll_send), *ll_recv = (dev_ring_t *)(img + l.ll_recv);
   for (int p = 0; p < gx->nranks; p++) {
     tp_conn_t *s = links->send[p], *r = links->recv[p];
+    if (s != NULL) ll_send[p] = s->ll;
+    if (r != NULL) ll_recv[p] = r->ll;
     for (int c = 0; c < gx->nch; c++) {
       if (s != NULL && c < s->nrings) send[p * gx->nch + c] = s->rings[c];
       if (r != NULL && c < r->nrings) recv[p * gx->nch + c] = r->rings[c];
@@ -158,6 +179,11 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
                                       .sent = (uint64_t *)(base + l.sent),
                                       .recvd = (uint64_t *)(base + l.recvd),
                                       .heads = (uint64_t *)(base + l.heads),
+                                      .ll_send = (dev_ring_t *)(base + l.ll_send),
+                                      .ll_recv = (dev_ring_t *)(base + l.ll_recv),
+                                      .ll_sent = (uint64_t *)(base + l.ll_sent),
+                                      .ll_recvd = (uint64_t *)(base + l.ll_recvd),
+                                      .ll_heads = (uint64_t *)(base + l.ll_heads),
                                       .barrier = (uint32_t *)(base + l.barrier),
                                       .abort_flag = &fd->abort,
                                       .error = &fd->error,
@@ -192,13 +218,17 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK(MEM_CALLOC(acct, gx, 1, "GPU executor"));
   *gx = (gx_t){.dev = dev, .rank = rank, .nranks = nranks, .nch = nch, .name = name, .acct = acct};
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_NAME, &gx->func), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_SMALL_NAME, &gx->func_small), res, fail);
+  gx->ll_max = plan_tuning()->ll_max;
   CHECK_GOTO(gpu_dev_alloc(dev, layout(nranks, nch).total, &gx->mem), res, fail);
   mem_charge(acct, gpu_mem_size(gx->mem), 1, "kernel view of the communicator");
   CHECK_GOTO(upload(gx, links), res, fail);
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
   CHECK_GOTO(queue_init(gx), res, fail);
-  INFO(LOG_INIT, "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes", name, rank,
-       dev, nch, (unsigned long long)gx->wq.cap);
+  INFO(LOG_INIT | LOG_TUNING,
+       "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes, LL protocol for "
+       "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES)",
+       name, rank, dev, nch, (unsigned long long)gx->wq.cap, (unsigned long long)gx->ll_max);
   *gx_p = gx;
   return ncclSuccess;
 fail:
@@ -426,17 +456,20 @@ static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane
 }
 
 /* The kernel's form of a planned transfer. A running result (XF_PREPARED) is combined as a plain sum where
- * PreMulSum would scale it again; the kernel never sees that flag's meaning. */
+ * PreMulSum would scale it again; the kernel never sees that flag's meaning. A transfer of at most ll_max
+ * bytes is marked LL and runs on one channel (dev.h); the mark depends on the size and the knobs only, so
+ * both ends of each of its connections agree. */
 static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_t *out) {
   const red_t *red = in->red;
-  uint64_t nch = (in->bytes + DEV_CHANNEL_BYTES - 1) / DEV_CHANNEL_BYTES;
+  const int ll = in->bytes <= gx->ll_max;
+  uint64_t nch = ll ? 1 : (in->bytes + DEV_CHANNEL_BYTES - 1) / DEV_CHANNEL_BYTES;
   red_kind_t kind = (in->flags & XF_PREPARED) && red->kind == RED_PREMULSUM ? RED_SUM : red->kind;
   *out = (dev_xfer_t){.src = in->src,
                       .dst = in->dst,
                       .bytes = in->bytes,
                       .recv_peer = (int16_t)in->recv_peer,
                       .send_peer = (int16_t)in->send_peer,
-                      .flags = (uint8_t)in->flags,
+                      .flags = (uint8_t)(in->flags | (ll ? DEV_XF_LL : 0)),
                       .type = (uint8_t)red->type,
                       .red = (uint8_t)kind,
                       .nch = (uint8_t)(nch < 1                   ? 1
@@ -608,8 +641,11 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
       CHECK(queue_place(gx, lc, spill, &slot));
     else if (spill != 0)
       CHECK(capture_place(gx, lc, spill));
-    /* a grid only as wide as the channels the launch's transfers use (w->nch, at least 1 per transfer) */
-    ncclResult_t res = gpu_launch(gx->func, (unsigned)(widest * w->nch), DEV_THREADS, w, sizeof *w, lc->s);
+    /* a grid only as wide as the channels the launch's transfers use (w->nch, at least 1 per transfer); a
+     * launch of a few transfers passes only the head of the work (dev_work_small_t) */
+    int small = spill == 0 && w->nxfers <= DEV_SMALL_XFERS;
+    ncclResult_t res = gpu_launch(small ? gx->func_small : gx->func, (unsigned)(widest * w->nch), DEV_THREADS,
+                                  w, small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
     if (res != ncclSuccess) {
       wq_cancel(&gx->wq, &slot); /* it never reached the GPU */
       return res;
@@ -620,18 +656,26 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
   return ncclSuccess;
 }
 
-/* Lanes of one step within the kernel's limits: transfers per lane, and rings (peer, direction) per lane. */
+/* Where lanes_check marks a ring: (direction, LL or Simple, peer); a lane may use both rings of a
+ * connection when it has transfers on either side of the LL threshold. */
+static int ring_mark(const gx_t *gx, const dev_xfer_t *x, int send) {
+  int ll = (x->flags & DEV_XF_LL) != 0;
+  return ((send * 2 + ll) * gx->nranks) + (send ? x->send_peer : x->recv_peer);
+}
+
+/* Lanes of one step within the kernel's limits: transfers per lane, and rings (peer, direction, protocol)
+ * per lane. `mark` has 4 * nranks entries. */
 static ncclResult_t lanes_check(const gx_t *gx, const dev_xfer_t *x, int n, int *mark, uint64_t seq) {
-  for (int k = 0; k < 2 * gx->nranks; k++) mark[k] = 0;
+  for (int k = 0; k < 4 * gx->nranks; k++) mark[k] = 0;
   for (int i = 0; i < n;) {
     int j = i, rings = 0;
     for (; j < n && x[j].lane == x[i].lane; j++) {
-      if (x[j].send_peer >= 0 && !mark[x[j].send_peer]++) rings++;
-      if (x[j].recv_peer >= 0 && !mark[gx->nranks + x[j].recv_peer]++) rings++;
+      if (x[j].send_peer >= 0 && !mark[ring_mark(gx, &x[j], 1)]++) rings++;
+      if (x[j].recv_peer >= 0 && !mark[ring_mark(gx, &x[j], 0)]++) rings++;
     }
     for (int k = i; k < j; k++) { /* clear what this lane set, for the next */
-      if (x[k].send_peer >= 0) mark[x[k].send_peer] = 0;
-      if (x[k].recv_peer >= 0) mark[gx->nranks + x[k].recv_peer] = 0;
+      if (x[k].send_peer >= 0) mark[ring_mark(gx, &x[k], 1)] = 0;
+      if (x[k].recv_peer >= 0) mark[ring_mark(gx, &x[k], 0)] = 0;
     }
     if (j - i > DEV_LANE_XFERS || rings > DEV_LANE_RINGS)
       return log_err(ncclInvalidUsage,
@@ -675,9 +719,9 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
     fill_xfer(gx, &plan->xfers[st->first + i], (uint16_t)(st->task - plan->tasks), &x[i]);
     if (x[i].nch > w->nch) w->nch = x[i].nch;
   }
-  int parent[2 * GX_MAX_RANKS + 1], lane_of[2 * GX_MAX_RANKS + 1];
+  int parent[2 * GX_MAX_RANKS + 1], lane_of[2 * GX_MAX_RANKS + 1], mark[4 * GX_MAX_RANKS];
   w->step_lanes[w->nsteps] = (uint16_t)assign_lanes(x, st->count, gx->nranks, parent, lane_of);
-  CHECK(lanes_check(gx, x, st->count, parent, st->task->seq));
+  CHECK(lanes_check(gx, x, st->count, mark, st->task->seq));
   w->nxfers = (uint16_t)(w->nxfers + st->count);
   w->step_end[w->nsteps++] = w->nxfers;
   return ncclSuccess;

@@ -586,12 +586,39 @@ void plan_tuning_parse(const char *algo_spec, uint64_t oneshot_max, plan_tuning_
     parse_algo_part(part, algo_spec, t);
 }
 
+uint64_t plan_ll_parse(const char *proto_spec, uint64_t ll_max) {
+  if (ll_max > PLAN_LL_MAX) ll_max = PLAN_LL_MAX;
+  if (proto_spec == NULL || proto_spec[0] == '\0') return ll_max;
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", proto_spec);
+  char *list = buf;
+  while (*list == ' ') list++;
+  int exclude = *list == '^', ll = 0, known = 0;
+  char *save = NULL;
+  for (char *name = strtok_r(list + exclude, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
+    while (*name == ' ') name++;
+    for (char *e = name + strlen(name); e > name && e[-1] == ' ';) *--e = '\0';
+    if (strcasecmp(name, "LL") == 0) {
+      ll = known = 1;
+    } else if (strcasecmp(name, "Simple") == 0) {
+      known = 1;
+    } else if (name[0] != '\0') {
+      INFO(LOG_ENV | LOG_TUNING, "NCCL_PROTO=%s: %s is not a protocol of this library (LL, Simple); ignored",
+           proto_spec, name);
+    }
+  }
+  if (!known) return ll_max;
+  return ll != exclude ? ll_max : 0;
+}
+
 static pthread_once_t tuning_once = PTHREAD_ONCE_INIT;
 static plan_tuning_t tuning_knobs;
 
 static void tuning_load(void) {
   int64_t max = param_int(P_BRAID_ONESHOT_MAX_BYTES);
   plan_tuning_parse(param_str(P_NCCL_ALGO), max > 0 ? (uint64_t)max : 0, &tuning_knobs);
+  int64_t ll_max = param_int(P_BRAID_LL_MAX_BYTES);
+  tuning_knobs.ll_max = plan_ll_parse(param_str(P_NCCL_PROTO), ll_max > 0 ? (uint64_t)ll_max : 0);
   /* an explicit threshold holds for every rank count; by default two ranks' all-reduce goes further */
   if (!param_is_set(P_BRAID_ONESHOT_MAX_BYTES) && tuning_knobs.oneshot_pair < PLAN_ONESHOT_PAIR_MAX)
     tuning_knobs.oneshot_pair = PLAN_ONESHOT_PAIR_MAX;

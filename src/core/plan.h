@@ -123,6 +123,7 @@ typedef struct {
                             * link than the ring and saves its second hop (plan_tuning_parse sets it to
                             * oneshot_max; the knobs' default raises it to PLAN_ONESHOT_PAIR_MAX) */
   uint8_t algos[OP_COUNT]; /* the algorithms each collective may use: bit (1 << plan_algo_t) */
+  uint64_t ll_max;         /* GPU transfers of at most this many bytes use the LL protocol (0: none) */
 } plan_tuning_t;
 
 /* The process's tuning, from the knobs (read and parsed once; unknown algorithm names are logged at INFO). */
@@ -132,6 +133,15 @@ const plan_tuning_t *plan_tuning(void);
  * collective applies to all). Braid's names: Ring, OneShot (case-insensitive); other names are ignored with
  * an INFO line, and a list that leaves a collective nothing it can run leaves it Ring. */
 void plan_tuning_parse(const char *algo_spec, uint64_t oneshot_max, plan_tuning_t *t);
+/* The LL protocol's threshold from an NCCL_PROTO value and BRAID_LL_MAX_BYTES: `ll_max` (at most
+ * PLAN_LL_MAX) unless the list leaves LL out, then 0. NCCL's syntax: a comma list of protocols, "^" first to
+ * exclude them. Braid's protocols: LL and Simple (case-insensitive); others (LL128) are ignored with an INFO
+ * line. Simple always stays: it carries what LL cannot. */
+uint64_t plan_ll_parse(const char *proto_spec, uint64_t ll_max);
+/* The LL protocol carries transfers of at most this many bytes: half its ring, the most one transfer may
+ * take in one slice (device/dev.h). */
+#define PLAN_LL_MAX (64ull * 1024)
+
 /* The algorithm of call `t` on `nranks` ranks and, in *why_p, the reason in a few words. A function of the
  * call only: every rank picks the same. */
 plan_algo_t plan_pick(const task_t *t, int nranks, const plan_tuning_t *tuning, const char **why_p);

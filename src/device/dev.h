@@ -33,18 +33,20 @@
 
 #include <stdint.h>
 
-#define DEV_SLOTS         8
-#define DEV_SLOT_BYTES    (64 * 1024)
-#define DEV_SLICE_BYTES   (DEV_SLOTS / 2 * DEV_SLOT_BYTES) /* per channel per slice: half a ring */
-#define DEV_MAX_CHANNELS  32
-#define DEV_THREADS       512         /* threads per block */
-#define DEV_MAX_XFERS     56          /* transfers carried by value in one launch */
-#define DEV_MAX_SPILL     65535       /* transfers of one launch whose list is spilled (dev_work_t.ext) */
-#define DEV_LANE_XFERS    1024        /* transfers of one lane in one step */
-#define DEV_LANE_RINGS    112         /* rings (peer, direction) one lane uses in one step */
-#define DEV_MAX_STEPS     16          /* steps carried by value in one launch */
-#define DEV_CHANNEL_BYTES (32 * 1024) /* a transfer uses one channel per this many bytes, up to nch_max */
-#define DEV_KERNEL_NAME   "braid_kernel"
+#define DEV_SLOTS             8
+#define DEV_SLOT_BYTES        (64 * 1024)
+#define DEV_SLICE_BYTES       (DEV_SLOTS / 2 * DEV_SLOT_BYTES) /* per channel per slice: half a ring */
+#define DEV_MAX_CHANNELS      32
+#define DEV_THREADS           512         /* threads per block */
+#define DEV_MAX_XFERS         56          /* transfers carried by value in one launch */
+#define DEV_MAX_SPILL         65535       /* transfers of one launch whose list is spilled (dev_work_t.ext) */
+#define DEV_LANE_XFERS        1024        /* transfers of one lane in one step */
+#define DEV_LANE_RINGS        112         /* rings (peer, direction) one lane uses in one step */
+#define DEV_MAX_STEPS         16          /* steps carried by value in one launch */
+#define DEV_CHANNEL_BYTES     (32 * 1024) /* a transfer uses one channel per this many bytes, up to nch_max */
+#define DEV_SMALL_XFERS       8           /* transfers of a launch through the small entry point */
+#define DEV_KERNEL_NAME       "braid_kernel"
+#define DEV_KERNEL_SMALL_NAME "braid_kernel_small"
 
 /* The control block of one ring; 128-byte fields keep the two writers' counters on separate lines. */
 typedef struct {
@@ -59,6 +61,33 @@ typedef struct {
 
 /* Bytes of one ring in memory: its control block then its slots. */
 #define DEV_RING_BYTES ((uint64_t)sizeof(dev_ctrl_t) + (uint64_t)DEV_SLOTS * DEV_SLOT_BYTES)
+
+/* The low-latency (LL) protocol, for small transfers on connections whose receiver's memory the sender maps
+ * (p2p). A connection has one LL ring besides its `nch` rings: DEV_LL_SLOTS slots in the receiver's memory,
+ * each carrying one piece of at most DEV_LL_PIECE bytes as 16-byte lines; a line holds 8 bytes of data in two
+ * 4-byte words, each followed by a 4-byte flag: {d0, flag, d1, flag}. The sender stores every line of a piece
+ * with one 16-byte store and flag = (uint32_t)(piece index + 1), the piece index counting the pieces the
+ * connection's LL ring has carried; the receiver spins on the lines themselves until both flags of each hold
+ * that value. Data and flag land together (a store's 8-byte halves are never seen torn), so there is no fence
+ * and no tail counter: one link crossing per piece instead of data, fence and counter.
+ *
+ * A line's old flag is that of an earlier piece of its slot, so it differs from the current one unless a
+ * multiple of 2^32 pieces lie between them: that takes a line no piece of its slot wrote for 2^29 pieces in a
+ * row (all of them shorter). The zeroed memory's flag 0 is never current before the count wraps.
+ *
+ * Room: the slot of piece k is free once the receiver has consumed piece k - DEV_LL_SLOTS. The receiver
+ * stores its count of consumed pieces in the ring's control block (`head`, its own memory) after its reads;
+ * the sender reads it across the link only when its last reading (dev_comm_t.ll_heads) does not already show
+ * room. `tail` is unused. The counts live in dev_comm_t.ll_sent / ll_recvd, per peer.
+ *
+ * The host marks a transfer DEV_XF_LL when it is small enough (every rank decides alike from the size and the
+ * knobs); the kernel then runs each of its sides (send, receive) as LL when that connection has an LL ring,
+ * as Simple (the slot rings above) otherwise. Both ends of a connection see the same transport, so they agree
+ * side by side; a transfer may receive LL and send Simple. An LL transfer runs on one channel. */
+#define DEV_LL_SLOTS      8
+#define DEV_LL_PIECE      (16 * 1024)        /* data bytes per slot */
+#define DEV_LL_SLOT_BYTES (2 * DEV_LL_PIECE) /* lines of a slot: twice the data */
+#define DEV_LL_RING_BYTES ((uint64_t)sizeof(dev_ctrl_t) + (uint64_t)DEV_LL_SLOTS * DEV_LL_SLOT_BYTES)
 
 /* One ring as this rank's kernel sees it: where to put (or find) slot data and the control block. */
 typedef struct {
@@ -85,14 +114,19 @@ typedef struct {
   int32_t rank, nranks;
   int32_t nch_max; /* rings per connection */
   int32_t pad;
-  dev_ring_t *send;  /* [nranks * nch_max]: ring c towards peer p at p * nch_max + c */
-  dev_ring_t *recv;  /* [nranks * nch_max]: ring c from peer p */
-  uint64_t *sent;    /* [nranks * nch_max] slots this rank produced on each send ring */
-  uint64_t *recvd;   /* [nranks * nch_max] slots this rank consumed on each recv ring */
-  uint64_t *heads;   /* [nranks * nch_max] the consumer's head this rank last read on each send ring: a lower
-                      * bound of the real one (counters only grow), so a send that the cached value already
-                      * allows skips the read across the link */
-  uint32_t *barrier; /* [2] grid barrier: arrivals, and blocks finished (reset at kernel end) */
+  dev_ring_t *send; /* [nranks * nch_max]: ring c towards peer p at p * nch_max + c */
+  dev_ring_t *recv; /* [nranks * nch_max]: ring c from peer p */
+  uint64_t *sent;   /* [nranks * nch_max] slots this rank produced on each send ring */
+  uint64_t *recvd;  /* [nranks * nch_max] slots this rank consumed on each recv ring */
+  uint64_t *heads;  /* [nranks * nch_max] the consumer's head this rank last read on each send ring: a lower
+                     * bound of the real one (counters only grow), so a send that the cached value already
+                     * allows skips the read across the link */
+  dev_ring_t *ll_send; /* [nranks] the LL ring towards each peer (data NULL: none, Simple only) */
+  dev_ring_t *ll_recv; /* [nranks] the LL ring from each peer */
+  uint64_t *ll_sent;   /* [nranks] pieces this rank produced on each LL send ring */
+  uint64_t *ll_recvd;  /* [nranks] pieces this rank consumed on each LL receive ring */
+  uint64_t *ll_heads;  /* [nranks] the consumer's LL head as last read */
+  uint32_t *barrier;   /* [2] grid barrier: arrivals, and blocks finished (reset at kernel end) */
   const volatile int32_t *abort_flag; /* host-mapped; nonzero: stop every wait */
   dev_error_t *error;                 /* host-mapped */
   uint64_t timeout_ns;                /* a wait longer than this fails with DEV_ERR_TIMEOUT (0: never) */
@@ -101,6 +135,8 @@ typedef struct {
 /* Transfer flags (the same values as the planner's XF_*). SEQ and PREPARED are the host's business (lane
  * assignment; PreMulSum of a running result becomes SUM before the launch); the kernel ignores them. */
 enum { DEV_XF_REDUCE = 1, DEV_XF_PREPARE = 2, DEV_XF_LAST = 4, DEV_XF_SEQ = 8, DEV_XF_PREPARED = 16 };
+/* Set by the GPU executor, not the planner: the transfer is small enough for the LL protocol (above). */
+enum { DEV_XF_LL = 32 };
 
 /* Reduction kinds (the same values as host_reduce.h's red_kind_t). */
 enum { DEV_RED_SUM, DEV_RED_PROD, DEV_RED_MAX, DEV_RED_MIN, DEV_RED_PREMULSUM, DEV_RED_SUM_POSTDIV };
@@ -135,19 +171,33 @@ typedef struct {
  * entry) when every block has finished with the work, ext included: the last block to finish stores it, so
  * when the host sees the tag the entry can be reused (the device copy of a spill is rewritten only in stream
  * order after the kernel, so the store needs no fence). Captured launches have
- * done == NULL and write nothing (a replay must not touch the queue). */
-typedef struct {
-  dev_comm_t *comm;
-  uint64_t seq;            /* sequence number of the group's first call */
-  const dev_xfer_t *ext;   /* the transfer list when it is spilled, else NULL */
-  volatile uint64_t *done; /* where to write tag at the end, or NULL */
-  uint64_t tag;
-  uint16_t nxfers, nsteps;
-  uint16_t step_end[DEV_MAX_STEPS];   /* transfers of step s are [step_end[s-1], step_end[s]) */
-  uint16_t step_lanes[DEV_MAX_STEPS]; /* lanes in step s; the block count covers the widest */
+ * done == NULL and write nothing (a replay must not touch the queue).
+ *
+ * Two entry points take the same work: braid_kernel with all DEV_MAX_XFERS slots, and braid_kernel_small,
+ * whose parameter is the first sizeof(dev_work_small_t) bytes of the same struct (DEV_SMALL_XFERS slots), for
+ * launches of a few transfers: the driver copies every parameter byte at each launch, and a small call's
+ * launch carries a few hundred bytes instead of 3.3 KB. The fields before `xfers` are one list
+ * (DEV_WORK_FIELDS), so the two structs share their layout up to the slots. */
+#define DEV_WORK_FIELDS                                                                                      \
+  dev_comm_t *comm;                                                                                          \
+  uint64_t seq;            /* sequence number of the group's first call */                                   \
+  const dev_xfer_t *ext;   /* the transfer list when it is spilled, else NULL */                             \
+  volatile uint64_t *done; /* where to write tag at the end, or NULL */                                      \
+  uint64_t tag;                                                                                              \
+  uint16_t nxfers, nsteps;                                                                                   \
+  uint16_t step_end[DEV_MAX_STEPS];   /* transfers of step s are [step_end[s-1], step_end[s]) */             \
+  uint16_t step_lanes[DEV_MAX_STEPS]; /* lanes in step s; the block count covers the widest */               \
   uint16_t nch;                       /* blocks per lane: the most channels a transfer uses, 1 .. nch_max */
-  dev_xfer_t xfers[DEV_MAX_XFERS];    /* sorted by (step, lane), list order kept within a lane */
+
+typedef struct {
+  DEV_WORK_FIELDS
+  dev_xfer_t xfers[DEV_MAX_XFERS]; /* sorted by (step, lane), list order kept within a lane */
 } dev_work_t;
+
+typedef struct {
+  DEV_WORK_FIELDS
+  dev_xfer_t xfers[DEV_SMALL_XFERS];
+} dev_work_small_t;
 
 /* Helpers for the slicing arithmetic above, one definition for the host (planner, tests) and the kernel. */
 #ifdef __CUDACC__

@@ -13,16 +13,19 @@
  * failed) and at the clock. The first block that fails records the error; every block then leaves through
  * the end of the kernel, where the last one out resets the grid barrier for the next launch.
  */
+#include <stddef.h>
 #include <stdint.h>
 
 #include "device/dev.h"
 #include "device/reduce.cuh"
 
 static_assert(sizeof(dev_work_t) <= 4096, "the work is passed in the kernel parameters (4 KiB at most)");
+static_assert(offsetof(dev_work_t, xfers) == offsetof(dev_work_small_t, xfers),
+              "the small entry point's work is a prefix of the full one");
 static_assert(DEV_LANE_RINGS < 0xff, "ring indices of a lane fit a byte, NO_RING excluded");
 
 /* Transfer k of the launch: in the parameters, or in the spilled list. */
-__device__ __forceinline__ const dev_xfer_t &xfer_at(const dev_work_t &w, uint32_t k) {
+template <class W> __device__ __forceinline__ const dev_xfer_t &xfer_at(const W &w, uint32_t k) {
   return w.ext != NULL ? w.ext[k] : w.xfers[k];
 }
 
@@ -40,6 +43,8 @@ struct ring_use {
   uint64_t *head_home; /* send rings: where head_seen lives between lanes (comm->heads); NULL otherwise */
   uint64_t head_seen;  /* send rings: the consumer's head as last read (a lower bound of it) */
   uint64_t count;      /* slots produced (send ring) or consumed (receive ring) */
+  uint32_t nslots;     /* DEV_SLOTS, or DEV_LL_SLOTS for an LL ring */
+  bool ll;             /* an LL ring (dev.h): lines with flags, no tail */
 };
 
 /* A block's shared state while it runs a lane. Only thread 0 writes it; the others read it after a block
@@ -145,7 +150,7 @@ __device__ bool wait_at_least(const dev_comm_t *comm, const volatile uint64_t *p
  * Ordering: each block's writes before the barrier (its data, its slot counts) are ordered before its
  * arrival by a block barrier and a gpu-scope fence; a block leaves after an acquire load that saw every
  * arrival, then a block barrier. Returns false (in every thread) when the wait failed. */
-__device__ bool grid_sync(const dev_work_t &w, block_state &st) {
+template <class W> __device__ bool grid_sync(const W &w, block_state &st) {
   __syncthreads();
   int failed = 0;
   if (threadIdx.x == 0) {
@@ -168,7 +173,7 @@ __device__ bool grid_sync(const dev_work_t &w, block_state &st) {
 /* The end of every block, whether it finished or failed: the last block to finish resets both counters, so
  * the next launch (stream-ordered after this one) starts from zero. A block counts itself in barrier[1] only
  * after its last use of barrier[0], so the reset never races with a waiter. */
-__device__ void grid_finish(const dev_work_t &w) {
+template <class W> __device__ void grid_finish(const W &w) {
   __syncthreads();
   if (threadIdx.x != 0) return;
   uint32_t *bar = w.comm->barrier;
@@ -191,11 +196,12 @@ __device__ void grid_finish(const dev_work_t &w) {
 /* Thread 0: whether the launch's shape is something this kernel can run. The host builds the work, so a
  * failure here is a bug, reported as DEV_ERR_INVALID rather than a wild access. Each block checks its own
  * lane's transfers when it opens them (xfer_valid), which keeps the start of a launch short. */
-__device__ bool work_valid(const dev_work_t &w) {
+template <class W> __device__ bool work_valid(const W &w) {
   const dev_comm_t *comm = w.comm;
   if (comm->nch_max < 1 || comm->nch_max > DEV_MAX_CHANNELS) return false;
   if (w.nch < 1 || w.nch > comm->nch_max || gridDim.x % w.nch != 0) return false;
-  if (blockDim.x != DEV_THREADS || w.nxfers > (w.ext != NULL ? DEV_MAX_SPILL : DEV_MAX_XFERS) ||
+  const uint32_t slots = sizeof w.xfers / sizeof w.xfers[0];
+  if (blockDim.x != DEV_THREADS || w.nxfers > (w.ext != NULL ? DEV_MAX_SPILL : slots) ||
       w.nsteps > DEV_MAX_STEPS)
     return false;
   uint32_t first = 0;
@@ -209,7 +215,7 @@ __device__ bool work_valid(const dev_work_t &w) {
 
 /* A transfer is well formed: channels (within the launch's blocks per lane, so every part has a block),
  * type, operation and peers in range, and something to move; a local reduction has both operands. */
-__device__ bool xfer_valid(const dev_xfer_t &x, const dev_work_t &w) {
+template <class W> __device__ bool xfer_valid(const dev_xfer_t &x, const W &w) {
   const dev_comm_t *comm = w.comm;
   if (x.nch < 1 || x.nch > w.nch || x.type >= ncclNumTypes || x.red > DEV_RED_SUM_POSTDIV) return false;
   if (x.recv_peer < -1 || x.recv_peer >= comm->nranks || x.send_peer < -1 || x.send_peer >= comm->nranks) {
@@ -221,10 +227,11 @@ __device__ bool xfer_valid(const dev_xfer_t &x, const dev_work_t &w) {
 
 /* ---- Lanes ---- */
 
-/* Thread 0: the index in st.rings of ring `idx` (peer * nch_max + c) of one direction, adding it with its
- * count read from `homes` if the lane has not used it yet; NO_RING when it is not connected. */
+/* Thread 0: the index in st.rings of ring `idx` of one direction (peer * nch_max + c in the Simple tables,
+ * peer in the LL ones), adding it with its count read from `homes` if the lane has not used it yet; NO_RING
+ * when it is not connected. */
 __device__ uint8_t ring_find(block_state &st, const dev_ring_t *rings, uint64_t *homes, uint64_t *heads,
-                             int idx) {
+                             int idx, bool ll) {
   for (uint32_t r = 0; r < st.nrings; r++) {
     if (st.rings[r].home == &homes[idx]) return (uint8_t)r;
   }
@@ -236,13 +243,15 @@ __device__ uint8_t ring_find(block_state &st, const dev_ring_t *rings, uint64_t 
   u.count = *(volatile uint64_t *)u.home;
   u.head_home = heads != NULL ? &heads[idx] : NULL;
   u.head_seen = heads != NULL ? *(volatile uint64_t *)u.head_home : 0;
+  u.nslots = ll ? DEV_LL_SLOTS : DEV_SLOTS;
+  u.ll = ll;
   return (uint8_t)st.nrings++;
 }
 
 /* Thread 0: checks the lane's transfers, finds their rings on the block's channel and loads their counts.
  * The grid barrier before the step ordered the counts' last stores (by whichever block used the ring
  * before). */
-__device__ bool lane_open(const dev_work_t &w, block_state &st) {
+template <class W> __device__ bool lane_open(const W &w, block_state &st) {
   const dev_comm_t *comm = w.comm;
   const uint32_t c = st.channel;
   st.nrings = 0;
@@ -252,12 +261,20 @@ __device__ bool lane_open(const dev_work_t &w, block_state &st) {
     st.send_ring[xi] = st.recv_ring[xi] = NO_RING;
     if (!xfer_valid(x, w)) goto invalid;
     if (c >= x.nch) continue;
+    /* an LL transfer runs each side on the connection's LL ring when it has one (dev.h) */
+    const bool ll = (x.flags & DEV_XF_LL) != 0;
     if (x.send_peer >= 0) {
-      st.send_ring[xi] = ring_find(st, comm->send, comm->sent, comm->heads, x.send_peer * comm->nch_max + c);
+      st.send_ring[xi] =
+          ll && comm->ll_send[x.send_peer].data != NULL
+              ? ring_find(st, comm->ll_send, comm->ll_sent, comm->ll_heads, x.send_peer, true)
+              : ring_find(st, comm->send, comm->sent, comm->heads, x.send_peer * comm->nch_max + c, false);
       if (st.send_ring[xi] == NO_RING) goto invalid;
     }
     if (x.recv_peer >= 0) {
-      st.recv_ring[xi] = ring_find(st, comm->recv, comm->recvd, NULL, x.recv_peer * comm->nch_max + c);
+      st.recv_ring[xi] =
+          ll && comm->ll_recv[x.recv_peer].data != NULL
+              ? ring_find(st, comm->ll_recv, comm->ll_recvd, NULL, x.recv_peer, true)
+              : ring_find(st, comm->recv, comm->recvd, NULL, x.recv_peer * comm->nch_max + c, false);
       if (st.recv_ring[xi] == NO_RING) goto invalid;
     }
   }
@@ -276,11 +293,12 @@ __device__ void lane_close(block_state &st) {
 }
 
 /* Thread 0: waits until the next piece of the part can move and returns how many of the `want` next pieces
- * can (0: the wait failed). A receive needs tail > count; a send needs head + DEV_SLOTS > count. */
-__device__ uint32_t batch_wait(const dev_work_t &w, const dev_xfer_t &x, uint32_t xi, uint32_t want,
-                               block_state &st) {
+ * can (0: the wait failed). A receive needs tail > count (an LL receive waits on the lines themselves, in
+ * every thread: ll_read); a send needs head + nslots > count. */
+template <class W>
+__device__ uint32_t batch_wait(const W &w, const dev_xfer_t &x, uint32_t xi, uint32_t want, block_state &st) {
   uint64_t v;
-  if (x.recv_peer >= 0) {
+  if (x.recv_peer >= 0 && !st.rings[st.recv_ring[xi]].ll) {
     ring_use &r = st.rings[st.recv_ring[xi]];
     const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
     if (!wait_at_least(w.comm, &r.ctrl->tail, r.count + 1, what, &v)) return 0;
@@ -290,23 +308,26 @@ __device__ uint32_t batch_wait(const dev_work_t &w, const dev_xfer_t &x, uint32_
     ring_use &r = st.rings[st.send_ring[xi]];
     const wait_what what = {x.send_peer, (int)st.channel, 1, w.seq + x.task};
     /* the head last read may already free every slot wanted: then the link is not crossed */
-    if (r.head_seen + DEV_SLOTS - r.count < want) {
-      uint64_t target = r.count + 1 > DEV_SLOTS ? r.count + 1 - DEV_SLOTS : 0;
+    if (r.head_seen + r.nslots - r.count < want) {
+      uint64_t target = r.count + 1 > r.nslots ? r.count + 1 - r.nslots : 0;
       if (!wait_at_least(w.comm, &r.ctrl->head, target, what, &v)) return 0;
       r.head_seen = v;
     }
-    if (r.head_seen + DEV_SLOTS - r.count < want) want = (uint32_t)(r.head_seen + DEV_SLOTS - r.count);
+    if (r.head_seen + r.nslots - r.count < want) want = (uint32_t)(r.head_seen + r.nslots - r.count);
   }
   return want;
 }
 
 /* Thread 0, after the block barrier that ends a batch of nb pieces starting at byte `done` of a part of
  * `len` bytes. Send: the slots' sizes, a system fence (the whole block's slot stores, ordered before it by
- * the barrier, become visible first), then tail. Receive: head, once every thread has read its share (the
- * barrier; the reads have completed since their values were stored). */
+ * the barrier, become visible first), then tail; an LL send only counts (its lines carry their flags).
+ * Receive: head, once every thread has read its share (the barrier; the reads have completed since their
+ * values were stored). */
 __device__ void batch_publish(const dev_xfer_t &x, uint32_t xi, uint32_t done, uint32_t nb, uint32_t len,
                               block_state &st) {
-  if (x.send_peer >= 0) {
+  if (x.send_peer >= 0 && st.rings[st.send_ring[xi]].ll) {
+    st.rings[st.send_ring[xi]].count += nb;
+  } else if (x.send_peer >= 0) {
     ring_use &r = st.rings[st.send_ring[xi]];
     for (uint32_t i = 0, at = done; i < nb; i++, at += DEV_SLOT_BYTES) {
       r.ctrl->sizes[(r.count + i) % DEV_SLOTS] = len - at < DEV_SLOT_BYTES ? len - at : DEV_SLOT_BYTES;
@@ -349,7 +370,8 @@ __device__ __forceinline__ void piece_run(const dev_xfer_t &x, uint32_t xi, uint
 
 /* Every thread: moves the block's part [off, off + len) of transfer k, in batches of pieces. Returns false
  * (in every thread) when a wait failed. */
-__device__ bool part_run(const dev_work_t &w, uint32_t k, uint64_t off, uint32_t len, block_state &st) {
+template <class W>
+__device__ bool part_run(const W &w, uint32_t k, uint64_t off, uint32_t len, block_state &st) {
   const dev_xfer_t &x = xfer_at(w, k);
   const uint32_t xi = k - st.first;
   for (uint32_t done = 0; done < len;) {
@@ -367,10 +389,117 @@ __device__ bool part_run(const dev_work_t &w, uint32_t k, uint64_t off, uint32_t
   return true;
 }
 
+/* ---- The LL protocol (dev.h) ---- */
+
+/* Staging of an LL piece in shared memory: what arrived (decoded from the lines) and what goes out (before
+ * it is encoded), so that the combine is the Simple protocol's, on plain buffers. */
+struct ll_stage {
+  uint2 in[DEV_LL_PIECE / 8];
+  uint2 out[DEV_LL_PIECE / 8];
+};
+
+__device__ __forceinline__ uint4 load_line(const uint4 *p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_line(uint4 *p, uint4 v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+
+/* Every thread: waits for its lines of the piece of `len` bytes in `slot` carrying `flag` and decodes them
+ * into `in`. False when the wait failed (the thread's own spin_fails; the others notice the recorded error
+ * at their next check). */
+__device__ bool ll_read(const dev_comm_t *comm, const uint4 *slot, uint32_t flag, uint32_t len, uint2 *in,
+                        const wait_what &what) {
+  const uint32_t lines = (len + 7) / 8;
+  for (uint32_t i = threadIdx.x; i < lines; i += DEV_THREADS) {
+    uint4 v = load_line(slot + i);
+    spin_t s = {0, 0};
+    while (v.y != flag || v.w != flag) {
+      if (spin_fails(comm, &s, what)) return false;
+      v = load_line(slot + i);
+    }
+    in[i] = make_uint2(v.x, v.z);
+  }
+  return true;
+}
+
+/* Every thread: encodes its share of `out` (a piece of `len` bytes) into the lines of `slot`, each with one
+ * 16-byte store carrying `flag` twice. No fence: each line is its own signal. */
+__device__ void ll_write(uint4 *slot, uint32_t flag, uint32_t len, const uint2 *out) {
+  const uint32_t lines = (len + 7) / 8;
+  for (uint32_t i = threadIdx.x; i < lines; i += DEV_THREADS) {
+    const uint2 d = out[i];
+    store_line(slot + i, make_uint4(d.x, flag, d.y, flag));
+  }
+}
+
+/* The LL flag and lines of a ring's next piece. */
+__device__ __forceinline__ uint32_t ll_flag(const ring_use &r) {
+  return (uint32_t)(r.count + 1);
+}
+
+__device__ __forceinline__ uint4 *ll_slot(const ring_use &r) {
+  return (uint4 *)(r.data + (size_t)(r.count % DEV_LL_SLOTS) * DEV_LL_SLOT_BYTES);
+}
+
+/* Every thread: moves LL transfer k (one channel, pieces of DEV_LL_PIECE bytes, one slot each), each side on
+ * its own protocol: thread 0 waits for room (and for a Simple receive's data), every thread reads an LL
+ * receive's lines, all combine through the staging, every thread writes an LL send's lines, and thread 0
+ * publishes. Each thread takes the rings' counts (the slots and flags of the piece) before the barrier after
+ * which thread 0 moves them on. Returns false (in every thread) when a wait failed. */
+template <class W> __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm) {
+  const dev_xfer_t &x = xfer_at(w, k);
+  const uint32_t xi = k - st.first;
+  const ring_use *rr = x.recv_peer >= 0 ? &st.rings[st.recv_ring[xi]] : NULL;
+  const ring_use *rs = x.send_peer >= 0 ? &st.rings[st.send_ring[xi]] : NULL;
+  for (uint64_t at = 0; at < x.bytes; at += DEV_LL_PIECE) {
+    const uint32_t len = x.bytes - at < DEV_LL_PIECE ? (uint32_t)(x.bytes - at) : DEV_LL_PIECE;
+    if (threadIdx.x == 0) st.batch = batch_wait(w, x, xi, 1, st);
+    __syncthreads();
+    if (st.batch == 0) return false;
+    piece_t pc;
+    pc.local = x.src != NULL ? x.src + at : NULL;
+    pc.dst = x.dst != NULL ? x.dst + at : NULL;
+    pc.in = rr == NULL && (x.flags & DEV_XF_REDUCE) ? pc.dst : NULL;
+    pc.out = NULL;
+    pc.bytes = len;
+    if (rr != NULL && rr->ll) {
+      const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
+      const bool ok = ll_read(w.comm, ll_slot(*rr), ll_flag(*rr), len, sm.in, what);
+      if (__syncthreads_or(!ok)) return false;
+      pc.in = (const char *)sm.in;
+    } else if (rr != NULL) {
+      pc.in = rr->data + (size_t)(rr->count % DEV_SLOTS) * DEV_SLOT_BYTES;
+    }
+    uint4 *lines = NULL;
+    uint32_t flag = 0;
+    if (rs != NULL && rs->ll) {
+      lines = ll_slot(*rs);
+      flag = ll_flag(*rs);
+      pc.out = (char *)sm.out;
+    } else if (rs != NULL) {
+      pc.out = rs->data + (size_t)(rs->count % DEV_SLOTS) * DEV_SLOT_BYTES;
+    }
+    piece_combine(x, pc);
+    __syncthreads();
+    if (lines != NULL) ll_write(lines, flag, len, sm.out);
+    if (threadIdx.x == 0) batch_publish(x, xi, 0, 1, len, st);
+  }
+  return true;
+}
+
 /* Every thread: runs the lane's transfers [st.first, st.end) on the block's channel, interleaved slice by
  * slice: slice j of each transfer in list order, then slice j + 1; a transfer with no bytes left in slice j
  * is skipped. */
-__device__ bool lane_run(const dev_work_t &w, block_state &st) {
+template <class W> __device__ bool lane_run(const W &w, block_state &st, ll_stage &sm) {
   const uint32_t c = st.channel;
   bool ok = true;
   for (uint32_t j = 0; ok; j++) {
@@ -380,6 +509,10 @@ __device__ bool lane_run(const dev_work_t &w, block_state &st) {
       if (j * dev_slice_stride(x.nch) >= x.bytes) continue;
       any = true;
       if (c >= x.nch) continue;
+      if (x.flags & DEV_XF_LL) { /* one slice: the host keeps LL transfers within half a ring */
+        ok = ll_run(w, k, st, sm);
+        continue;
+      }
       dev_span_t part = dev_part(x.bytes, x.nch, j, c);
       if (part.len != 0) ok = part_run(w, k, part.off, (uint32_t)part.len, st);
     }
@@ -391,7 +524,7 @@ __device__ bool lane_run(const dev_work_t &w, block_state &st) {
 
 /* Thread 0: the transfers of the block's lane in step s, a range since a step's transfers are sorted by
  * lane; false when the order is broken where the range ends. */
-__device__ bool lane_range(const dev_work_t &w, int s, block_state &st) {
+template <class W> __device__ bool lane_range(const W &w, int s, block_state &st) {
   uint32_t a = s > 0 ? w.step_end[s - 1] : 0, end = w.step_end[s];
   while (a < end && xfer_at(w, a).lane < st.lane) a++;
   uint32_t b = a;
@@ -403,7 +536,7 @@ __device__ bool lane_range(const dev_work_t &w, int s, block_state &st) {
 }
 
 /* Every thread: step s for the block's lane: finds its transfers and rings, then runs them. */
-__device__ bool step_run(const dev_work_t &w, int s, block_state &st) {
+template <class W> __device__ bool step_run(const W &w, int s, block_state &st, ll_stage &sm) {
   int failed = 0;
   if (threadIdx.x == 0) {
     if (lane_range(w, s, st)) {
@@ -414,15 +547,15 @@ __device__ bool step_run(const dev_work_t &w, int s, block_state &st) {
     }
   }
   if (__syncthreads_or(failed)) return false;
-  return lane_run(w, st);
+  return lane_run(w, st, sm);
 }
 
-/* The kernel (dev.h). A block's position in the work (lane, channel, step, the lane's transfers) lives in
- * shared memory: thread 0 moves it on between block barriers, and keeping it out of registers leaves them
- * to the reduction loops, whose calls would otherwise push it to local memory. */
-extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
-    braid_kernel(const __grid_constant__ dev_work_t work) {
+/* The kernel (dev.h), for either entry point. A block's position in the work (lane, channel, step, the
+ * lane's transfers) lives in shared memory: thread 0 moves it on between block barriers, and keeping it out
+ * of registers leaves them to the reduction loops, whose calls would otherwise push it to local memory. */
+template <class W> __device__ __forceinline__ void kernel_run(const W &work) {
   __shared__ block_state st;
+  __shared__ __align__(16) ll_stage sm;
   int failed = 0;
   if (threadIdx.x == 0) {
     if (work_valid(work)) {
@@ -436,9 +569,19 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
   }
   if (__syncthreads_or(failed) == 0 && work.nsteps > 0) {
     for (;;) {
-      if (st.lane < work.step_lanes[st.step] && !step_run(work, st.step, st)) break;
+      if (st.lane < work.step_lanes[st.step] && !step_run(work, st.step, st, sm)) break;
       if (st.step + 1 >= work.nsteps || !grid_sync(work, st)) break;
     }
   }
   grid_finish(work);
+}
+
+extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
+    braid_kernel(const __grid_constant__ dev_work_t work) {
+  kernel_run(work);
+}
+
+extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
+    braid_kernel_small(const __grid_constant__ dev_work_small_t work) {
+  kernel_run(work);
 }

@@ -2,7 +2,9 @@
  * The p2p transport: a connection's rings live in the receiving GPU's memory and the sending GPU writes into
  * them directly (NVLink or PCIe), for two GPUs of one host that can map each other's memory.
  *
- * The receiver's listen allocates all `nch` rings of the connection in one zeroed device allocation and
+ * The receiver's listen allocates all `nch` rings of the connection and its LL ring (device/dev.h: the LL
+ * protocol needs a sender that stores into the receiver's memory, which p2p has) in one zeroed device
+ * allocation and
  * describes it in the blob: its address when the sender is a rank of the same process (the sender then
  * enables peer access and uses the pointer as it is), else an export handle the sender imports onto its own
  * device. Nothing moves through the host afterwards: the kernels read and write the rings and their counters
@@ -21,7 +23,7 @@
 /* What the receiver sends the sender. */
 typedef struct {
   uint64_t addr;         /* the rings' device address in the receiver's process */
-  uint64_t bytes;        /* bytes of the rings (nch * DEV_RING_BYTES) */
+  uint64_t bytes;        /* bytes of the rings (p2p_bytes) */
   int32_t receiver_pid;  /* the receiver's process */
   int32_t receiver_rank; /* checked by the sender against the peer it connects to */
   int32_t nch;           /* rings; checked against the sender's own */
@@ -38,6 +40,11 @@ typedef struct {
   gpu_mem_t *mem; /* receiver: the rings' allocation; sender: their imported mapping (NULL: a pointer) */
   char what[48];  /* "p2p connection from rank N", for messages */
 } p2p_conn_t;
+
+/* The allocation of a connection's rings: nch rings, then the LL ring. */
+static uint64_t p2p_bytes(int nch) {
+  return (uint64_t)nch * DEV_RING_BYTES + DEV_LL_RING_BYTES;
+}
 
 static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, p2p_conn_t **conn_p) {
   tp_conn_t base;
@@ -69,10 +76,11 @@ static void free_conn(p2p_conn_t *c) {
  * process gets the address; one of another process an export handle (the pid in the peer table decides, and
  * the sender checks the blob's pid against its own). */
 static ncclResult_t make_rings(p2p_conn_t *c, const tp_config_t *cfg, p2p_blob_t *b) {
-  size_t bytes = (size_t)cfg->nch * DEV_RING_BYTES;
+  size_t bytes = p2p_bytes(cfg->nch);
   CHECK(gpu_dev_alloc(c->dev, bytes, &c->mem));
   tp_charge_dev(&c->base, gpu_mem_size(c->mem), "p2p rings");
   CHECK(tp_conn_set_rings(&c->base, cfg->nch, gpu_mem_ptr(c->mem)));
+  tp_conn_set_ll(&c->base, (char *)gpu_mem_ptr(c->mem) + (size_t)cfg->nch * DEV_RING_BYTES);
   b->addr = (uint64_t)(uintptr_t)gpu_mem_ptr(c->mem);
   b->bytes = bytes;
   if (cfg->peers[c->base.peer].pid != (int32_t)getpid()) {
@@ -99,8 +107,9 @@ static ncclResult_t p2p_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **
   if (res != ncclSuccess) goto err_free_conn;
   memset(blob, 0, TP_BLOB_BYTES);
   memcpy(blob, &b, sizeof b);
-  INFO(LOG_P2P, "%s: %d rings of %llu bytes on device %d%s", c->what, cfg->nch,
-       (unsigned long long)DEV_RING_BYTES, c->dev, b.exported ? ", exported" : "");
+  INFO(LOG_P2P, "%s: %d rings of %llu bytes and an LL ring of %llu on device %d%s", c->what, cfg->nch,
+       (unsigned long long)DEV_RING_BYTES, (unsigned long long)DEV_LL_RING_BYTES, c->dev,
+       b.exported ? ", exported" : "");
   *conn_p = &c->base;
   return ncclSuccess;
 
@@ -127,7 +136,9 @@ static ncclResult_t map_rings(p2p_conn_t *c, const tp_config_t *cfg, const p2p_b
                      gpu_mem_size(c->mem), (unsigned long long)b->bytes);
     base = gpu_mem_ptr(c->mem);
   }
-  return tp_conn_set_rings(&c->base, b->nch, base);
+  CHECK(tp_conn_set_rings(&c->base, b->nch, base));
+  tp_conn_set_ll(&c->base, base + (size_t)b->nch * DEV_RING_BYTES);
+  return ncclSuccess;
 }
 
 static ncclResult_t p2p_connect(tp_ctx_t *ctx, int peer, const void *blob, tp_conn_t **conn_p) {
@@ -135,7 +146,7 @@ static ncclResult_t p2p_connect(tp_ctx_t *ctx, int peer, const void *blob, tp_co
   const tp_config_t *cfg = tp_ctx_config(ctx);
   p2p_blob_t b;
   memcpy(&b, blob, sizeof b);
-  if (b.receiver_rank != peer || b.nch != cfg->nch || b.bytes != (uint64_t)b.nch * DEV_RING_BYTES)
+  if (b.receiver_rank != peer || b.nch != cfg->nch || b.bytes != p2p_bytes(b.nch))
     return log_err(ncclInternalError,
                    "p2p connection to rank %d: the blob comes from rank %d with %d rings of %llu bytes "
                    "(this rank uses %d)",

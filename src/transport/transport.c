@@ -136,6 +136,10 @@ ncclResult_t tp_conn_set_rings(tp_conn_t *conn, int nch, char *base) {
   return ncclSuccess;
 }
 
+void tp_conn_set_ll(tp_conn_t *conn, char *base) {
+  conn->ll = (dev_ring_t){.data = base + sizeof(dev_ctrl_t), .ctrl = (dev_ctrl_t *)base};
+}
+
 void tp_conn_free_rings(tp_conn_t *conn) {
   mem_free(conn->acct, conn->rings, sizeof *conn->rings * (size_t)conn->nrings);
   conn->rings = NULL;

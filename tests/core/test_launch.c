@@ -8,6 +8,7 @@
  *
  * Without CUDA's headers there is no stand-in driver and nothing to test.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +22,9 @@
 #include "nccl.h"
 
 #ifdef BRAID_MOCK_CUDA_DIR
+
+#include "device/dev.h"
+#include "../gpu/mock_cuda.h"
 
 enum { CALLS = 5000, QUEUE = 65536 };
 
@@ -105,9 +109,71 @@ static void full_queue_wait(void) {
   EXPECT(system(cmd) == 0);
 }
 
+/* The stand-in driver's record of what it saw (tests/gpu/mock_cuda.h), found in the loaded driver. */
+static mock_cuda_stats_t *mock_stats(void) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  mock_cuda_stats_t *s = lib != NULL ? dlsym(lib, "mock_cuda_stats") : NULL;
+  EXPECT(s != NULL, "the loaded libcuda.so.1 is not the stand-in driver");
+  return s;
+}
+
+/* Whether every transfer of the last launch is (ll = 1) or is not (ll = 0) marked LL on one channel; its
+ * transfer count in *n. */
+static int last_launch_ll(const mock_cuda_stats_t *s, int ll, int *n) {
+  const dev_work_t *w = (const dev_work_t *)s->last_work;
+  *n = w->nxfers;
+  for (int i = 0; i < w->nxfers && w->ext == NULL; i++) {
+    int marked = (w->xfers[i].flags & DEV_XF_LL) != 0;
+    if (marked != ll || (ll && w->xfers[i].nch != 1)) return 0;
+  }
+  return w->nxfers > 0;
+}
+
+static void protocol_rank(int rank, int nranks, void *arg) {
+  const shared_t *sh = arg;
+  param_reload();
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  mock_cuda_stats_t *s = mock_stats();
+  const int simple = getenv("NCCL_PROTO") != NULL;
+  void *buf = (void *)(uintptr_t)0x10000000;
+  int n;
+  EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(s->last_small, "an 8-byte all-reduce takes the small entry point");
+  EXPECT(last_launch_ll(s, !simple, &n), "8-byte all-reduce (%d transfers): LL %s expected", n,
+         simple ? "off" : "on");
+  EXPECT_OK(ncclAllReduce(buf, buf, 16384, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_launch_ll(s, !simple, &n), "64 KiB: the largest LL transfer");
+  EXPECT_OK(ncclAllReduce(buf, buf, 16385, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_launch_ll(s, 0, &n), "64 KiB + 4: Simple");
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < 10; i++) EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(!s->last_small && last_launch_ll(s, !simple, &n) && n == 20,
+         "a group of 10 all-reduces: 20 transfers through the full entry point (got %d, small %d)", n,
+         s->last_small);
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+/* Which entry point a launch takes, and which transfers the executor marks LL, as NCCL_PROTO says. */
+static void protocol_marks(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  unsetenv("MOCK_CUDA_STUCK");
+  unsetenv("NCCL_WORK_FIFO_BYTES");
+  for (int simple = 0; simple < 2; simple++) {
+    if (simple) setenv("NCCL_PROTO", "Simple", 1);
+    shared_t sh;
+    EXPECT_OK(ncclGetUniqueId(&sh.id));
+    EXPECT(run_ranks(2, 60, protocol_rank, &sh) == 0, "a rank failed (NCCL_PROTO %s)",
+           simple ? "Simple" : "unset");
+  }
+  unsetenv("NCCL_PROTO");
+}
+
 int main(int argc, char **argv) {
   test_reexec_with_library_dir(argv, BRAID_MOCK_CUDA_DIR);
   test_filter(argc - 1, argv + 1);
+  TEST(protocol_marks, 60);
   TEST(full_queue_wait, 90);
   return test_summary();
 }

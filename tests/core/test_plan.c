@@ -278,6 +278,21 @@ static void algo_knob(void) {
   EXPECT(plan_pick(&big, 4, &t, NULL) == ALGO_RING, "Ring alone: every size");
 }
 
+/* NCCL_PROTO's syntax, and BRAID_LL_MAX_BYTES's bound. */
+static void proto_knob(void) {
+  const uint64_t max = 4096;
+  EXPECT(plan_ll_parse(NULL, max) == max && plan_ll_parse("", max) == max, "unset: LL up to the threshold");
+  EXPECT(plan_ll_parse("Simple", max) == 0, "Simple alone: no LL");
+  EXPECT(plan_ll_parse("^LL", max) == 0 && plan_ll_parse(" ^ ll ", max) == 0, "^LL excludes it");
+  EXPECT(plan_ll_parse("^ll", max) == 0);
+  EXPECT(plan_ll_parse("LL", max) == max && plan_ll_parse("ll,simple", max) == max);
+  EXPECT(plan_ll_parse("^Simple", max) == max, "excluding Simple leaves LL (Simple still carries the rest)");
+  EXPECT(plan_ll_parse("LL128", max) == max, "other libraries' names alone change nothing");
+  EXPECT(plan_ll_parse("LL128,Simple", max) == 0, "unknown names are ignored, known ones kept");
+  EXPECT(plan_ll_parse("LL", 1ull << 30) == PLAN_LL_MAX, "the threshold is bounded by half an LL ring");
+  EXPECT(plan_ll_parse("LL", 0) == 0, "0 turns LL off whatever the list");
+}
+
 /* ---- Running plans under the GPU executor's rules ---- */
 
 /* Messages in flight on the connection from one rank to another, oldest first. */
@@ -621,6 +636,7 @@ int main(void) {
   TEST(oneshot_plans_agree, 120);
   TEST(oneshot_choice, 30);
   TEST(algo_knob, 30);
+  TEST(proto_knob, 30);
   TEST(oneshot_runs, 300);
   TEST(tuning_log, 30);
   return test_summary();

@@ -20,7 +20,7 @@ static void test_struct_sizes(void) {
   EXPECT(offsetof(dev_ctrl_t, sizes) == 256);
   EXPECT(sizeof(dev_ring_t) == 16);
   EXPECT(sizeof(dev_error_t) == 32, "dev_error_t is %zu bytes", sizeof(dev_error_t));
-  EXPECT(sizeof(dev_comm_t) == 88, "dev_comm_t is %zu bytes", sizeof(dev_comm_t));
+  EXPECT(sizeof(dev_comm_t) == 128, "dev_comm_t is %zu bytes", sizeof(dev_comm_t));
   EXPECT(sizeof(dev_xfer_t) == 56, "dev_xfer_t is %zu bytes", sizeof(dev_xfer_t));
   EXPECT(offsetof(dev_xfer_t, recv_peer) == 24);
   EXPECT(offsetof(dev_xfer_t, scalar) == 40);
@@ -32,6 +32,11 @@ static void test_struct_sizes(void) {
   EXPECT(offsetof(dev_work_t, step_lanes) == 76);
   EXPECT(offsetof(dev_work_t, nch) == 108, "nch fills the padding before the transfers");
   EXPECT(offsetof(dev_work_t, xfers) % 8 == 0);
+  /* the small entry point reads the head of the same struct */
+  EXPECT(offsetof(dev_work_small_t, xfers) == offsetof(dev_work_t, xfers));
+  EXPECT(offsetof(dev_work_small_t, nch) == offsetof(dev_work_t, nch));
+  EXPECT(sizeof(dev_work_small_t) == 112 + DEV_SMALL_XFERS * sizeof(dev_xfer_t), "dev_work_small_t is %zu",
+         sizeof(dev_work_small_t));
 }
 
 static void test_constants(void) {
@@ -41,6 +46,11 @@ static void test_constants(void) {
   EXPECT(DEV_MAX_CHANNELS <= 255, "dev_xfer_t.nch is 8 bits");
   EXPECT(DEV_MAX_STEPS <= 16 && DEV_MAX_XFERS <= 255, "the kernel indexes lane transfers in 8 bits");
   EXPECT(DEV_THREADS % 32 == 0);
+  /* LL: a line is 16 bytes carrying 8 of data; a slot holds one piece; a piece is whole lines */
+  EXPECT(DEV_LL_SLOT_BYTES == 2 * DEV_LL_PIECE && DEV_LL_PIECE % 8 == 0);
+  EXPECT(DEV_LL_RING_BYTES == sizeof(dev_ctrl_t) + (uint64_t)DEV_LL_SLOTS * DEV_LL_SLOT_BYTES);
+  EXPECT((DEV_XF_LL & (DEV_XF_REDUCE | DEV_XF_PREPARE | DEV_XF_LAST | DEV_XF_SEQ | DEV_XF_PREPARED)) == 0);
+  EXPECT(DEV_SMALL_XFERS <= DEV_MAX_XFERS);
 }
 
 /* ---- Slicing ---- */

@@ -13,13 +13,14 @@
 
 #include <stdint.h>
 
-#define MOCK_CUDA_GRANULARITY (64 * 1024)  /* cuMemGetAllocationGranularity */
-#define MOCK_CUDA_MEM_LIMIT   (1ull << 32) /* larger cuMemCreate / cuMemAlloc requests are out of memory */
-#define MOCK_CUDA_SMS         132          /* multiprocessors per device */
-#define MOCK_CUDA_CAPTURING   ((void *)0xCA7ull) /* the stream that reports an active capture */
-#define MOCK_CUDA_KERNEL      "braid_kernel"     /* the one kernel every module holds */
-#define MOCK_CUDA_GARBAGE     0xAB               /* fresh device and pinned memory is filled with this */
-#define MOCK_CUDA_MAX_OBJS    64                 /* user objects the capturing stream's one graph can hold */
+#define MOCK_CUDA_GRANULARITY  (64 * 1024)  /* cuMemGetAllocationGranularity */
+#define MOCK_CUDA_MEM_LIMIT    (1ull << 32) /* larger cuMemCreate / cuMemAlloc requests are out of memory */
+#define MOCK_CUDA_SMS          132          /* multiprocessors per device */
+#define MOCK_CUDA_CAPTURING    ((void *)0xCA7ull) /* the stream that reports an active capture */
+#define MOCK_CUDA_KERNEL       "braid_kernel"     /* the kernels every module holds */
+#define MOCK_CUDA_KERNEL_SMALL "braid_kernel_small"
+#define MOCK_CUDA_GARBAGE      0xAB /* fresh device and pinned memory is filled with this */
+#define MOCK_CUDA_MAX_OBJS     64   /* user objects the capturing stream's one graph can hold */
 
 typedef struct {
   int proc_version;    /* cudaVersion of the last cuGetProcAddress */
@@ -29,15 +30,18 @@ typedef struct {
   int launches;        /* cuLaunchKernel calls */
   uint64_t last_param; /* the first 8 bytes of the last launch's parameter */
   unsigned last_grid, last_block;
-  int last_access_devices; /* devices granted access by the last cuMemSetAccess */
-  int last_create_device;  /* location of the last cuMemCreate */
-  int live_handles;        /* cuMem handles created or imported, not released */
-  int live_ranges;         /* reserved address ranges not freed */
-  int live_maps;           /* mapped ranges not unmapped */
-  int live_legacy;         /* cuMemAlloc and opened IPC allocations not freed or closed */
-  int live_host;           /* cuMemHostAlloc allocations and registrations not freed */
-  int live_events;         /* events not destroyed */
-  int capture_mode;        /* the calling thread's capture mode as last exchanged (CUstreamCaptureMode) */
+  int last_small;                /* the last launch was of MOCK_CUDA_KERNEL_SMALL */
+  unsigned char last_work[4096]; /* the last launch's parameter: as many bytes as its kernel takes */
+  uint64_t small_launches;       /* launches of MOCK_CUDA_KERNEL_SMALL */
+  int last_access_devices;       /* devices granted access by the last cuMemSetAccess */
+  int last_create_device;        /* location of the last cuMemCreate */
+  int live_handles;              /* cuMem handles created or imported, not released */
+  int live_ranges;               /* reserved address ranges not freed */
+  int live_maps;                 /* mapped ranges not unmapped */
+  int live_legacy;               /* cuMemAlloc and opened IPC allocations not freed or closed */
+  int live_host;                 /* cuMemHostAlloc allocations and registrations not freed */
+  int live_events;               /* events not destroyed */
+  int capture_mode; /* the calling thread's capture mode as last exchanged (CUstreamCaptureMode) */
 } mock_cuda_stats_t;
 
 /* Destroys the capturing stream's graph: runs the destructor of every user object it holds (exported; tests
