@@ -1,6 +1,7 @@
 /*
  * `braid bench`, the parent process: settles where to run, loads the libraries, prints the run's header and
- * forks the rank processes (one per rank, or one for all with --single), then waits for them.
+ * forks the rank processes (one per rank, or one for all with --single), then waits for them. With
+ * --resources it hands over to bench_res.c once the device is settled and the libraries loaded.
  *
  * The parent never touches CUDA: a process that initialised the driver cannot hand a usable driver to a
  * forked child. It finds the GPUs through a short-lived child of its own instead. It does not make unique ids
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "base/param.h"
+#include "bench_res.h"
 
 /* Seconds the other ranks get to finish after one has failed. */
 #define GRACE_S 10
@@ -264,6 +266,7 @@ int bench_main(int argc, char **argv) {
   set_environment(&run);
   if (load_libs(&o, &run) != 0) return 1;
   stamp_date(&run);
+  if (o.resources) return bench_resources(&o, &run);
   run.board = board_create(o.nranks, nprocs(&o));
   child_t *kids = calloc((size_t)nprocs(&o), sizeof(*kids));
   if (run.board == NULL || kids == NULL) {

@@ -56,6 +56,7 @@ typedef struct {
   bench_device_t device;
   int single;    /* one process drives every rank */
   int graph;     /* time replays of CUDA graphs */
+  int resources; /* --resources: memory, init and per-call host time instead of the sweep (bench_res.c) */
   int timeout_s; /* wall-clock limit for the whole run; 0: none */
   int ntypes, nops, ncolls;
   ncclDataType_t types[ncclNumTypes];

@@ -1,7 +1,8 @@
 /*
  * `braid bench` options: nccl-tests' flags (-b -e -f -n -w -c -d -o -r -g -G) plus the bench's own (--lib,
- * --vs, --device, --single, --batch, --json, --png, --timeout), and collective names as positional
- * arguments. What depends on the machine (the device, the default rank count) is settled later, in bench.c.
+ * --vs, --device, --single, --batch, --json, --png, --timeout, --resources), and collective names as
+ * positional arguments. What depends on the machine (the device, the default rank count) is settled later, in
+ * bench.c.
  */
 #include "bench.h"
 
@@ -15,7 +16,7 @@
 #include "base/dtype.h"
 
 /* Options without a short form. */
-enum { OPT_LIB = 256, OPT_VS, OPT_DEVICE, OPT_SINGLE, OPT_BATCH, OPT_JSON, OPT_PNG };
+enum { OPT_LIB = 256, OPT_VS, OPT_DEVICE, OPT_SINGLE, OPT_BATCH, OPT_JSON, OPT_PNG, OPT_RESOURCES };
 
 void bench_usage(FILE *out) {
   fprintf(
@@ -40,6 +41,8 @@ void bench_usage(FILE *out) {
       "      --vs PATH       library B, measured beside A (another libnccl.so.2)\n"
       "      --json FILE     write every figure as JSON\n"
       "      --png FILE      plot busbw and time against size\n"
+      "      --resources     instead of the sweep: device memory, ncclCommInitAll, first call and host\n"
+      "                      time per call, each library in a process of its own (-g, --lib, --vs, --json)\n"
       "  -T, --timeout S     kill the ranks after S seconds (default 900; 0: never)\n"
       "  -a, --list          list the collectives\n"
       "Collectives (default: all):");
@@ -159,6 +162,9 @@ static int apply_long_option(int ch, const char *arg, bench_opts_t *o) {
   case OPT_SINGLE:
     o->single = 1;
     return 0;
+  case OPT_RESOURCES:
+    o->resources = 1;
+    return 0;
   case OPT_BATCH:
     return parse_int(arg, 1, 1 << 20, &o->batch);
   default:
@@ -223,6 +229,10 @@ static int validate(bench_opts_t *o) {
     fprintf(stderr, "braid bench: -G (CUDA graphs) needs --device cuda\n");
     return -1;
   }
+  if (o->resources && (o->graph || o->png_path[0] != '\0')) {
+    fprintf(stderr, "braid bench: --resources measures eager calls and draws nothing (no -G, no --png)\n");
+    return -1;
+  }
   if (o->lib_path[0] == '\0' && lib_default_path(o->lib_path, sizeof(o->lib_path)) != 0) return -1;
   return 0;
 }
@@ -255,6 +265,7 @@ int bench_parse(int argc, char **argv, bench_opts_t *opts_p) {
                                            {"vs", required_argument, NULL, OPT_VS},
                                            {"json", required_argument, NULL, OPT_JSON},
                                            {"png", required_argument, NULL, OPT_PNG},
+                                           {"resources", no_argument, NULL, OPT_RESOURCES},
                                            {"list", no_argument, NULL, 'a'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
@@ -273,6 +284,10 @@ int bench_parse(int argc, char **argv, bench_opts_t *opts_p) {
       bench_usage(stderr);
       return -1;
     }
+  }
+  if (o.resources && optind < argc) {
+    fprintf(stderr, "braid bench: --resources runs every collective once; it takes no collective names\n");
+    return -1;
   }
   if (parse_colls(argc - optind, argv + optind, &o) != 0 || validate(&o) != 0) return -1;
   *opts_p = o;

@@ -26,7 +26,7 @@
 // clang-format off
 #define DRV_FUNCS(X) \
   X(cuGetErrorName) X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) \
-  X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoDAsync) \
+  X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoDAsync) \
   X(cuMemcpyDtoHAsync) X(cuMemsetD8Async) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) \
@@ -168,6 +168,16 @@ ncclResult_t drv_mem_free(void *ptr) {
   return ncclSuccess;
 }
 
+ncclResult_t drv_mem_info(int dev, size_t *free_p, size_t *total_p) {
+  size_t free_bytes, total;
+  ncclResult_t res = drv_use_device(dev);
+  if (res != ncclSuccess) return res;
+  DRV_CALL(cuMemGetInfo, (&free_bytes, &total), "device %d", dev);
+  *free_p = free_bytes;
+  *total_p = total;
+  return ncclSuccess;
+}
+
 ncclResult_t drv_upload(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
   DRV_CALL(cuMemcpyHtoDAsync, (dptr(dst), src, bytes, stream), "%zu bytes to %p", bytes, dst);
   return ncclSuccess;
@@ -280,6 +290,10 @@ ncclResult_t drv_mem_alloc(void **ptr_p, size_t bytes) {
 
 ncclResult_t drv_mem_free(void *ptr) {
   return refuse("drv_mem_free");
+}
+
+ncclResult_t drv_mem_info(int dev, size_t *free_p, size_t *total_p) {
+  return refuse("drv_mem_info");
 }
 
 ncclResult_t drv_upload(void *dst, const void *src, size_t bytes, cudaStream_t stream) {

@@ -36,6 +36,9 @@ ncclResult_t drv_use_device(int dev);
 
 /* Device memory in the current context. */
 ncclResult_t drv_mem_alloc(void **ptr_p, size_t bytes);
+/* Device `dev`'s memory as its primary context sees it (made current first): free and total bytes. The
+ * driver answers for the whole device, so what other contexts and processes hold counts as used. */
+ncclResult_t drv_mem_info(int dev, size_t *free_p, size_t *total_p);
 ncclResult_t drv_mem_free(void *ptr);
 /* Copies and fills, ordered on `stream` (pageable host memory is staged by the driver); the host may reuse
  * or read its buffer after drv_stream_sync. */

@@ -40,8 +40,7 @@ double report_busbw_ratio(const report_row_t *row) {
   return row->busbw[0] / row->busbw[1];
 }
 
-/* A JSON string: quotes, with backslash, quote and control characters escaped. */
-static void put_string(FILE *f, const char *s) {
+void report_json_string(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s != '\0'; s++) {
     unsigned char ch = (unsigned char)*s;
@@ -55,7 +54,7 @@ static void put_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-static void put_number(FILE *f, double v) {
+void report_json_number(FILE *f, double v) {
   if (isnan(v) || isinf(v))
     fputs("null", f);
   else
@@ -67,16 +66,16 @@ static void put_per_lib(FILE *f, const char *key, const double *v, int nlibs) {
   fprintf(f, ", \"%s\": [", key);
   for (int l = 0; l < nlibs; l++) {
     if (l > 0) fputs(", ", f);
-    put_number(f, v[l]);
+    report_json_number(f, v[l]);
   }
   fputc(']', f);
 }
 
 static void put_info(FILE *f, const report_info_t *in) {
   fputs("{\n  \"tool\": \"braid bench\",\n  \"date\": ", f);
-  put_string(f, in->date);
+  report_json_string(f, in->date);
   fputs(",\n  \"gpu\": ", f);
-  put_string(f, in->gpu);
+  report_json_string(f, in->gpu);
   fprintf(f, ",\n  \"mode\": {\"device\": \"%s\", \"layout\": \"%s\", \"graphs\": %s, \"nranks\": %d, ",
           in->device, in->layout, in->graphs ? "true" : "false", in->nranks);
   fprintf(f, "\"samples\": %d, \"warmup\": %d, \"batch\": ", in->samples, in->warmup);
@@ -87,7 +86,7 @@ static void put_info(FILE *f, const report_info_t *in) {
   fprintf(f, ", \"check\": %s},\n  \"libraries\": [", in->check ? "true" : "false");
   for (int l = 0; l < in->nlibs; l++) {
     fprintf(f, "%s\n    {\"name\": \"%c\", \"path\": ", l ? "," : "", 'A' + l);
-    put_string(f, in->libs[l].path);
+    report_json_string(f, in->libs[l].path);
     fprintf(f, ", \"version\": %d}", in->libs[l].version);
   }
   fputs("\n  ],\n", f);
@@ -95,11 +94,11 @@ static void put_info(FILE *f, const report_info_t *in) {
 
 static void put_row(FILE *f, const report_row_t *row, int nlibs) {
   fputs("    {\"collective\": ", f);
-  put_string(f, row->coll);
+  report_json_string(f, row->coll);
   fputs(", \"type\": ", f);
-  put_string(f, row->type);
+  report_json_string(f, row->type);
   fputs(", \"op\": ", f);
-  put_string(f, row->op);
+  report_json_string(f, row->op);
   fprintf(f, ", \"root\": %d, \"place\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"batch\": %d", row->root,
           row->in_place ? "in" : "out", row->bytes, row->count, row->batch);
   put_per_lib(f, "time_us", row->time_us, nlibs);
@@ -107,9 +106,9 @@ static void put_row(FILE *f, const report_row_t *row, int nlibs) {
   put_per_lib(f, "busbw", row->busbw, nlibs);
   put_per_lib(f, "wrong", row->wrong, nlibs);
   fputs(", \"time_ratio\": ", f);
-  put_number(f, nlibs > 1 ? report_time_ratio(row) : NAN);
+  report_json_number(f, nlibs > 1 ? report_time_ratio(row) : NAN);
   fputs(", \"busbw_ratio\": ", f);
-  put_number(f, nlibs > 1 ? report_busbw_ratio(row) : NAN);
+  report_json_number(f, nlibs > 1 ? report_busbw_ratio(row) : NAN);
   fputc('}', f);
 }
 

@@ -7,6 +7,7 @@
 #define BRAID_TOOLS_REPORT_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* Libraries a run compares. */
 #define REPORT_MAX_LIBS 2
@@ -53,6 +54,10 @@ void report_free(report_t *r);
  * (> 1: the first library is faster). NaN without a second library or a figure. */
 double report_time_ratio(const report_row_t *row);
 double report_busbw_ratio(const report_row_t *row);
+/* JSON values: a string in quotes, with backslash, quote and control characters escaped; a number, or null
+ * for NaN and infinities (which JSON lacks). */
+void report_json_string(FILE *f, const char *s);
+void report_json_number(FILE *f, double v);
 /* Writes the run as JSON. Returns 0, or -1 with the reason on stderr. */
 int report_write_json(const report_t *r, const char *path);
 

@@ -5,6 +5,13 @@
  * with NRANKS ranks, NLIBS libraries, and results whose every row has its names, sizes, per-library arrays
  * of NLIBS figures, no wrong values, ratios exactly when there are two libraries, and at least one row of
  * each COLLECTIVE named. Exits 0, or 1 saying what is wrong.
+ *
+ * json_check --resources FILE NLIBS NRANKS DEVICE [WHAT=A[,B]...]: checks a `braid bench --resources` file
+ * the same strict way, then its promises: kind "resources", NRANKS ranks on DEVICE (cuda or host), NLIBS
+ * libraries that each completed, and every figure, in order, once, with one value per library: memory
+ * figures null on the host and numbers on cuda, times positive, the time per iteration at least the host time
+ * of the iteration's calls, and each ratio B/A where it is defined (null otherwise). Each WHAT=A[,B] asserts
+ * a figure's values (within 0.05; '*' for any).
  */
 #include <ctype.h>
 #include <math.h>
@@ -218,17 +225,20 @@ static void check_row(const jval_t *row, int nlibs, char *where) {
   }
 }
 
-static void check_header(const jval_t *root, int nlibs, int nranks) {
+/* The top of either kind of file: the tool, date, GPU and libraries; with `sweep`, the sweep's "mode". */
+static void check_header(const jval_t *root, int nlibs, int nranks, int sweep) {
   const jval_t *tool = need(root, "tool", J_STR, "top");
   if (tool != NULL && strcmp(tool->str, "braid bench") != 0) bad("top", "tool is not \"braid bench\"");
   need(root, "date", J_STR, "top");
   need(root, "gpu", J_STR, "top");
-  const jval_t *mode = need(root, "mode", J_OBJ, "top");
-  const jval_t *n = need(mode, "nranks", J_NUM, "mode");
-  if (n != NULL && n->num != nranks) bad("mode", "nranks");
-  need(mode, "device", J_STR, "mode");
-  need(mode, "layout", J_STR, "mode");
-  need(mode, "samples", J_NUM, "mode");
+  if (sweep) {
+    const jval_t *mode = need(root, "mode", J_OBJ, "top");
+    const jval_t *n = need(mode, "nranks", J_NUM, "mode");
+    if (n != NULL && n->num != nranks) bad("mode", "nranks");
+    need(mode, "device", J_STR, "mode");
+    need(mode, "layout", J_STR, "mode");
+    need(mode, "samples", J_NUM, "mode");
+  }
   const jval_t *libs = need(root, "libraries", J_ARR, "top");
   if (libs != NULL && libs->n != nlibs) bad("libraries", "wrong count");
   for (int l = 0; libs != NULL && l < libs->n; l++) {
@@ -251,16 +261,119 @@ static char *read_all(const char *path, size_t *len) {
   return buf;
 }
 
-int main(int argc, char **argv) {
-  if (argc < 5) {
-    fprintf(stderr, "usage: json_check FILE NLIBS NRANKS COLLECTIVE...\n");
-    return 2;
+/* Resources files ------------------------------------------------------------------------------------- */
+
+/* The figures a resources file holds, in order; those ending in _mib are memory. */
+static const char *const res_whats[] = {
+    "mem_before_init_mib", "init_ms",          "mem_after_init_mib", "mem_bench_mib", "first_all_reduce_ms",
+    "mem_after_all_mib",   "mem_increase_mib", "enqueue_us",         "iteration_us",  "mem_end_mib"};
+#define RES_NWHATS ((int)(sizeof(res_whats) / sizeof(res_whats[0])))
+
+static int is_memory(const char *what) {
+  size_t n = strlen(what);
+  return n > 4 && strcmp(what + n - 4, "_mib") == 0;
+}
+
+/* A figure's ratio: B/A of its values where both are numbers, A's positive, and the figure is the library's
+ * own (not the memory before init, not the bench's buffers); null otherwise. */
+static void check_ratio(const jval_t *fig, const char *what, const jval_t *vals, int nlibs) {
+  const jval_t *r = get(fig, "ratio");
+  int own = strcmp(what, "mem_before_init_mib") != 0 && strcmp(what, "mem_bench_mib") != 0;
+  int defined = own && nlibs > 1 && vals != NULL && vals->n == nlibs && vals->items[0].type == J_NUM &&
+                vals->items[0].num > 0 && vals->items[1].type == J_NUM;
+  if (r == NULL || r->type != (defined ? J_NUM : J_NULL)) {
+    bad(what, defined ? "ratio is not a number" : "ratio is not null");
+    return;
   }
+  double want = defined ? vals->items[1].num / vals->items[0].num : 0;
+  if (defined && fabs(r->num - want) > 1e-3 * fabs(want) + 1e-9) bad(what, "ratio is not B/A");
+}
+
+/* One figure: its name, one value per library (null exactly for memory on the host), its ratio. */
+static void check_figure(const jval_t *fig, const char *what, int nlibs, int host) {
+  const jval_t *name = need(fig, "what", J_STR, what);
+  if (name != NULL && strcmp(name->str, what) != 0) bad(what, "figure out of order or misnamed");
+  const jval_t *vals = need(fig, "values", J_ARR, what);
+  if (vals != NULL && vals->n != nlibs) bad(what, "not one value per library");
+  for (int l = 0; vals != NULL && l < vals->n; l++) {
+    const jval_t *v = &vals->items[l];
+    if (is_memory(what) && host) {
+      if (v->type != J_NULL) bad(what, "memory on the host is not null");
+    } else if (v->type != J_NUM || v->num < 0 || (!is_memory(what) && v->num <= 0)) {
+      bad(what, is_memory(what) ? "memory is not a number >= 0" : "time is not a positive number");
+    }
+  }
+  check_ratio(fig, what, vals, nlibs);
+}
+
+/* The value of figure `what` for library l, or NaN. */
+static double figure(const jval_t *figs, const char *what, int l) {
+  for (int i = 0; figs != NULL && i < figs->n; i++) {
+    const jval_t *name = get(&figs->items[i], "what"), *vals = get(&figs->items[i], "values");
+    if (name == NULL || name->type != J_STR || strcmp(name->str, what) != 0) continue;
+    if (vals != NULL && vals->type == J_ARR && l < vals->n && vals->items[l].type == J_NUM)
+      return vals->items[l].num;
+  }
+  return NAN;
+}
+
+/* WHAT=A[,B]: the figure's values, within 0.05, '*' for any. */
+static void check_assertion(const jval_t *figs, const char *arg, int nlibs) {
+  char what[64];
+  const char *eq = strchr(arg, '=');
+  if (eq == NULL || (size_t)(eq - arg) >= sizeof(what)) {
+    bad(arg, "not WHAT=A[,B]");
+    return;
+  }
+  memcpy(what, arg, (size_t)(eq - arg));
+  what[eq - arg] = '\0';
+  const char *v = eq + 1;
+  for (int l = 0; l < nlibs && *v != '\0'; l++) {
+    char *end = (char *)v;
+    double want = *v == '*' ? NAN : strtod(v, &end);
+    if (*v == '*') end++;
+    double got = figure(figs, what, l);
+    if (!isnan(want) && !(fabs(got - want) <= 0.05)) {
+      char msg[96];
+      snprintf(msg, sizeof(msg), "library %c: %g, expected %g", 'A' + l, got, want);
+      bad(what, msg);
+    }
+    v = *end == ',' ? end + 1 : end;
+  }
+}
+
+static void check_resources(const jval_t *root, int nlibs, int nranks, const char *device, int nasserts,
+                            char **asserts) {
+  const jval_t *kind = need(root, "kind", J_STR, "top"), *dev = need(root, "device", J_STR, "top");
+  if (kind != NULL && strcmp(kind->str, "resources") != 0) bad("top", "kind is not \"resources\"");
+  if (dev != NULL && strcmp(dev->str, device) != 0) bad("top", "device");
+  const jval_t *n = need(root, "nranks", J_NUM, "top");
+  if (n != NULL && n->num != nranks) bad("top", "nranks");
+  need(root, "buffer_bytes", J_NUM, "top");
+  need(root, "iterations", J_NUM, "top");
+  const jval_t *libs = get(root, "libraries");
+  for (int l = 0; libs != NULL && libs->type == J_ARR && l < libs->n; l++) {
+    const jval_t *done = need(&libs->items[l], "complete", J_BOOL, "library");
+    if (done != NULL && !done->num) bad("library", "did not complete");
+  }
+  const jval_t *figs = need(root, "figures", J_ARR, "top");
+  if (figs != NULL && figs->n != RES_NWHATS) bad("figures", "not every figure, or more");
+  for (int i = 0; figs != NULL && i < figs->n && i < RES_NWHATS; i++)
+    check_figure(&figs->items[i], res_whats[i], nlibs, strcmp(device, "host") == 0);
+  /* An iteration is nranks calls and the wait for them: never less than their host time. */
+  for (int l = 0; l < nlibs; l++)
+    if (!(figure(figs, "iteration_us", l) >= figure(figs, "enqueue_us", l) * nranks * (1 - 1e-4)))
+      bad("iteration_us", "less than nranks calls' host time");
+  for (int a = 0; a < nasserts; a++) check_assertion(figs, asserts[a], nlibs);
+}
+
+/* Reads and parses a file; exits on failure. */
+static jval_t parse_file(const char *path) {
   parser_t p = {0};
-  p.s = read_all(argv[1], &p.len);
+  p.s = read_all(path, &p.len);
   if (p.s == NULL) {
-    fprintf(stderr, "json_check: cannot read %s\n", argv[1]);
-    return 1;
+    fprintf(stderr, "json_check: cannot read %s\n", path);
+    exit(1);
   }
   jval_t root = {0};
   if (parse_value(&p, &root, 0) == 0) {
@@ -268,11 +381,29 @@ int main(int argc, char **argv) {
     if (p.pos != p.len) perr(&p, "text after the value");
   }
   if (p.err[0] != '\0') {
-    fprintf(stderr, "json_check: %s: not JSON: %s\n", argv[1], p.err);
-    return 1;
+    fprintf(stderr, "json_check: %s: not JSON: %s\n", path, p.err);
+    exit(1);
   }
+  return root;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 6 && strcmp(argv[1], "--resources") == 0) {
+    jval_t root = parse_file(argv[2]);
+    int nlibs = atoi(argv[3]), nranks = atoi(argv[4]);
+    check_header(&root, nlibs, nranks, 0);
+    check_resources(&root, nlibs, nranks, argv[5], argc - 6, argv + 6);
+    printf("json_check: %s: resources, %d problem(s)\n", argv[2], failures);
+    return failures ? 1 : 0;
+  }
+  if (argc < 5) {
+    fprintf(stderr, "usage: json_check FILE NLIBS NRANKS COLLECTIVE...\n"
+                    "       json_check --resources FILE NLIBS NRANKS cuda|host [WHAT=A[,B]...]\n");
+    return 2;
+  }
+  jval_t root = parse_file(argv[1]);
   int nlibs = atoi(argv[2]), nranks = atoi(argv[3]);
-  check_header(&root, nlibs, nranks);
+  check_header(&root, nlibs, nranks, 1);
   const jval_t *results = need(&root, "results", J_ARR, "top");
   char where[96];
   for (int i = 0; results != NULL && i < results->n; i++) check_row(&results->items[i], nlibs, where);

@@ -11,6 +11,13 @@
  * streams must belong to the same device, nothing but kernels may be queued on a capturing stream. Events
  * record the host's clock (the host backend has finished each call when it returns). Graphs are empty: a
  * replay does nothing. BRAID_MOCK_GPUS sets the number of devices (default 4).
+ *
+ * Memory is accounted per device as the real driver's cuMemGetInfo sees it: a device's used memory is what
+ * its primary context holds once retained (BRAID_MOCK_CTX_MIB: a comma-separated list of MiB per device, the
+ * last entry for the devices after it; default 0) plus every live allocation on it rounded up to 2 MiB, so
+ * that a test can tell an allocation's footprint from its nominal size; the total is BRAID_MOCK_MEM_MIB
+ * (default 81920). Anything that allocates through this driver in the process (the bench, or a stand-in
+ * library) moves the figures.
  */
 #include <cuda.h>
 
@@ -22,6 +29,9 @@
 
 #define MAX_DEVICES 16
 #define MAX_ALLOCS  256
+#define MIB         ((size_t)1 << 20)
+/* The granule an allocation's footprint is rounded up to. */
+#define ALLOC_GRANULE (2 * MIB)
 
 struct CUctx_st {
   int dev;
@@ -44,6 +54,7 @@ struct CUgraphExec_st {
 
 static pid_t init_pid; /* the process that called cuInit; 0 before */
 static struct CUctx_st contexts[MAX_DEVICES];
+static int retained[MAX_DEVICES]; /* device d's primary context exists */
 static _Thread_local CUcontext current;
 static struct {
   char *ptr;
@@ -55,6 +66,33 @@ static int ndevices(void) {
   const char *v = getenv("BRAID_MOCK_GPUS");
   int n = v != NULL ? atoi(v) : 4;
   return n < 0 ? 0 : n > MAX_DEVICES ? MAX_DEVICES : n;
+}
+
+/* MiB that device dev's primary context holds: entry dev of BRAID_MOCK_CTX_MIB, or its last entry. */
+static size_t context_mib(int dev) {
+  const char *v = getenv("BRAID_MOCK_CTX_MIB");
+  long mib = 0;
+  for (int d = 0; v != NULL && *v != '\0' && d <= dev; d++) {
+    char *end;
+    mib = strtol(v, &end, 10);
+    v = *end == ',' ? end + 1 : end;
+  }
+  return mib > 0 ? (size_t)mib : 0;
+}
+
+static size_t total_bytes(void) {
+  const char *v = getenv("BRAID_MOCK_MEM_MIB");
+  long mib = v != NULL ? atol(v) : 0;
+  return (mib > 0 ? (size_t)mib : 81920) * MIB;
+}
+
+/* Device dev's used memory: its context and its allocations' footprints. */
+static size_t used_bytes(int dev) {
+  size_t used = retained[dev] ? context_mib(dev) * MIB : 0;
+  for (int i = 0; i < MAX_ALLOCS; i++)
+    if (allocs[i].ptr != NULL && allocs[i].dev == dev)
+      used += (allocs[i].size + ALLOC_GRANULE - 1) / ALLOC_GRANULE * ALLOC_GRANULE;
+  return used;
 }
 
 /* Every entry point but cuInit starts here. */
@@ -105,6 +143,7 @@ static CUresult primary_ctx_retain(CUcontext *ctx, CUdevice dev) {
   if (ready() != CUDA_SUCCESS) return ready();
   if (dev < 0 || dev >= ndevices()) return CUDA_ERROR_INVALID_DEVICE;
   contexts[dev].dev = dev;
+  retained[dev] = 1;
   *ctx = &contexts[dev];
   return CUDA_SUCCESS;
 }
@@ -139,6 +178,16 @@ static CUresult mem_free(CUdeviceptr dptr) {
       return CUDA_SUCCESS;
     }
   return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The current context's device, as the real driver reports it: the whole device, whoever holds the memory. */
+static CUresult mem_get_info(size_t *free_bytes, size_t *total) {
+  if (ready() != CUDA_SUCCESS) return ready();
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  size_t used = used_bytes(current->dev), all = total_bytes();
+  *total = all;
+  *free_bytes = used < all ? all - used : 0;
+  return CUDA_SUCCESS;
 }
 
 /* The host address of [dptr, dptr + bytes) when it lies in one allocation of the stream's device; a copy
@@ -279,7 +328,8 @@ static CUresult graph_destroy(CUgraph graph) {
   X(cuGetErrorName, get_error_name) X(cuInit, init) X(cuDeviceGetCount, device_get_count) \
   X(cuDeviceGet, device_get) X(cuDeviceGetName, device_get_name) \
   X(cuDevicePrimaryCtxRetain, primary_ctx_retain) X(cuCtxSetCurrent, ctx_set_current) \
-  X(cuMemAlloc, mem_alloc) X(cuMemFree, mem_free) X(cuMemcpyHtoDAsync, memcpy_htod) \
+  X(cuMemAlloc, mem_alloc) X(cuMemFree, mem_free) X(cuMemGetInfo, mem_get_info) \
+  X(cuMemcpyHtoDAsync, memcpy_htod) \
   X(cuMemcpyDtoHAsync, memcpy_dtoh) X(cuMemsetD8Async, memset_d8) X(cuStreamCreate, stream_create) \
   X(cuStreamDestroy, stream_destroy) X(cuStreamSynchronize, stream_synchronize) \
   X(cuEventCreate, event_create) X(cuEventDestroy, event_destroy) X(cuEventRecord, event_record) \
