@@ -315,8 +315,10 @@ template <> struct raw_of<8> { typedef unsigned long long T; };
 template <> struct raw_of<16> { typedef uint4 T; };
 
 /* Loads an R from p, and stores one, bypassing L1 (nothing is read twice); p is aligned for R when
- * `aligned`, else it is accessed byte by byte. */
-template <class R> __device__ __forceinline__ R load_raw(const char *p, bool aligned) {
+ * `aligned`, else it is accessed byte by byte. `shared`: p is in shared memory (the LL protocol's staging),
+ * which the global-only cache operators cannot reach, so the access is a plain one. */
+template <class R> __device__ __forceinline__ R load_raw(const char *p, bool aligned, bool shared) {
+  if (shared) return *(const R *)p; /* the staging is 16-byte aligned, like a slot */
   if (aligned) return __ldcg((const R *)p);
   unsigned char b[sizeof(R)];
 #pragma unroll
@@ -324,7 +326,11 @@ template <class R> __device__ __forceinline__ R load_raw(const char *p, bool ali
   return bits_as<R>(b);
 }
 
-template <class R> __device__ __forceinline__ void store_raw(char *p, R v, bool aligned) {
+template <class R> __device__ __forceinline__ void store_raw(char *p, R v, bool aligned, bool shared) {
+  if (shared) {
+    *(R *)p = v;
+    return;
+  }
   if (aligned) {
     __stcg((R *)p, v);
     return;
@@ -345,14 +351,17 @@ struct piece_t {
 
 /* Moves `count` items of R = raw_of<B> from index `first` on: each thread takes items tid, tid + NT, ... in
  * groups of U whose loads are all issued before any store. `fn(l, in)` computes an item. `aligned` says
- * whether `local`, `dst` and `in` are aligned for R (`in` is a slot, or `dst` itself for a local reduction);
- * `out` is always a slot. */
+ * whether `local`, `dst` and `in` are aligned for R (`in` is a slot or the LL staging, or `dst` itself for a
+ * local reduction); `out` is always a slot or the LL staging. Whether `in` (or `a`) and `out` are the
+ * staging in shared memory is decided once per loop. */
 template <int B, int U, class F>
 __device__ __forceinline__ void items_loop(const piece_t &pc, uint32_t first, uint32_t count, bool two,
                                            bool aligned, const F &fn) {
   typedef typename raw_of<B>::T R;
   const uint32_t nt = DEV_THREADS, end = first + count;
   const char *a = two ? pc.local : (pc.local != NULL ? pc.local : pc.in);
+  const bool a_sh = __isShared(a), in_sh = two && __isShared(pc.in),
+             out_sh = pc.out != NULL && __isShared(pc.out);
   uint32_t i = first + threadIdx.x;
   for (; i + (U - 1) * nt < end; i += U * nt) {
     /* One base per operand and constant offsets, so the addresses cost no registers per item. */
@@ -360,22 +369,22 @@ __device__ __forceinline__ void items_loop(const piece_t &pc, uint32_t first, ui
     R l[U], r[U];
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      l[u] = load_raw<R>(a + at + u * nt * B, aligned);
-      if (two) r[u] = load_raw<R>(pc.in + at + u * nt * B, aligned);
+      l[u] = load_raw<R>(a + at + u * nt * B, aligned || a_sh, a_sh);
+      if (two) r[u] = load_raw<R>(pc.in + at + u * nt * B, aligned || in_sh, in_sh);
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
       R v = fn(l[u], two ? r[u] : l[u]);
-      if (pc.dst != NULL) store_raw<R>(pc.dst + at + u * nt * B, v, aligned);
-      if (pc.out != NULL) store_raw<R>(pc.out + at + u * nt * B, v, true);
+      if (pc.dst != NULL) store_raw<R>(pc.dst + at + u * nt * B, v, aligned, false);
+      if (pc.out != NULL) store_raw<R>(pc.out + at + u * nt * B, v, true, out_sh);
     }
   }
   for (; i < end; i += nt) {
     const size_t at = (size_t)i * B;
-    R l = load_raw<R>(a + at, aligned);
-    R v = fn(l, two ? load_raw<R>(pc.in + at, aligned) : l);
-    if (pc.dst != NULL) store_raw<R>(pc.dst + at, v, aligned);
-    if (pc.out != NULL) store_raw<R>(pc.out + at, v, true);
+    R l = load_raw<R>(a + at, aligned || a_sh, a_sh);
+    R v = fn(l, two ? load_raw<R>(pc.in + at, aligned || in_sh, in_sh) : l);
+    if (pc.dst != NULL) store_raw<R>(pc.dst + at, v, aligned, false);
+    if (pc.out != NULL) store_raw<R>(pc.out + at, v, true, out_sh);
   }
 }
 
