@@ -421,6 +421,10 @@ __device__ __forceinline__ void store_line(uint4 *p, uint4 v) {
                : "memory");
 }
 
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 /* Every thread: waits for its lines of the piece of `len` bytes in `slot` carrying `flag` and decodes them
  * into `in`. False when the wait failed (the thread's own spin_fails; the others notice the recorded error
  * at their next check). */
@@ -480,6 +484,8 @@ template <class W> __device__ bool ll_run(const W &w, uint32_t k, block_state &s
     pc.out = NULL;
     pc.bytes = len;
     if (rr != NULL && rr->ll) {
+      /* the local operand is read right after the lines arrive: ask for it while they travel */
+      if (pc.local != NULL && threadIdx.x * 32 < len) prefetch_l2(pc.local + threadIdx.x * 32);
       const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
       const bool ok = ll_read(w.comm, ll_slot(*rr), ll_flag(*rr), len, sm.in, what);
       if (__syncthreads_or(!ok)) return false;

@@ -142,10 +142,10 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   EXPECT(s->last_small, "an 8-byte all-reduce takes the small entry point");
   EXPECT(last_launch_ll(s, !simple, &n), "8-byte all-reduce (%d transfers): LL %s expected", n,
          simple ? "off" : "on");
-  EXPECT_OK(ncclAllReduce(buf, buf, 16384, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, !simple, &n), "64 KiB: the largest LL transfer");
-  EXPECT_OK(ncclAllReduce(buf, buf, 16385, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, 0, &n), "64 KiB + 4: Simple");
+  EXPECT_OK(ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_launch_ll(s, !simple, &n), "16 KiB: the largest LL transfer by default");
+  EXPECT_OK(ncclAllReduce(buf, buf, 4097, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_launch_ll(s, 0, &n), "16 KiB + 4: Simple");
   EXPECT_OK(ncclGroupStart());
   for (int i = 0; i < 10; i++) EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
