@@ -67,6 +67,7 @@ struct gx {
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
   gpu_mem_t *mem;            /* dev_comm_t, ring tables, counters, barrier */
   dev_comm_t *dcomm;         /* its device address */
+  dev_comm_t dcomm_img;      /* what it holds, passed by value in every launch's work */
   flags_t *flags;            /* host address of the host-mapped flags */
   gpu_event_t *done;         /* recorded after each eager launch */
   gpu_event_t *capture_join; /* joins a captured group's streams */
@@ -188,6 +189,7 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
                                       .abort_flag = &fd->abort,
                                       .error = &fd->error,
                                       .timeout_ns = (uint64_t)param_int(P_BRAID_TIMEOUT_S) * 1000000000ull};
+    gx->dcomm_img = *(dev_comm_t *)img;
     res = gpu_copy_to_device(base, img, l.total);
   }
   free(img);
@@ -631,7 +633,7 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
     for (int i = 0; i < w->nsteps; i++)
       if (w->step_lanes[i] > widest) widest = w->step_lanes[i];
     uint64_t spill = w->nxfers > DEV_MAX_XFERS ? (uint64_t)w->nxfers * sizeof(dev_xfer_t) : 0;
-    w->comm = gx->dcomm;
+    w->comm = gx->dcomm_img;
     w->ext = NULL;
     w->done = NULL;
     w->tag = 0;

@@ -109,7 +109,8 @@ typedef struct {
   uint64_t waited_ns;    /* how long it waited */
 } dev_error_t;
 
-/* A communicator as its kernels see it; lives in device memory, made at init. */
+/* A communicator as its kernels see it: made at init, kept in device memory and passed by value in every
+ * launch's work (dev_work_t.comm). */
 typedef struct {
   int32_t rank, nranks;
   int32_t nch_max; /* rings per connection */
@@ -179,8 +180,8 @@ typedef struct {
  * launch carries a few hundred bytes instead of 3.3 KB. The fields before `xfers` are one list
  * (DEV_WORK_FIELDS), so the two structs share their layout up to the slots. */
 #define DEV_WORK_FIELDS                                                                                      \
-  dev_comm_t *comm;                                                                                          \
-  uint64_t seq;            /* sequence number of the group's first call */                                   \
+  dev_comm_t comm; /* the communicator's view, by value: read from the parameters, not through a load */     \
+  uint64_t seq;    /* sequence number of the group's first call */                                           \
   const dev_xfer_t *ext;   /* the transfer list when it is spilled, else NULL */                             \
   volatile uint64_t *done; /* where to write tag at the end, or NULL */                                      \
   uint64_t tag;                                                                                              \

@@ -154,13 +154,13 @@ template <class W> __device__ bool grid_sync(const W &w, block_state &st) {
   __syncthreads();
   int failed = 0;
   if (threadIdx.x == 0) {
-    uint32_t *count = w.comm->barrier, target = (st.step + 1) * gridDim.x;
+    uint32_t *count = w.comm.barrier, target = (st.step + 1) * gridDim.x;
     __threadfence();
     atomicAdd(count, 1u);
     spin_t s = {0, 0};
     const wait_what what = {-1, -1, 0, w.seq};
     while (load_acquire_gpu(count) < target) {
-      if (spin_fails(w.comm, &s, what)) {
+      if (spin_fails(&w.comm, &s, what)) {
         failed = 1;
         break;
       }
@@ -184,7 +184,7 @@ template <class W> __device__ void grid_finish(const W &w) {
     if (blockIdx.x == 0 && w.done != NULL) *w.done = w.tag;
     return;
   }
-  uint32_t *bar = w.comm->barrier;
+  uint32_t *bar = w.comm.barrier;
   __threadfence();
   if (atomicAdd(&bar[1], 1u) == gridDim.x - 1) {
     atomicExch(&bar[0], 0u);
@@ -205,7 +205,7 @@ template <class W> __device__ void grid_finish(const W &w) {
  * failure here is a bug, reported as DEV_ERR_INVALID rather than a wild access. Each block checks its own
  * lane's transfers when it opens them (xfer_valid), which keeps the start of a launch short. */
 template <class W> __device__ bool work_valid(const W &w) {
-  const dev_comm_t *comm = w.comm;
+  const dev_comm_t *comm = &w.comm;
   if (comm->nch_max < 1 || comm->nch_max > DEV_MAX_CHANNELS) return false;
   if (w.nch < 1 || w.nch > comm->nch_max || gridDim.x % w.nch != 0) return false;
   const uint32_t slots = sizeof w.xfers / sizeof w.xfers[0];
@@ -224,7 +224,7 @@ template <class W> __device__ bool work_valid(const W &w) {
 /* A transfer is well formed: channels (within the launch's blocks per lane, so every part has a block),
  * type, operation and peers in range, and something to move; a local reduction has both operands. */
 template <class W> __device__ bool xfer_valid(const dev_xfer_t &x, const W &w) {
-  const dev_comm_t *comm = w.comm;
+  const dev_comm_t *comm = &w.comm;
   if (x.nch < 1 || x.nch > w.nch || x.type >= ncclNumTypes || x.red > DEV_RED_SUM_POSTDIV) return false;
   if (x.recv_peer < -1 || x.recv_peer >= comm->nranks || x.send_peer < -1 || x.send_peer >= comm->nranks) {
     return false;
@@ -243,14 +243,18 @@ __device__ uint8_t ring_find(block_state &st, const dev_ring_t *rings, uint64_t 
   for (uint32_t r = 0; r < st.nrings; r++) {
     if (st.rings[r].home == &homes[idx]) return (uint8_t)r;
   }
-  if (rings[idx].data == NULL || rings[idx].ctrl == NULL || st.nrings == DEV_LANE_RINGS) return NO_RING;
+  /* the four loads are independent: issued together, they cost one trip to memory, not four. The counts
+   * come from L2 (.cg): another block may have stored them in an earlier step of this launch */
+  const dev_ring_t ring = rings[idx];
+  const uint64_t count = __ldcg(&homes[idx]), seen = heads != NULL ? __ldcg(&heads[idx]) : 0;
+  if (ring.data == NULL || ring.ctrl == NULL || st.nrings == DEV_LANE_RINGS) return NO_RING;
   ring_use &u = st.rings[st.nrings];
-  u.data = rings[idx].data;
-  u.ctrl = rings[idx].ctrl;
+  u.data = ring.data;
+  u.ctrl = ring.ctrl;
   u.home = &homes[idx];
-  u.count = *(volatile uint64_t *)u.home;
+  u.count = count;
   u.head_home = heads != NULL ? &heads[idx] : NULL;
-  u.head_seen = heads != NULL ? *(volatile uint64_t *)u.head_home : 0;
+  u.head_seen = seen;
   u.nslots = ll ? DEV_LL_SLOTS : DEV_SLOTS;
   u.ll = ll;
   return (uint8_t)st.nrings++;
@@ -260,7 +264,7 @@ __device__ uint8_t ring_find(block_state &st, const dev_ring_t *rings, uint64_t 
  * The grid barrier before the step ordered the counts' last stores (by whichever block used the ring
  * before). */
 template <class W> __device__ bool lane_open(const W &w, block_state &st) {
-  const dev_comm_t *comm = w.comm;
+  const dev_comm_t *comm = &w.comm;
   const uint32_t c = st.channel;
   st.nrings = 0;
   for (uint32_t k = st.first; k < st.end; k++) {
@@ -292,11 +296,12 @@ invalid:
   return false;
 }
 
-/* Thread 0: stores the lane's counts back for the next step or launch. */
+/* Thread 0: stores the lane's counts back for the next step or launch (to L2, where ring_find reads them;
+ * the grid barrier or the kernel's end orders them before those reads). */
 __device__ void lane_close(block_state &st) {
   for (uint32_t r = 0; r < st.nrings; r++) {
-    *(volatile uint64_t *)st.rings[r].home = st.rings[r].count;
-    if (st.rings[r].head_home != NULL) *(volatile uint64_t *)st.rings[r].head_home = st.rings[r].head_seen;
+    __stcg(st.rings[r].home, st.rings[r].count);
+    if (st.rings[r].head_home != NULL) __stcg(st.rings[r].head_home, st.rings[r].head_seen);
   }
 }
 
@@ -309,7 +314,7 @@ __device__ uint32_t batch_wait(const W &w, const dev_xfer_t &x, uint32_t xi, uin
   if (x.recv_peer >= 0 && !st.rings[st.recv_ring[xi]].ll) {
     ring_use &r = st.rings[st.recv_ring[xi]];
     const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
-    if (!wait_at_least(w.comm, &r.ctrl->tail, r.count + 1, what, &v)) return 0;
+    if (!wait_at_least(&w.comm, &r.ctrl->tail, r.count + 1, what, &v)) return 0;
     if (v - r.count < want) want = (uint32_t)(v - r.count);
   }
   if (x.send_peer >= 0) {
@@ -318,7 +323,7 @@ __device__ uint32_t batch_wait(const W &w, const dev_xfer_t &x, uint32_t xi, uin
     /* the head last read may already free every slot wanted: then the link is not crossed */
     if (r.head_seen + r.nslots - r.count < want) {
       uint64_t target = r.count + 1 > r.nslots ? r.count + 1 - r.nslots : 0;
-      if (!wait_at_least(w.comm, &r.ctrl->head, target, what, &v)) return 0;
+      if (!wait_at_least(&w.comm, &r.ctrl->head, target, what, &v)) return 0;
       r.head_seen = v;
     }
     if (r.head_seen + r.nslots - r.count < want) want = (uint32_t)(r.head_seen + r.nslots - r.count);
@@ -453,6 +458,35 @@ __device__ void ll_write(uint4 *slot, uint32_t flag, uint32_t len, const uint2 *
   }
 }
 
+/* Every thread: encodes its share of a piece of `len` bytes straight from `src` (any alignment) into the
+ * lines of `slot`: a send that neither receives nor transforms its data needs no staging. */
+__device__ void ll_write_direct(uint4 *slot, uint32_t flag, uint32_t len, const char *src) {
+  const uint32_t lines = (len + 7) / 8;
+  const bool aligned = ((uintptr_t)src & 7) == 0;
+  for (uint32_t i = threadIdx.x; i < lines; i += DEV_THREADS) {
+    uint2 d = make_uint2(0, 0);
+    if (aligned && 8 * i + 8 <= len) {
+      d = __ldcg((const uint2 *)src + i);
+    } else {
+      unsigned char b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (uint32_t k = 0; k < 8 && 8 * i + k < len; k++)
+        b[k] = __ldcg((const unsigned char *)src + 8 * i + k);
+      memcpy(&d, b, 8);
+    }
+    store_line(slot + i, make_uint4(d.x, flag, d.y, flag));
+  }
+}
+
+/* Whether an LL transfer only sends its source as it is: no receive, no local result, no scaling (what
+ * piece_combine would do is a copy). */
+__device__ __forceinline__ bool ll_plain_send(const dev_xfer_t &x) {
+  const bool scales =
+      (x.flags & DEV_XF_PREPARE) &&
+      (x.red == DEV_RED_PREMULSUM || (x.red == DEV_RED_SUM_POSTDIV && (x.flags & DEV_XF_LAST)));
+  return x.recv_peer < 0 && x.send_peer >= 0 && x.dst == NULL && x.src != NULL &&
+         !(x.flags & DEV_XF_REDUCE) && !scales;
+}
+
 /* The LL flag and lines of a ring's next piece. */
 __device__ __forceinline__ uint32_t ll_flag(const ring_use &r) {
   return (uint32_t)(r.count + 1);
@@ -477,6 +511,12 @@ template <class W> __device__ bool ll_run(const W &w, uint32_t k, block_state &s
     if (threadIdx.x == 0) st.batch = batch_wait(w, x, xi, 1, st);
     __syncthreads();
     if (st.batch == 0) return false;
+    if (rs != NULL && rs->ll && ll_plain_send(x)) {
+      ll_write_direct(ll_slot(*rs), ll_flag(*rs), len, x.src + at);
+      __syncthreads(); /* every thread took the count before thread 0 moves it on */
+      if (threadIdx.x == 0) batch_publish(x, xi, 0, 1, len, st);
+      continue;
+    }
     piece_t pc;
     pc.local = x.src != NULL ? x.src + at : NULL;
     pc.dst = x.dst != NULL ? x.dst + at : NULL;
@@ -487,7 +527,7 @@ template <class W> __device__ bool ll_run(const W &w, uint32_t k, block_state &s
       /* the local operand is read right after the lines arrive: ask for it while they travel */
       if (pc.local != NULL && threadIdx.x * 32 < len) prefetch_l2(pc.local + threadIdx.x * 32);
       const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
-      const bool ok = ll_read(w.comm, ll_slot(*rr), ll_flag(*rr), len, sm.in, what);
+      const bool ok = ll_read(&w.comm, ll_slot(*rr), ll_flag(*rr), len, sm.in, what);
       if (__syncthreads_or(!ok)) return false;
       pc.in = (const char *)sm.in;
     } else if (rr != NULL) {
@@ -556,7 +596,7 @@ template <class W> __device__ bool step_run(const W &w, int s, block_state &st, 
     if (lane_range(w, s, st)) {
       failed = !lane_open(w, st);
     } else {
-      error_record(w.comm, DEV_ERR_INVALID, -1, (int)st.channel, 0, w.seq, 0);
+      error_record(&w.comm, DEV_ERR_INVALID, -1, (int)st.channel, 0, w.seq, 0);
       failed = 1;
     }
   }
@@ -577,7 +617,7 @@ template <class W> __device__ __forceinline__ void kernel_run(const W &work) {
       st.channel = blockIdx.x % (uint32_t)work.nch;
       st.step = 0;
     } else {
-      error_record(work.comm, DEV_ERR_INVALID, -1, -1, 0, work.seq, 0);
+      error_record(&work.comm, DEV_ERR_INVALID, -1, -1, 0, work.seq, 0);
       failed = 1;
     }
   }

@@ -209,6 +209,10 @@ static void memory(void) {
   EXPECT(p != NULL && (uintptr_t)p % 4096 == 0, "ncclMemAlloc gave %p", p);
   memset(p, 1, 12345);
   EXPECT_ERR(ncclMemAlloc(NULL, 10), ncclInvalidArgument, "ptr");
+  void *none = (void *)1;
+  EXPECT_OK(ncclMemAlloc(&none, 0));
+  EXPECT(none == NULL, "0 bytes give NULL");
+  EXPECT_OK(ncclMemFree(none));
   ncclComm_t comm;
   EXPECT_OK(ncclGetUniqueId(&id));
   EXPECT_OK(ncclCommInitRank(&comm, 1, id, 0));

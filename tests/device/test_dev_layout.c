@@ -25,17 +25,17 @@ static void test_struct_sizes(void) {
   EXPECT(offsetof(dev_xfer_t, recv_peer) == 24);
   EXPECT(offsetof(dev_xfer_t, scalar) == 40);
   EXPECT(offsetof(dev_xfer_t, scalar_ptr) == 48);
-  EXPECT(sizeof(dev_work_t) == 112 + DEV_MAX_XFERS * sizeof(dev_xfer_t), "dev_work_t is %zu bytes",
+  EXPECT(sizeof(dev_work_t) == 232 + DEV_MAX_XFERS * sizeof(dev_xfer_t), "dev_work_t is %zu bytes",
          sizeof(dev_work_t));
   EXPECT(sizeof(dev_work_t) <= 4096, "dev_work_t (%zu bytes) exceeds the kernel parameter limit",
          sizeof(dev_work_t));
-  EXPECT(offsetof(dev_work_t, step_lanes) == 76);
-  EXPECT(offsetof(dev_work_t, nch) == 108, "nch fills the padding before the transfers");
+  EXPECT(offsetof(dev_work_t, step_lanes) == 196);
+  EXPECT(offsetof(dev_work_t, nch) == 228, "nch fills the padding before the transfers");
   EXPECT(offsetof(dev_work_t, xfers) % 8 == 0);
   /* the small entry point reads the head of the same struct */
   EXPECT(offsetof(dev_work_small_t, xfers) == offsetof(dev_work_t, xfers));
   EXPECT(offsetof(dev_work_small_t, nch) == offsetof(dev_work_t, nch));
-  EXPECT(sizeof(dev_work_small_t) == 112 + DEV_SMALL_XFERS * sizeof(dev_xfer_t), "dev_work_small_t is %zu",
+  EXPECT(sizeof(dev_work_small_t) == 232 + DEV_SMALL_XFERS * sizeof(dev_xfer_t), "dev_work_small_t is %zu",
          sizeof(dev_work_small_t));
 }
 
