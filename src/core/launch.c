@@ -65,9 +65,8 @@ struct gx {
   gpu_func_t *func;          /* braid_kernel */
   gpu_func_t *func_small;    /* braid_kernel_small, for launches of at most DEV_SMALL_XFERS transfers */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
-  gpu_mem_t *mem;            /* dev_comm_t, ring tables, counters, barrier */
-  dev_comm_t *dcomm;         /* its device address */
-  dev_comm_t dcomm_img;      /* what it holds, passed by value in every launch's work */
+  gpu_mem_t *mem;            /* the ring tables, counters and barrier dcomm points at */
+  dev_comm_t dcomm;          /* the kernels' view, passed by value in every launch's work */
   flags_t *flags;            /* host address of the host-mapped flags */
   gpu_event_t *done;         /* recorded after each eager launch */
   gpu_event_t *capture_join; /* joins a captured group's streams */
@@ -128,7 +127,7 @@ int gx_channels(int nranks) {
   return nch < 1 ? 1 : nch > DEV_MAX_CHANNELS ? DEV_MAX_CHANNELS : nch;
 }
 
-/* Byte offsets of the parts of the device allocation. */
+/* Byte offsets of the parts of the device allocation (dev_comm_t's tables). */
 typedef struct {
   size_t send, recv, sent, recvd, heads, ll_send, ll_recv, ll_sent, ll_recvd, ll_heads, barrier, total;
 } layout_t;
@@ -136,7 +135,7 @@ typedef struct {
 static layout_t layout(int nranks, int nch) {
   layout_t l;
   size_t rings = (size_t)nranks * nch, peers = (size_t)nranks;
-  l.send = (sizeof(dev_comm_t) + 255) / 256 * 256;
+  l.send = 0;
   l.recv = l.send + rings * sizeof(dev_ring_t);
   l.sent = l.recv + rings * sizeof(dev_ring_t);
   l.recvd = l.sent + rings * sizeof(uint64_t);
@@ -151,7 +150,8 @@ static layout_t layout(int nranks, int nch) {
   return l;
 }
 
-/* The kernels' view of the communicator, written once to device memory. */
+/* The kernels' view of the communicator: its tables written once to device memory, the dev_comm_t that
+ * points at them kept for the launches. */
 static ncclResult_t upload(gx_t *gx, links_t *links) {
   layout_t l = layout(gx->nranks, gx->nch);
   char *base = gpu_mem_ptr(gx->mem);
@@ -172,28 +172,26 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
   ncclResult_t res = gpu_host_alloc(sizeof(flags_t), (void **)&gx->flags, &flags_dev);
   if (res == ncclSuccess) {
     flags_t *fd = flags_dev;
-    *(dev_comm_t *)img = (dev_comm_t){.rank = gx->rank,
-                                      .nranks = gx->nranks,
-                                      .nch_max = gx->nch,
-                                      .send = (dev_ring_t *)(base + l.send),
-                                      .recv = (dev_ring_t *)(base + l.recv),
-                                      .sent = (uint64_t *)(base + l.sent),
-                                      .recvd = (uint64_t *)(base + l.recvd),
-                                      .heads = (uint64_t *)(base + l.heads),
-                                      .ll_send = (dev_ring_t *)(base + l.ll_send),
-                                      .ll_recv = (dev_ring_t *)(base + l.ll_recv),
-                                      .ll_sent = (uint64_t *)(base + l.ll_sent),
-                                      .ll_recvd = (uint64_t *)(base + l.ll_recvd),
-                                      .ll_heads = (uint64_t *)(base + l.ll_heads),
-                                      .barrier = (uint32_t *)(base + l.barrier),
-                                      .abort_flag = &fd->abort,
-                                      .error = &fd->error,
-                                      .timeout_ns = (uint64_t)param_int(P_BRAID_TIMEOUT_S) * 1000000000ull};
-    gx->dcomm_img = *(dev_comm_t *)img;
+    gx->dcomm = (dev_comm_t){.rank = gx->rank,
+                             .nranks = gx->nranks,
+                             .nch_max = gx->nch,
+                             .send = (dev_ring_t *)(base + l.send),
+                             .recv = (dev_ring_t *)(base + l.recv),
+                             .sent = (uint64_t *)(base + l.sent),
+                             .recvd = (uint64_t *)(base + l.recvd),
+                             .heads = (uint64_t *)(base + l.heads),
+                             .ll_send = (dev_ring_t *)(base + l.ll_send),
+                             .ll_recv = (dev_ring_t *)(base + l.ll_recv),
+                             .ll_sent = (uint64_t *)(base + l.ll_sent),
+                             .ll_recvd = (uint64_t *)(base + l.ll_recvd),
+                             .ll_heads = (uint64_t *)(base + l.ll_heads),
+                             .barrier = (uint32_t *)(base + l.barrier),
+                             .abort_flag = &fd->abort,
+                             .error = &fd->error,
+                             .timeout_ns = (uint64_t)param_int(P_BRAID_TIMEOUT_S) * 1000000000ull};
     res = gpu_copy_to_device(base, img, l.total);
   }
   free(img);
-  gx->dcomm = (dev_comm_t *)base;
   return res;
 }
 
@@ -633,7 +631,7 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
     for (int i = 0; i < w->nsteps; i++)
       if (w->step_lanes[i] > widest) widest = w->step_lanes[i];
     uint64_t spill = w->nxfers > DEV_MAX_XFERS ? (uint64_t)w->nxfers * sizeof(dev_xfer_t) : 0;
-    w->comm = gx->dcomm_img;
+    w->comm = gx->dcomm;
     w->ext = NULL;
     w->done = NULL;
     w->tag = 0;

@@ -522,6 +522,13 @@ static void log_pick(const task_t *t, int nranks, const plan_tuning_t *tuning, p
             threshold);
 }
 
+/* `s` without its leading and trailing spaces (the trailing ones are cut off in place). */
+static char *trim(char *s) {
+  while (*s == ' ') s++;
+  for (char *e = s + strlen(s); e > s && e[-1] == ' ';) *--e = '\0';
+  return s;
+}
+
 /* The algorithm bits an NCCL_ALGO list names ("Ring,OneShot", "^Ring"), or -1 when it leaves the default.
  */
 static int parse_algo_list(char *list, const char *spec) {
@@ -530,8 +537,7 @@ static int parse_algo_list(char *list, const char *spec) {
   unsigned named = 0;
   char *save = NULL;
   for (char *name = strtok_r(list + exclude, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
-    while (*name == ' ') name++;
-    for (char *e = name + strlen(name); e > name && e[-1] == ' ';) *--e = '\0';
+    name = trim(name);
     int found = -1;
     for (int a = 0; a < ALGO_COUNT; a++)
       if (strcasecmp(name, plan_algo_name((plan_algo_t)a)) == 0) found = a;
@@ -554,8 +560,7 @@ static void parse_algo_part(char *part, const char *spec, plan_tuning_t *t) {
   int only = -1;
   if (colon != NULL) {
     *colon = '\0';
-    while (*part == ' ') part++;
-    for (char *e = part + strlen(part); e > part && e[-1] == ' ';) *--e = '\0';
+    part = trim(part);
     for (int k = 0; k < OP_COUNT; k++)
       if (coll_names[k] != NULL && strcasecmp(part, coll_names[k]) == 0) only = k;
     if (only < 0) {
@@ -596,8 +601,7 @@ uint64_t plan_ll_parse(const char *proto_spec, uint64_t ll_max) {
   int exclude = *list == '^', ll = 0, known = 0;
   char *save = NULL;
   for (char *name = strtok_r(list + exclude, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
-    while (*name == ' ') name++;
-    for (char *e = name + strlen(name); e > name && e[-1] == ' ';) *--e = '\0';
+    name = trim(name);
     if (strcasecmp(name, "LL") == 0) {
       ll = known = 1;
     } else if (strcasecmp(name, "Simple") == 0) {

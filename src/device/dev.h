@@ -109,8 +109,8 @@ typedef struct {
   uint64_t waited_ns;    /* how long it waited */
 } dev_error_t;
 
-/* A communicator as its kernels see it: made at init, kept in device memory and passed by value in every
- * launch's work (dev_work_t.comm). */
+/* A communicator as its kernels see it: made at init and passed by value in every launch's work
+ * (dev_work_t.comm); the tables and counters it points at live in device memory. */
 typedef struct {
   int32_t rank, nranks;
   int32_t nch_max; /* rings per connection */

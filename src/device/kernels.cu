@@ -43,9 +43,18 @@ struct ring_use {
   uint64_t *head_home; /* send rings: where head_seen lives between lanes (comm->heads); NULL otherwise */
   uint64_t head_seen;  /* send rings: the consumer's head as last read (a lower bound of it) */
   uint64_t count;      /* slots produced (send ring) or consumed (receive ring) */
-  uint32_t nslots;     /* DEV_SLOTS, or DEV_LL_SLOTS for an LL ring */
   bool ll;             /* an LL ring (dev.h): lines with flags, no tail */
 };
+
+/* Slots of a ring. */
+__device__ __forceinline__ uint32_t ring_slots(const ring_use &r) {
+  return r.ll ? DEV_LL_SLOTS : DEV_SLOTS;
+}
+
+/* Where piece i from a Simple ring's count on lives: its slot. */
+__device__ __forceinline__ char *slot_at(const ring_use &r, uint32_t i) {
+  return r.data + (size_t)((r.count + i) % DEV_SLOTS) * DEV_SLOT_BYTES;
+}
 
 /* A block's shared state while it runs a lane. Only thread 0 writes it; the others read it after a block
  * barrier that follows the write, and thread 0 writes again only after a barrier that follows the reads. */
@@ -255,7 +264,6 @@ __device__ uint8_t ring_find(block_state &st, const dev_ring_t *rings, uint64_t 
   u.count = count;
   u.head_home = heads != NULL ? &heads[idx] : NULL;
   u.head_seen = seen;
-  u.nslots = ll ? DEV_LL_SLOTS : DEV_SLOTS;
   u.ll = ll;
   return (uint8_t)st.nrings++;
 }
@@ -321,12 +329,13 @@ __device__ uint32_t batch_wait(const W &w, const dev_xfer_t &x, uint32_t xi, uin
     ring_use &r = st.rings[st.send_ring[xi]];
     const wait_what what = {x.send_peer, (int)st.channel, 1, w.seq + x.task};
     /* the head last read may already free every slot wanted: then the link is not crossed */
-    if (r.head_seen + r.nslots - r.count < want) {
-      uint64_t target = r.count + 1 > r.nslots ? r.count + 1 - r.nslots : 0;
+    const uint32_t nslots = ring_slots(r);
+    if (r.head_seen + nslots - r.count < want) {
+      uint64_t target = r.count + 1 > nslots ? r.count + 1 - nslots : 0;
       if (!wait_at_least(&w.comm, &r.ctrl->head, target, what, &v)) return 0;
       r.head_seen = v;
     }
-    if (r.head_seen + r.nslots - r.count < want) want = (uint32_t)(r.head_seen + r.nslots - r.count);
+    if (r.head_seen + nslots - r.count < want) want = (uint32_t)(r.head_seen + nslots - r.count);
   }
   return want;
 }
@@ -370,13 +379,13 @@ __device__ __forceinline__ void piece_run(const dev_xfer_t &x, uint32_t xi, uint
   pc.bytes = bytes;
   if (x.recv_peer >= 0) {
     const ring_use &r = st.rings[st.recv_ring[xi]];
-    pc.in = r.data + (size_t)((r.count + i) % DEV_SLOTS) * DEV_SLOT_BYTES;
+    pc.in = slot_at(r, i);
   } else if (x.flags & DEV_XF_REDUCE) {
     pc.in = pc.dst;
   }
   if (x.send_peer >= 0) {
     const ring_use &r = st.rings[st.send_ring[xi]];
-    pc.out = r.data + (size_t)((r.count + i) % DEV_SLOTS) * DEV_SLOT_BYTES;
+    pc.out = slot_at(r, i);
   }
   piece_combine(x, pc);
 }
@@ -531,7 +540,7 @@ template <class W> __device__ bool ll_run(const W &w, uint32_t k, block_state &s
       if (__syncthreads_or(!ok)) return false;
       pc.in = (const char *)sm.in;
     } else if (rr != NULL) {
-      pc.in = rr->data + (size_t)(rr->count % DEV_SLOTS) * DEV_SLOT_BYTES;
+      pc.in = slot_at(*rr, 0);
     }
     uint4 *lines = NULL;
     uint32_t flag = 0;
@@ -540,7 +549,7 @@ template <class W> __device__ bool ll_run(const W &w, uint32_t k, block_state &s
       flag = ll_flag(*rs);
       pc.out = (char *)sm.out;
     } else if (rs != NULL) {
-      pc.out = rs->data + (size_t)(rs->count % DEV_SLOTS) * DEV_SLOT_BYTES;
+      pc.out = slot_at(*rs, 0);
     }
     piece_combine(x, pc);
     __syncthreads();
