@@ -65,6 +65,7 @@ struct gx {
   gpu_func_t *func;          /* braid_kernel */
   gpu_func_t *func_small;    /* braid_kernel_small, for launches of at most DEV_SMALL_XFERS transfers */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
+  uint8_t *ll_peer;          /* [nranks] LL_TO: the connection to the peer has an LL ring; LL_FROM: from it */
   gpu_mem_t *mem;            /* the ring tables, counters and barrier dcomm points at */
   dev_comm_t dcomm;          /* the kernels' view, passed by value in every launch's work */
   flags_t *flags;            /* host address of the host-mapped flags */
@@ -94,6 +95,9 @@ struct gx {
   void (*retire_free)(void *);
   gx_t *retired_next;
 };
+
+/* gx_t.ll_peer's bits. */
+enum { LL_TO = 1, LL_FROM = 2 };
 
 /* Ranks of one GPU communicator at most (lane assignment works on the stack). */
 enum { GX_MAX_RANKS = 1024 };
@@ -163,6 +167,8 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
     tp_conn_t *s = links->send[p], *r = links->recv[p];
     if (s != NULL) ll_send[p] = s->ll;
     if (r != NULL) ll_recv[p] = r->ll;
+    gx->ll_peer[p] =
+        (uint8_t)((ll_send[p].data != NULL ? LL_TO : 0) | (ll_recv[p].data != NULL ? LL_FROM : 0));
     for (int c = 0; c < gx->nch; c++) {
       if (s != NULL && c < s->nrings) send[p * gx->nch + c] = s->rings[c];
       if (r != NULL && c < r->nrings) recv[p * gx->nch + c] = r->rings[c];
@@ -220,6 +226,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_NAME, &gx->func), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_SMALL_NAME, &gx->func_small), res, fail);
   gx->ll_max = plan_tuning()->ll_max;
+  CHECK_GOTO(MEM_CALLOC(acct, gx->ll_peer, (size_t)nranks, "GPU executor: LL rings per peer"), res, fail);
   CHECK_GOTO(gpu_dev_alloc(dev, layout(nranks, nch).total, &gx->mem), res, fail);
   mem_charge(acct, gpu_mem_size(gx->mem), 1, "kernel view of the communicator");
   CHECK_GOTO(upload(gx, links), res, fail);
@@ -458,10 +465,17 @@ static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane
 /* The kernel's form of a planned transfer. A running result (XF_PREPARED) is combined as a plain sum where
  * PreMulSum would scale it again; the kernel never sees that flag's meaning. A transfer of at most ll_max
  * bytes is marked LL and runs on one channel (dev.h); the mark depends on the size and the knobs only, so
- * both ends of each of its connections agree. */
+ * both ends of each of its connections agree. Each side of an LL transfer is also marked with its protocol:
+ * LL when its connection has an LL ring, which both ends of the connection know alike. */
 static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_t *out) {
   const red_t *red = in->red;
   const int ll = in->bytes <= gx->ll_max;
+  int flags = (int)in->flags;
+  if (ll) {
+    flags |= DEV_XF_LL;
+    if (in->send_peer >= 0 && (gx->ll_peer[in->send_peer] & LL_TO)) flags |= DEV_XF_LL_SEND;
+    if (in->recv_peer >= 0 && (gx->ll_peer[in->recv_peer] & LL_FROM)) flags |= DEV_XF_LL_RECV;
+  }
   uint64_t nch = ll ? 1 : (in->bytes + DEV_CHANNEL_BYTES - 1) / DEV_CHANNEL_BYTES;
   red_kind_t kind = (in->flags & XF_PREPARED) && red->kind == RED_PREMULSUM ? RED_SUM : red->kind;
   *out = (dev_xfer_t){.src = in->src,
@@ -469,7 +483,7 @@ static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_
                       .bytes = in->bytes,
                       .recv_peer = (int16_t)in->recv_peer,
                       .send_peer = (int16_t)in->send_peer,
-                      .flags = (uint8_t)(in->flags | (ll ? DEV_XF_LL : 0)),
+                      .flags = (uint8_t)flags,
                       .type = (uint8_t)red->type,
                       .red = (uint8_t)kind,
                       .nch = (uint8_t)(nch < 1                   ? 1
@@ -659,7 +673,7 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
 /* Where lanes_check marks a ring: (direction, LL or Simple, peer); a lane may use both rings of a
  * connection when it has transfers on either side of the LL threshold. */
 static int ring_mark(const gx_t *gx, const dev_xfer_t *x, int send) {
-  int ll = (x->flags & DEV_XF_LL) != 0;
+  int ll = (x->flags & (send ? DEV_XF_LL_SEND : DEV_XF_LL_RECV)) != 0;
   return ((send * 2 + ll) * gx->nranks) + (send ? x->send_peer : x->recv_peer);
 }
 
@@ -862,6 +876,7 @@ ncclResult_t gx_destroy(gx_t *gx) {
   }
   wq_free(&gx->wq);
   free(gx->xf);
+  mem_free(gx->acct, gx->ll_peer, (size_t)gx->nranks);
   if (entered) gpu_leave(&scope);
   mem_free(gx->acct, gx, sizeof *gx);
   return ncclSuccess;

@@ -81,9 +81,11 @@ typedef struct {
  * room. `tail` is unused. The counts live in dev_comm_t.ll_sent / ll_recvd, per peer.
  *
  * The host marks a transfer DEV_XF_LL when it is small enough (every rank decides alike from the size and the
- * knobs); the kernel then runs each of its sides (send, receive) as LL when that connection has an LL ring,
- * as Simple (the slot rings above) otherwise. Both ends of a connection see the same transport, so they agree
- * side by side; a transfer may receive LL and send Simple. An LL transfer runs on one channel. */
+ * knobs), and marks each of its sides (DEV_XF_LL_SEND, DEV_XF_LL_RECV) LL when that connection has an LL
+ * ring; an unmarked side runs Simple (the slot rings above). Both ends of a connection see the same
+ * transport, so they agree side by side; a transfer may receive LL and send Simple. An LL transfer runs on
+ * one channel. The host knowing the sides spares the kernel a look at the LL tables before it finds a ring.
+ */
 #define DEV_LL_SLOTS      8
 #define DEV_LL_PIECE      (16 * 1024)        /* data bytes per slot */
 #define DEV_LL_SLOT_BYTES (2 * DEV_LL_PIECE) /* lines of a slot: twice the data */
@@ -137,7 +139,7 @@ typedef struct {
  * assignment; PreMulSum of a running result becomes SUM before the launch); the kernel ignores them. */
 enum { DEV_XF_REDUCE = 1, DEV_XF_PREPARE = 2, DEV_XF_LAST = 4, DEV_XF_SEQ = 8, DEV_XF_PREPARED = 16 };
 /* Set by the GPU executor, not the planner: the transfer is small enough for the LL protocol (above). */
-enum { DEV_XF_LL = 32 };
+enum { DEV_XF_LL = 32, DEV_XF_LL_SEND = 64, DEV_XF_LL_RECV = 128 };
 
 /* Reduction kinds (the same values as host_reduce.h's red_kind_t). */
 enum { DEV_RED_SUM, DEV_RED_PROD, DEV_RED_MAX, DEV_RED_MIN, DEV_RED_PREMULSUM, DEV_RED_SUM_POSTDIV };

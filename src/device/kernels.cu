@@ -9,6 +9,14 @@
  * as the rings allow: never more than it would wait for one by one, so waiting stays deadlock-free), all
  * threads combine them (reduce.cuh), then thread 0 publishes.
  *
+ * A block starts by copying the launch's work from the kernel parameters into shared memory, every thread a
+ * word of it: one parallel trip instead of the chain of parameter reads that finding a lane's transfers
+ * otherwise is, and every later read of the work (each piece reads its transfer's fields) is a shared-memory
+ * one. The first warp then checks the work and opens the step, its lanes side by side: 32 transfers' lanes
+ * are compared by ballot to find the block's range, and each lane looks up the ring of one side (a
+ * transfer's send or receive), one trip to memory for all; serial code in one thread costs a few hundred
+ * cycles per dependent read, which is where a small call's time went.
+ *
  * Every spin loop looks, every WAIT_CHECK_SPINS spins, at the abort flag, at the error word (another block
  * failed) and at the clock. The first block that fails records the error; every block then leaves through
  * the end of the kernel, where the last one out resets the grid barrier for the next launch.
@@ -154,27 +162,35 @@ __device__ bool wait_at_least(const dev_comm_t *comm, const volatile uint64_t *p
 
 /* ---- Grid barrier ---- */
 
+template <class W> __device__ bool step_open(const W &w, block_state &st);
+
 /* Every thread: waits until every block of the grid has finished step st.step, then thread 0 moves st.step
- * on. barrier[0] counts arrivals and only grows during a launch: after step s it reaches (s + 1) * blocks.
- * Ordering: each block's writes before the barrier (its data, its slot counts) are ordered before its
- * arrival by a block barrier and a gpu-scope fence; a block leaves after an acquire load that saw every
- * arrival, then a block barrier. Returns false (in every thread) when the wait failed. */
+ * on and the first warp opens the next step (step_open). barrier[0] counts arrivals and only grows during a
+ * launch: after step s it reaches (s + 1) * blocks. Ordering: each block's writes before the barrier (its
+ * data, its slot counts) are ordered before its arrival by a block barrier and a gpu-scope fence; a block
+ * goes on after an acquire load that saw every arrival, then a warp or block barrier. Returns false (in every
+ * thread) when the wait or the opening failed. */
 template <class W> __device__ bool grid_sync(const W &w, block_state &st) {
   __syncthreads();
   int failed = 0;
-  if (threadIdx.x == 0) {
-    uint32_t *count = w.comm.barrier, target = (st.step + 1) * gridDim.x;
-    __threadfence();
-    atomicAdd(count, 1u);
-    spin_t s = {0, 0};
-    const wait_what what = {-1, -1, 0, w.seq};
-    while (load_acquire_gpu(count) < target) {
-      if (spin_fails(&w.comm, &s, what)) {
-        failed = 1;
-        break;
+  if (threadIdx.x < 32) {
+    if (threadIdx.x == 0) {
+      uint32_t *count = w.comm.barrier, target = (st.step + 1) * gridDim.x;
+      __threadfence();
+      atomicAdd(count, 1u);
+      spin_t s = {0, 0};
+      const wait_what what = {-1, -1, 0, w.seq};
+      while (load_acquire_gpu(count) < target) {
+        if (spin_fails(&w.comm, &s, what)) {
+          failed = 1;
+          break;
+        }
       }
+      st.step++;
     }
-    st.step++;
+    __syncwarp();
+    failed = __shfl_sync(0xffffffffu, failed, 0);
+    if (!failed) failed = !step_open(w, st);
   }
   return __syncthreads_or(failed) == 0;
 }
@@ -210,101 +226,131 @@ template <class W> __device__ void grid_finish(const W &w) {
 
 /* ---- Validation ---- */
 
-/* Thread 0: whether the launch's shape is something this kernel can run. The host builds the work, so a
- * failure here is a bug, reported as DEV_ERR_INVALID rather than a wild access. Each block checks its own
- * lane's transfers when it opens them (xfer_valid), which keeps the start of a launch short. */
+/* The first warp: whether the launch's shape is something this kernel can run (the same answer in every
+ * lane). The host builds the work, so a failure here is a bug, reported as DEV_ERR_INVALID rather than a
+ * wild access. The conditions are combined without short cuts and lane s checks step s, so the reads go out
+ * together instead of one after another. Each block checks its own lane's transfers when it opens them
+ * (xfer_valid). */
 template <class W> __device__ bool work_valid(const W &w) {
+  static_assert(DEV_MAX_STEPS <= 32, "a lane checks a step");
   const dev_comm_t *comm = &w.comm;
-  if (comm->nch_max < 1 || comm->nch_max > DEV_MAX_CHANNELS) return false;
-  if (w.nch < 1 || w.nch > comm->nch_max || gridDim.x % w.nch != 0) return false;
-  const uint32_t slots = sizeof w.xfers / sizeof w.xfers[0];
-  if (blockDim.x != DEV_THREADS || w.nxfers > (w.ext != NULL ? DEV_MAX_SPILL : slots) ||
-      w.nsteps > DEV_MAX_STEPS)
-    return false;
-  uint32_t first = 0;
-  for (uint32_t s = 0; s < w.nsteps; s++) {
-    if (w.step_end[s] < first || w.step_end[s] > w.nxfers) return false;
-    if ((uint32_t)w.step_lanes[s] * w.nch > gridDim.x) return false;
-    first = w.step_end[s];
+  const uint32_t slots = sizeof w.xfers / sizeof w.xfers[0], nch = w.nch, nsteps = w.nsteps, s = threadIdx.x;
+  bool bad = (comm->nch_max < 1) | (comm->nch_max > DEV_MAX_CHANNELS) | (nch < 1) |
+             (nch > (uint32_t)comm->nch_max) | (blockDim.x != DEV_THREADS) |
+             (w.nxfers > (w.ext != NULL ? DEV_MAX_SPILL : slots)) | (nsteps > DEV_MAX_STEPS);
+  if (!bad) bad = gridDim.x % nch != 0;
+  if (!bad && s < nsteps) {
+    const uint32_t first = s > 0 ? w.step_end[s - 1] : 0;
+    bad =
+        (w.step_end[s] < first) | (w.step_end[s] > w.nxfers) | ((uint32_t)w.step_lanes[s] * nch > gridDim.x);
   }
-  return true;
+  return __all_sync(0xffffffffu, !bad);
 }
 
 /* A transfer is well formed: channels (within the launch's blocks per lane, so every part has a block),
  * type, operation and peers in range, and something to move; a local reduction has both operands. */
 template <class W> __device__ bool xfer_valid(const dev_xfer_t &x, const W &w) {
-  const dev_comm_t *comm = &w.comm;
-  if (x.nch < 1 || x.nch > w.nch || x.type >= ncclNumTypes || x.red > DEV_RED_SUM_POSTDIV) return false;
-  if (x.recv_peer < -1 || x.recv_peer >= comm->nranks || x.send_peer < -1 || x.send_peer >= comm->nranks) {
-    return false;
-  }
-  if (x.recv_peer < 0 && (x.flags & DEV_XF_REDUCE) && x.dst == NULL) return false;
-  return x.recv_peer >= 0 || x.src != NULL;
+  /* every field read at once, the conditions combined without short cuts (see work_valid) */
+  const int nranks = w.comm.nranks, recv_peer = x.recv_peer, send_peer = x.send_peer;
+  const bool local_reduce = recv_peer < 0 && (x.flags & DEV_XF_REDUCE) != 0;
+  const bool bad = (x.nch < 1) | (x.nch > w.nch) | (x.type >= ncclNumTypes) | (x.red > DEV_RED_SUM_POSTDIV) |
+                   (recv_peer < -1) | (recv_peer >= nranks) | (send_peer < -1) | (send_peer >= nranks) |
+                   (local_reduce & (x.dst == NULL)) | ((recv_peer < 0) & (x.src == NULL));
+  return !bad;
 }
 
 /* ---- Lanes ---- */
 
-/* Thread 0: the index in st.rings of ring `idx` of one direction (peer * nch_max + c in the Simple tables,
- * peer in the LL ones), adding it with its count read from `homes` if the lane has not used it yet; NO_RING
- * when it is not connected. */
-__device__ uint8_t ring_find(block_state &st, const dev_ring_t *rings, uint64_t *homes, uint64_t *heads,
-                             int idx, bool ll) {
-  for (uint32_t r = 0; r < st.nrings; r++) {
-    if (st.rings[r].home == &homes[idx]) return (uint8_t)r;
-  }
-  /* the four loads are independent: issued together, they cost one trip to memory, not four. The counts
-   * come from L2 (.cg): another block may have stored them in an earlier step of this launch */
-  const dev_ring_t ring = rings[idx];
-  const uint64_t count = __ldcg(&homes[idx]), seen = heads != NULL ? __ldcg(&heads[idx]) : 0;
-  if (ring.data == NULL || ring.ctrl == NULL || st.nrings == DEV_LANE_RINGS) return NO_RING;
-  ring_use &u = st.rings[st.nrings];
-  u.data = ring.data;
-  u.ctrl = ring.ctrl;
-  u.home = &homes[idx];
-  u.count = count;
-  u.head_home = heads != NULL ? &heads[idx] : NULL;
-  u.head_seen = seen;
-  u.ll = ll;
-  return (uint8_t)st.nrings++;
-}
+/* One side (send or receive) of a transfer of the lane as a lane of the first warp finds it (lane_open): its
+ * ring's table entry and count, or why there is none. */
+struct side_find {
+  dev_ring_t ring;
+  uint64_t *home;      /* the count's entry in comm->sent / recvd (or the LL ones) */
+  uint64_t *head_home; /* send sides: the cached head's entry; NULL otherwise */
+  uint64_t count, seen;
+  uint32_t xi;  /* the transfer's index in the lane */
+  uint8_t used; /* a side on the block's channel with a peer */
+  uint8_t bad;  /* the transfer is malformed, or its ring is not connected */
+  uint8_t send; /* 1: the send side */
+  uint8_t ll;   /* the side runs LL (its transfer's DEV_XF_LL_SEND / _RECV) */
+};
 
-/* Thread 0: checks the lane's transfers, finds their rings on the block's channel and loads their counts.
- * The grid barrier before the step ordered the counts' last stores (by whichever block used the ring
- * before). */
-template <class W> __device__ bool lane_open(const W &w, block_state &st) {
+/* One lane of the first warp: looks up side `l % 2` (0: send) of transfer first + l / 2 on the block's
+ * channel. The loads are independent of each other and of the other lanes': one trip to memory for the
+ * warp. The counts come from L2 (.cg): another block may have stored them in an earlier step. */
+template <class W>
+__device__ side_find side_look(const W &w, const block_state &st, uint32_t first, uint32_t l) {
   const dev_comm_t *comm = &w.comm;
-  const uint32_t c = st.channel;
-  st.nrings = 0;
-  for (uint32_t k = st.first; k < st.end; k++) {
-    const dev_xfer_t &x = xfer_at(w, k);
-    const uint32_t xi = k - st.first;
-    st.send_ring[xi] = st.recv_ring[xi] = NO_RING;
-    if (!xfer_valid(x, w)) goto invalid;
-    if (c >= x.nch) continue;
-    /* an LL transfer runs each side on the connection's LL ring when it has one (dev.h) */
-    const bool ll = (x.flags & DEV_XF_LL) != 0;
-    if (x.send_peer >= 0) {
-      st.send_ring[xi] =
-          ll && comm->ll_send[x.send_peer].data != NULL
-              ? ring_find(st, comm->ll_send, comm->ll_sent, comm->ll_heads, x.send_peer, true)
-              : ring_find(st, comm->send, comm->sent, comm->heads, x.send_peer * comm->nch_max + c, false);
-      if (st.send_ring[xi] == NO_RING) goto invalid;
-    }
-    if (x.recv_peer >= 0) {
-      st.recv_ring[xi] =
-          ll && comm->ll_recv[x.recv_peer].data != NULL
-              ? ring_find(st, comm->ll_recv, comm->ll_recvd, NULL, x.recv_peer, true)
-              : ring_find(st, comm->recv, comm->recvd, NULL, x.recv_peer * comm->nch_max + c, false);
-      if (st.recv_ring[xi] == NO_RING) goto invalid;
-    }
+  side_find f = {};
+  const uint32_t k = first + l / 2;
+  if (k >= st.end) return f;
+  const dev_xfer_t &x = xfer_at(w, k);
+  f.xi = k - st.first;
+  f.send = (l & 1) == 0;
+  if (!xfer_valid(x, w)) {
+    f.bad = 1;
+    return f;
   }
-  return true;
-invalid:
-  error_record(comm, DEV_ERR_INVALID, -1, (int)c, 0, w.seq, 0);
-  return false;
+  const int peer = f.send ? x.send_peer : x.recv_peer;
+  if (st.channel >= x.nch || peer < 0) return f;
+  f.ll = (x.flags & (f.send ? DEV_XF_LL_SEND : DEV_XF_LL_RECV)) != 0;
+  const int idx = f.ll ? peer : peer * comm->nch_max + (int)st.channel;
+  const dev_ring_t *rings =
+      f.ll ? (f.send ? comm->ll_send : comm->ll_recv) : (f.send ? comm->send : comm->recv);
+  uint64_t *homes = f.ll ? (f.send ? comm->ll_sent : comm->ll_recvd) : (f.send ? comm->sent : comm->recvd);
+  uint64_t *heads = !f.send ? NULL : f.ll ? comm->ll_heads : comm->heads;
+  f.ring = rings[idx];
+  f.count = __ldcg(&homes[idx]);
+  f.seen = heads != NULL ? __ldcg(&heads[idx]) : 0;
+  f.home = &homes[idx];
+  f.head_home = heads != NULL ? &heads[idx] : NULL;
+  f.used = 1;
+  f.bad = f.ring.data == NULL || f.ring.ctrl == NULL;
+  return f;
 }
 
-/* Thread 0: stores the lane's counts back for the next step or launch (to L2, where ring_find reads them;
+/* The first warp: checks the lane's transfers, finds their rings on the block's channel and loads their
+ * counts, 16 transfers (32 sides) at a time, each lane one side. A side whose ring an earlier round added
+ * takes its index; among the rest, lanes naming the same ring (two transfers of a lane may share one, and
+ * then its count) elect the lowest as its owner, and the owners take the next indices in lane order. The grid
+ * barrier before the step ordered the counts' last stores (by whichever block used the ring before). Returns
+ * the same in every lane of the warp. */
+template <class W> __device__ bool lane_open(const W &w, block_state &st) {
+  const uint32_t l = threadIdx.x, below = (1u << l) - 1;
+  uint32_t nrings = 0;
+  bool ok = true;
+  for (uint32_t first = st.first; first < st.end && ok; first += 16) {
+    const side_find f = side_look(w, st, first, l);
+    uint32_t r = NO_RING;
+    for (uint32_t i = 0; f.used && i < nrings; i++) {
+      if (st.rings[i].home == f.home) r = i;
+    }
+    const bool fresh = f.used && !f.bad && r == NO_RING;
+    const uint32_t same = __match_any_sync(0xffffffffu, fresh ? (unsigned long long)f.home : 0ull);
+    const uint32_t owners = __ballot_sync(0xffffffffu, fresh && (same & below) == 0);
+    if (fresh) r = nrings + __popc(owners & ((1u << (__ffs(same) - 1)) - 1));
+    const bool room = nrings + __popc(owners) <= DEV_LANE_RINGS;
+    if (fresh && room && (same & below) == 0) {
+      ring_use &u = st.rings[r];
+      u.data = f.ring.data;
+      u.ctrl = f.ring.ctrl;
+      u.home = f.home;
+      u.count = f.count;
+      u.head_home = f.head_home;
+      u.head_seen = f.seen;
+      u.ll = f.ll;
+    }
+    if (first + l / 2 < st.end) (f.send ? st.send_ring : st.recv_ring)[f.xi] = f.used ? (uint8_t)r : NO_RING;
+    ok = __all_sync(0xffffffffu, !f.bad) && room;
+    nrings += __popc(owners);
+    __syncwarp(); /* the rings added are seen by every lane in the next round */
+  }
+  if (l == 0) st.nrings = nrings;
+  if (!ok && l == 0) error_record(&w.comm, DEV_ERR_INVALID, -1, (int)st.channel, 0, w.seq, 0);
+  return ok;
+}
+
+/* Thread 0: stores the lane's counts back for the next step or launch (to L2, where side_look reads them;
  * the grid barrier or the kernel's end orders them before those reads). */
 __device__ void lane_close(block_state &st) {
   for (uint32_t r = 0; r < st.nrings; r++) {
@@ -510,16 +556,25 @@ __device__ __forceinline__ uint4 *ll_slot(const ring_use &r) {
  * receive's lines, all combine through the staging, every thread writes an LL send's lines, and thread 0
  * publishes. Each thread takes the rings' counts (the slots and flags of the piece) before the barrier after
  * which thread 0 moves them on. Returns false (in every thread) when a wait failed. */
-template <class W> __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm) {
+template <class W>
+__device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bool &synced) {
   const dev_xfer_t &x = xfer_at(w, k);
   const uint32_t xi = k - st.first;
   const ring_use *rr = x.recv_peer >= 0 ? &st.rings[st.recv_ring[xi]] : NULL;
   const ring_use *rs = x.send_peer >= 0 ? &st.rings[st.send_ring[xi]] : NULL;
   for (uint64_t at = 0; at < x.bytes; at += DEV_LL_PIECE) {
     const uint32_t len = x.bytes - at < DEV_LL_PIECE ? (uint32_t)(x.bytes - at) : DEV_LL_PIECE;
-    if (threadIdx.x == 0) st.batch = batch_wait(w, x, xi, 1, st);
-    __syncthreads();
-    if (st.batch == 0) return false;
+    /* Thread 0 waits and says so at a barrier, unless nothing is to be waited for and every thread sees
+     * that alike: both sides LL (a receive waits on its lines) and the head last read leaves the send room,
+     * read by every thread from the lane's rings while thread 0 has not moved them since a barrier. */
+    const bool quick = synced && (rr == NULL || rr->ll) &&
+                       (rs == NULL || (rs->ll && rs->head_seen + DEV_LL_SLOTS > rs->count));
+    if (!quick) {
+      if (threadIdx.x == 0) st.batch = batch_wait(w, x, xi, 1, st);
+      __syncthreads();
+      if (st.batch == 0) return false;
+    }
+    synced = false; /* thread 0 publishes at the end of the piece */
     if (rs != NULL && rs->ll && ll_plain_send(x)) {
       ll_write_direct(ll_slot(*rs), ll_flag(*rs), len, x.src + at);
       __syncthreads(); /* every thread took the count before thread 0 moves it on */
@@ -565,78 +620,110 @@ template <class W> __device__ bool ll_run(const W &w, uint32_t k, block_state &s
 template <class W> __device__ bool lane_run(const W &w, block_state &st, ll_stage &sm) {
   const uint32_t c = st.channel;
   bool ok = true;
+  bool synced = true; /* no piece published since the block barrier that opened the step */
   for (uint32_t j = 0; ok; j++) {
-    bool any = false;
+    bool more = false; /* a transfer has bytes past slice j */
     for (uint32_t k = st.first; k < st.end && ok; k++) {
       const dev_xfer_t &x = xfer_at(w, k);
-      if (j * dev_slice_stride(x.nch) >= x.bytes) continue;
-      any = true;
+      const uint64_t stride = dev_slice_stride(x.nch);
+      if (j * stride >= x.bytes) continue;
+      more |= (j + 1) * stride < x.bytes;
       if (c >= x.nch) continue;
       if (x.flags & DEV_XF_LL) { /* one slice: the host keeps LL transfers within half a ring */
-        ok = ll_run(w, k, st, sm);
+        ok = ll_run(w, k, st, sm, synced);
         continue;
       }
       dev_span_t part = dev_part(x.bytes, x.nch, j, c);
       if (part.len != 0) ok = part_run(w, k, part.off, (uint32_t)part.len, st);
+      synced = false;
     }
-    if (!any) break;
+    if (!more) break;
   }
   if (threadIdx.x == 0) lane_close(st);
   return ok;
 }
 
-/* Thread 0: the transfers of the block's lane in step s, a range since a step's transfers are sorted by
- * lane; false when the order is broken where the range ends. */
+/* The first warp: the transfers of the block's lane in step s, a range since a step's transfers are sorted
+ * by lane: from the first transfer of a lane >= the block's to the next one of another lane, which must be a
+ * later lane. The lanes of 32 transfers are read at once and compared by ballot. Returns the same in every
+ * lane of the warp; thread 0 stores the range. */
 template <class W> __device__ bool lane_range(const W &w, int s, block_state &st) {
-  uint32_t a = s > 0 ? w.step_end[s - 1] : 0, end = w.step_end[s];
-  while (a < end && xfer_at(w, a).lane < st.lane) a++;
-  uint32_t b = a;
-  while (b < end && xfer_at(w, b).lane == st.lane) b++;
-  st.first = a;
-  st.end = b;
-  if (b - a > DEV_LANE_XFERS) return false; /* the host splits no lane this long */
-  return b == end || xfer_at(w, b).lane > st.lane;
-}
-
-/* Every thread: step s for the block's lane: finds its transfers and rings, then runs them. */
-template <class W> __device__ bool step_run(const W &w, int s, block_state &st, ll_stage &sm) {
-  int failed = 0;
-  if (threadIdx.x == 0) {
-    if (lane_range(w, s, st)) {
-      failed = !lane_open(w, st);
-    } else {
-      error_record(&w.comm, DEV_ERR_INVALID, -1, (int)st.channel, 0, w.seq, 0);
-      failed = 1;
+  const uint32_t l = threadIdx.x, lane = st.lane, end = w.step_end[s], none = 0xffffffffu;
+  uint32_t first = none, last = none;
+  bool ordered = true;
+  for (uint32_t base = s > 0 ? w.step_end[s - 1] : 0; base < end && last == none; base += 32) {
+    const uint32_t k = base + l, kl = k < end ? xfer_at(w, k).lane : none;
+    if (first == none) {
+      const uint32_t ge = __ballot_sync(0xffffffffu, k < end && kl >= lane);
+      if (ge != 0) first = base + __ffs(ge) - 1;
+    }
+    if (first != none) {
+      const uint32_t other = __ballot_sync(0xffffffffu, k >= first && k < end && kl != lane);
+      if (other != 0) {
+        last = base + __ffs(other) - 1;
+        ordered = __shfl_sync(0xffffffffu, kl, __ffs(other) - 1) > lane;
+      }
     }
   }
-  if (__syncthreads_or(failed)) return false;
-  return lane_run(w, st, sm);
+  if (first == none) first = end;
+  if (last == none) last = end;
+  if (l == 0) {
+    st.first = first;
+    st.end = last;
+  }
+  return ordered && last - first <= DEV_LANE_XFERS; /* the host splits no lane this long */
 }
 
-/* The kernel (dev.h), for either entry point. A block's position in the work (lane, channel, step, the
- * lane's transfers) lives in shared memory: thread 0 moves it on between block barriers, and keeping it out
- * of registers leaves them to the reduction loops, whose calls would otherwise push it to local memory. */
-template <class W> __device__ __forceinline__ void kernel_run(const W &work) {
+/* The first warp: finds the block's lane's transfers in step st.step and their rings, when the step has the
+ * lane. Returns the same in every lane of the warp. */
+template <class W> __device__ bool step_open(const W &w, block_state &st) {
+  if (st.lane >= w.step_lanes[st.step]) return true;
+  const bool ok = lane_range(w, (int)st.step, st);
+  if (!ok && threadIdx.x == 0) error_record(&w.comm, DEV_ERR_INVALID, -1, (int)st.channel, 0, w.seq, 0);
+  __syncwarp(); /* the range is seen by every lane */
+  return ok && lane_open(w, st);
+}
+
+/* Every thread: copies the launch's work from the parameters to shared memory, a word per thread. */
+template <class W> __device__ __forceinline__ void work_copy(const W &param, W &w) {
+  static_assert(sizeof(W) % sizeof(uint64_t) == 0 && sizeof(W) / sizeof(uint64_t) <= DEV_THREADS,
+                "the work is copied in one word per thread");
+  const uint32_t i = threadIdx.x;
+  if (i < sizeof(W) / sizeof(uint64_t)) ((uint64_t *)&w)[i] = ((const uint64_t *)&param)[i];
+  __syncthreads();
+}
+
+/* The kernel (dev.h), for either entry point. The work is read from its copy in shared memory. A block's
+ * position in the work (lane, channel, step, the lane's transfers) lives in shared memory too: thread 0 moves
+ * it on between barriers, and keeping it out of registers leaves them to the reduction loops, whose calls
+ * would otherwise push it to local memory. */
+template <class W> __device__ __forceinline__ void kernel_run(const W &param) {
+  __shared__ __align__(16) W w;
   __shared__ block_state st;
   __shared__ __align__(16) ll_stage sm;
+  work_copy(param, w);
   int failed = 0;
-  if (threadIdx.x == 0) {
-    if (work_valid(work)) {
-      st.lane = blockIdx.x / (uint32_t)work.nch;
-      st.channel = blockIdx.x % (uint32_t)work.nch;
-      st.step = 0;
-    } else {
-      error_record(&work.comm, DEV_ERR_INVALID, -1, -1, 0, work.seq, 0);
-      failed = 1;
+  if (threadIdx.x < 32) {
+    failed = !work_valid(w);
+    if (threadIdx.x == 0) {
+      if (!failed) {
+        st.lane = blockIdx.x / (uint32_t)w.nch;
+        st.channel = blockIdx.x % (uint32_t)w.nch;
+        st.step = 0;
+      } else {
+        error_record(&w.comm, DEV_ERR_INVALID, -1, -1, 0, w.seq, 0);
+      }
     }
+    __syncwarp();
+    if (!failed && w.nsteps > 0) failed = !step_open(w, st);
   }
-  if (__syncthreads_or(failed) == 0 && work.nsteps > 0) {
+  if (__syncthreads_or(failed) == 0 && w.nsteps > 0) {
     for (;;) {
-      if (st.lane < work.step_lanes[st.step] && !step_run(work, st.step, st, sm)) break;
-      if (st.step + 1 >= work.nsteps || !grid_sync(work, st)) break;
+      if (st.lane < w.step_lanes[st.step] && !lane_run(w, st, sm)) break;
+      if (st.step + 1 >= w.nsteps || !grid_sync(w, st)) break;
     }
   }
-  grid_finish(work);
+  grid_finish(w);
 }
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)

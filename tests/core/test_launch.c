@@ -117,14 +117,18 @@ static mock_cuda_stats_t *mock_stats(void) {
   return s;
 }
 
-/* Whether every transfer of the last launch is (ll = 1) or is not (ll = 0) marked LL on one channel; its
- * transfer count in *n. */
+/* Whether every transfer of the last launch is (ll = 1) or is not (ll = 0) marked LL on one channel, with
+ * each side that has a peer marked LL too (the stand-in's p2p connections all have LL rings) or neither
+ * side; its transfer count in *n. */
 static int last_launch_ll(const mock_cuda_stats_t *s, int ll, int *n) {
   const dev_work_t *w = (const dev_work_t *)s->last_work;
   *n = w->nxfers;
   for (int i = 0; i < w->nxfers && w->ext == NULL; i++) {
-    int marked = (w->xfers[i].flags & DEV_XF_LL) != 0;
-    if (marked != ll || (ll && w->xfers[i].nch != 1)) return 0;
+    const dev_xfer_t *x = &w->xfers[i];
+    int marked = (x->flags & DEV_XF_LL) != 0;
+    if (marked != ll || (ll && x->nch != 1)) return 0;
+    if (((x->flags & DEV_XF_LL_SEND) != 0) != (ll && x->send_peer >= 0)) return 0;
+    if (((x->flags & DEV_XF_LL_RECV) != 0) != (ll && x->recv_peer >= 0)) return 0;
   }
   return w->nxfers > 0;
 }

@@ -49,7 +49,13 @@ static void test_constants(void) {
   /* LL: a line is 16 bytes carrying 8 of data; a slot holds one piece; a piece is whole lines */
   EXPECT(DEV_LL_SLOT_BYTES == 2 * DEV_LL_PIECE && DEV_LL_PIECE % 8 == 0);
   EXPECT(DEV_LL_RING_BYTES == sizeof(dev_ctrl_t) + (uint64_t)DEV_LL_SLOTS * DEV_LL_SLOT_BYTES);
-  EXPECT((DEV_XF_LL & (DEV_XF_REDUCE | DEV_XF_PREPARE | DEV_XF_LAST | DEV_XF_SEQ | DEV_XF_PREPARED)) == 0);
+  const int planner = DEV_XF_REDUCE | DEV_XF_PREPARE | DEV_XF_LAST | DEV_XF_SEQ | DEV_XF_PREPARED;
+  const int ll = DEV_XF_LL | DEV_XF_LL_SEND | DEV_XF_LL_RECV;
+  EXPECT((ll & planner) == 0 && ll <= 0xff, "the LL marks take bits of dev_xfer_t.flags the planner leaves");
+  EXPECT((DEV_XF_LL & (DEV_XF_LL_SEND | DEV_XF_LL_RECV)) == 0 && (DEV_XF_LL_SEND & DEV_XF_LL_RECV) == 0);
+  /* the kernel copies its work to shared memory a word per thread */
+  EXPECT(sizeof(dev_work_t) % 8 == 0 && sizeof(dev_work_t) / 8 <= DEV_THREADS);
+  EXPECT(sizeof(dev_work_small_t) % 8 == 0);
   EXPECT(DEV_SMALL_XFERS <= DEV_MAX_XFERS);
 }
 
