@@ -99,6 +99,9 @@ struct gx {
 /* gx_t.ll_peer's bits. */
 enum { LL_TO = 1, LL_FROM = 2 };
 
+/* Channels per connection unless BRAID_CHANNELS says otherwise (fewer when many ranks share the SMs). */
+enum { GX_CHANNELS_DEFAULT = 40 };
+
 /* Ranks of one GPU communicator at most (lane assignment works on the stack). */
 enum { GX_MAX_RANKS = 1024 };
 /* Seconds past BRAID_TIMEOUT_S after which a launch that has not finished means the GPU is stuck. */
@@ -124,11 +127,16 @@ _Static_assert(2 * (PLAN_ONESHOT_MAX_RANKS - 1) <= DEV_LANE_RINGS,
                "one-shot lanes exceed the kernel's rings");
 
 int gx_channels(int nranks) {
-  int64_t want = param_int(P_BRAID_CHANNELS);
-  if (want >= 1) return want > DEV_MAX_CHANNELS ? DEV_MAX_CHANNELS : (int)want;
   int lanes = nranks > 1 ? 2 * nranks - 1 : 1; /* the most lanes a step can have */
-  int nch = 120 / lanes;                       /* keep every launch well under one block per SM */
-  return nch < 1 ? 1 : nch > DEV_MAX_CHANNELS ? DEV_MAX_CHANNELS : nch;
+  int fit = 120 / lanes; /* keep every launch well under one block per SM: its blocks wait for each other */
+  if (fit < 1) fit = 1;
+  if (fit > DEV_MAX_CHANNELS) fit = DEV_MAX_CHANNELS;
+  int64_t want = param_int(P_BRAID_CHANNELS);
+  if (want < 1) return fit < GX_CHANNELS_DEFAULT ? fit : GX_CHANNELS_DEFAULT;
+  if (want > fit)
+    INFO(LOG_INIT | LOG_TUNING, "BRAID_CHANNELS=%lld: %d ranks take at most %d channels", (long long)want,
+         nranks, fit);
+  return want > fit ? fit : (int)want;
 }
 
 /* Byte offsets of the parts of the device allocation (dev_comm_t's tables). */

@@ -34,9 +34,9 @@
 #include <stdint.h>
 
 #define DEV_SLOTS             8
-#define DEV_SLOT_BYTES        (64 * 1024)
+#define DEV_SLOT_BYTES        (128 * 1024)
 #define DEV_SLICE_BYTES       (DEV_SLOTS / 2 * DEV_SLOT_BYTES) /* per channel per slice: half a ring */
-#define DEV_MAX_CHANNELS      32
+#define DEV_MAX_CHANNELS      64
 #define DEV_THREADS           512         /* threads per block */
 #define DEV_MAX_XFERS         56          /* transfers carried by value in one launch */
 #define DEV_MAX_SPILL         65535       /* transfers of one launch whose list is spilled (dev_work_t.ext) */

@@ -31,7 +31,7 @@
 #include "device/dev.h"
 
 /* Bytes of connect information a transport may put in its blob. */
-#define TP_BLOB_BYTES 256
+#define TP_BLOB_BYTES 512
 
 /* What the transports know about each rank: gathered over the bootstrap at init. */
 typedef struct {
