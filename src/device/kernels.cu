@@ -513,23 +513,29 @@ __device__ void ll_write(uint4 *slot, uint32_t flag, uint32_t len, const uint2 *
   }
 }
 
-/* Every thread: encodes its share of a piece of `len` bytes straight from `src` (any alignment) into the
- * lines of `slot`: a send that neither receives nor transforms its data needs no staging. */
+/* Bytes [8 i, 8 i + 8) of a buffer of `len` bytes at `src` (any alignment; zeros past the end), from L2. */
+__device__ __forceinline__ uint2 load8(const char *src, uint32_t i, uint32_t len) {
+  if (((uintptr_t)src & 7) == 0 && 8 * i + 8 <= len) return __ldcg((const uint2 *)src + i);
+  unsigned char b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (uint32_t k = 0; k < 8 && 8 * i + k < len; k++) b[k] = __ldcg((const unsigned char *)src + 8 * i + k);
+  uint2 d;
+  memcpy(&d, b, 8);
+  return d;
+}
+
+/* Every thread: encodes its share of a piece of `len` bytes straight from `src` into the lines of `slot`: a
+ * send that neither receives nor transforms its data needs no staging. */
 __device__ void ll_write_direct(uint4 *slot, uint32_t flag, uint32_t len, const char *src) {
-  const uint32_t lines = (len + 7) / 8;
-  const bool aligned = ((uintptr_t)src & 7) == 0;
-  for (uint32_t i = threadIdx.x; i < lines; i += DEV_THREADS) {
-    uint2 d = make_uint2(0, 0);
-    if (aligned && 8 * i + 8 <= len) {
-      d = __ldcg((const uint2 *)src + i);
-    } else {
-      unsigned char b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (uint32_t k = 0; k < 8 && 8 * i + k < len; k++)
-        b[k] = __ldcg((const unsigned char *)src + 8 * i + k);
-      memcpy(&d, b, 8);
-    }
+  for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += DEV_THREADS) {
+    const uint2 d = load8(src, i, len);
     store_line(slot + i, make_uint4(d.x, flag, d.y, flag));
   }
+}
+
+/* Every thread: copies its share of a piece of `len` bytes from `src` into `to` (shared memory), the lines
+ * the same thread reads next (ll_read), so the loads travel while it waits for them. */
+__device__ void ll_stage_local(uint2 *to, const char *src, uint32_t len) {
+  for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += DEV_THREADS) to[i] = load8(src, i, len);
 }
 
 /* Whether an LL transfer only sends its source as it is: no receive, no local result, no scaling (what
@@ -588,8 +594,14 @@ __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bo
     pc.out = NULL;
     pc.bytes = len;
     if (rr != NULL && rr->ll) {
-      /* the local operand is read right after the lines arrive: ask for it while they travel */
-      if (pc.local != NULL && threadIdx.x * 32 < len) prefetch_l2(pc.local + threadIdx.x * 32);
+      /* the local operand is combined right after the lines arrive: read it while they travel, into the
+       * outgoing staging when nothing is sent through it (an LL send needs it), else into L2 */
+      if (pc.local != NULL && (x.flags & DEV_XF_REDUCE) && (rs == NULL || !rs->ll)) {
+        ll_stage_local(sm.out, pc.local, len);
+        pc.local = (const char *)sm.out;
+      } else if (pc.local != NULL && threadIdx.x * 32 < len) {
+        prefetch_l2(pc.local + threadIdx.x * 32);
+      }
       const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
       const bool ok = ll_read(&w.comm, ll_slot(*rr), ll_flag(*rr), len, sm.in, what);
       if (__syncthreads_or(!ok)) return false;
