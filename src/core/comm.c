@@ -106,9 +106,22 @@ static size_t ring_bytes(void) {
 static ncclResult_t init_peers(ncclComm_t comm) {
   CHECK(MEM_CALLOC(&comm->acct, comm->peers, comm->nranks, "peer table"));
   comm->ring_bytes = ring_bytes();
-  comm->peers[comm->rank] = (tp_peer_t){
-      .host_hash = host_hash(), .pid = (int32_t)getpid(), .dev = comm->dev, .ring_bytes = comm->ring_bytes};
+  comm->peers[comm->rank] = (tp_peer_t){.host_hash = host_hash(),
+                                        .pid = (int32_t)getpid(),
+                                        .dev = comm->dev,
+                                        .ring_bytes = comm->ring_bytes,
+                                        .nch = comm->dev >= 0 ? comm->nch : 0};
   CHECK(boot_allgather(comm->boot, comm->peers, sizeof(tp_peer_t)));
+  /* Both ends of a connection need the same rings, and every rank's launches must fit its own GPU: the
+   * fewest channels any rank can run (GPUs with fewer SMs, or a smaller BRAID_CHANNELS) */
+  int nch = comm->nch;
+  for (int r = 0; r < comm->nranks; r++)
+    if (comm->peers[r].nch > 0 && comm->peers[r].nch < nch) nch = comm->peers[r].nch;
+  if (comm->dev >= 0 && nch != comm->nch) {
+    INFO(LOG_INIT | LOG_TUNING, "%s rank %d: %d channels, the fewest any rank can run (this one: %d)",
+         comm->name, comm->rank, nch, comm->nch);
+    comm->nch = nch;
+  }
   for (int r = 0; r < comm->nranks; r++)
     if (comm->peers[r].ring_bytes != comm->ring_bytes)
       return log_err(ncclInvalidUsage,
@@ -168,7 +181,9 @@ ncclResult_t comm_init(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
   gpu_scope_t scope = {0};
   if (comm->dev >= 0) {
     CHECK_GOTO(gpu_enter(comm->dev, &scope), res, fail);
-    comm->nch = gx_channels(comm->nranks);
+    int sms = 0;
+    CHECK_GOTO(gpu_device_sms(comm->dev, &sms), res, fail_leave);
+    comm->nch = gx_channels(comm->nranks, sms);
   }
   CHECK_GOTO(init_bootstrap(comm, ids, nid), res, fail_leave);
   CHECK_GOTO(init_peers(comm), res, fail_leave);

@@ -126,16 +126,18 @@ _Static_assert(PLAN_LL_MAX <= DEV_LL_SLOTS / 2 * DEV_LL_PIECE &&
 _Static_assert(2 * (PLAN_ONESHOT_MAX_RANKS - 1) <= DEV_LANE_RINGS,
                "one-shot lanes exceed the kernel's rings");
 
-int gx_channels(int nranks) {
+int gx_channels(int nranks, int sms) {
   int lanes = nranks > 1 ? 2 * nranks - 1 : 1; /* the most lanes a step can have */
-  int fit = 120 / lanes; /* keep every launch well under one block per SM: its blocks wait for each other */
+  /* a launch's blocks wait for each other, so they must all run at once, one per SM (the kernel takes a
+   * whole SM's registers): the widest launch stays within ten elevenths of the SMs (120 of 132) */
+  int fit = sms * 10 / 11 / lanes;
   if (fit < 1) fit = 1;
   if (fit > DEV_MAX_CHANNELS) fit = DEV_MAX_CHANNELS;
   int64_t want = param_int(P_BRAID_CHANNELS);
   if (want < 1) return fit < GX_CHANNELS_DEFAULT ? fit : GX_CHANNELS_DEFAULT;
   if (want > fit)
-    INFO(LOG_INIT | LOG_TUNING, "BRAID_CHANNELS=%lld: %d ranks take at most %d channels", (long long)want,
-         nranks, fit);
+    INFO(LOG_INIT | LOG_TUNING, "BRAID_CHANNELS=%lld: %d ranks on %d SMs take at most %d channels",
+         (long long)want, nranks, sms, fit);
   return want > fit ? fit : (int)want;
 }
 

@@ -22,7 +22,7 @@
 typedef struct gx gx_t;
 
 /* Channels (rings per connection) for a communicator of `nranks` ranks: the same on every rank. */
-int gx_channels(int nranks);
+int gx_channels(int nranks, int sms);
 /* Makes the GPU state of a communicator whose connections to every peer are made (links). */
 ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, alloc_acct_t *acct,
                      const char *name, gx_t **gx_p);

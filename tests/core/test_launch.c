@@ -23,6 +23,7 @@
 
 #ifdef BRAID_MOCK_CUDA_DIR
 
+#include "core/launch.h"
 #include "device/dev.h"
 #include "../gpu/mock_cuda.h"
 
@@ -174,9 +175,57 @@ static void protocol_marks(void) {
   unsetenv("NCCL_PROTO");
 }
 
+/* Channels per connection: the widest launch (2 * nranks - 1 lanes) fits ten elevenths of the GPU's SMs,
+ * whatever BRAID_CHANNELS asks; 40 at most by default. */
+static void channel_budget(void) {
+  unsetenv("BRAID_CHANNELS");
+  param_reload();
+  EXPECT(gx_channels(2, 132) == 40, "2 ranks on 132 SMs: %d", gx_channels(2, 132));
+  EXPECT(gx_channels(2, 114) == 34, "2 ranks on 114 SMs: %d", gx_channels(2, 114));
+  EXPECT(gx_channels(8, 132) == 8, "8 ranks on 132 SMs: %d", gx_channels(8, 132));
+  EXPECT(gx_channels(1, 132) == 40, "1 rank: %d", gx_channels(1, 132));
+  EXPECT(gx_channels(64, 132) == 1, "64 ranks: %d", gx_channels(64, 132));
+  setenv("BRAID_CHANNELS", "64", 1);
+  param_reload();
+  EXPECT(gx_channels(1, 132) == 64 && gx_channels(2, 132) == 40 && gx_channels(2, 58) == 17,
+         "BRAID_CHANNELS=64 is held to the SMs");
+  setenv("BRAID_CHANNELS", "8", 1);
+  param_reload();
+  EXPECT(gx_channels(2, 132) == 8);
+  unsetenv("BRAID_CHANNELS");
+  param_reload();
+}
+
+/* Ranks asking for different channel counts settle on the fewest: both ends of a connection need the same
+ * rings (the work's communicator view says how many). */
+static void channels_rank(int rank, int nranks, void *arg) {
+  const shared_t *sh = arg;
+  setenv("BRAID_CHANNELS", rank == 0 ? "4" : "16", 1);
+  param_reload();
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  mock_cuda_stats_t *s = mock_stats();
+  void *buf = (void *)(uintptr_t)0x10000000;
+  EXPECT_OK(ncclAllReduce(buf, buf, 1 << 20, ncclFloat, ncclSum, comm, NULL));
+  const dev_work_t *w = (const dev_work_t *)s->last_work;
+  EXPECT(w->comm.nch_max == 4 && w->nch <= 4, "rank %d: %d rings per connection, %d blocks per lane", rank,
+         w->comm.nch_max, w->nch);
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+static void channels_agree(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  unsetenv("MOCK_CUDA_STUCK");
+  shared_t sh;
+  EXPECT_OK(ncclGetUniqueId(&sh.id));
+  EXPECT(run_ranks(2, 60, channels_rank, &sh) == 0, "a rank failed");
+}
+
 int main(int argc, char **argv) {
   test_reexec_with_library_dir(argv, BRAID_MOCK_CUDA_DIR);
   test_filter(argc - 1, argv + 1);
+  TEST(channel_budget, 10);
+  TEST(channels_agree, 60);
   TEST(protocol_marks, 60);
   TEST(full_queue_wait, 90);
   return test_summary();
