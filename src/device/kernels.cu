@@ -538,6 +538,50 @@ __device__ void ll_stage_local(uint2 *to, const char *src, uint32_t len) {
   for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += DEV_THREADS) to[i] = load8(src, i, len);
 }
 
+/* Stores `v` as bytes [8 i, 8 i + 8) of a buffer of `len` bytes at `dst` (any alignment; nothing past the
+ * end), to L2. */
+__device__ __forceinline__ void store8(char *dst, uint32_t i, uint32_t len, uint2 v) {
+  if (((uintptr_t)dst & 7) == 0 && 8 * i + 8 <= len) {
+    __stcg((uint2 *)dst + i, v);
+    return;
+  }
+  unsigned char b[8];
+  memcpy(b, &v, 8);
+  for (uint32_t k = 0; k < 8 && 8 * i + k < len; k++) dst[8 * i + k] = (char)b[k];
+}
+
+/* Every thread: an LL receive combined in registers, for a transfer that receives, combines with this rank's
+ * data and stores the result without sending it. For each of its lines the thread reads this rank's 8 bytes
+ * before it waits, then the line's once both flags hold `flag`, combines them element by element with fn
+ * (the same red_fn as reduce_piece's: a line holds whole elements) and stores the bytes that lie within
+ * the piece. No staging and no barrier between the wait and the combine. False when the wait failed. */
+template <class N, int OP>
+__device__ __noinline__ bool ll_recv_combine(const red_fn<N, OP> fn, const uint4 *slot, uint32_t flag,
+                                             uint32_t len, const char *local, char *dst,
+                                             const dev_comm_t *comm, const wait_what what) {
+  typedef typename N::S S;
+  constexpr int E = 8 / sizeof(S);
+  for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += DEV_THREADS) {
+    const uint2 l = load8(local, i, len);
+    uint4 v = load_line(slot + i);
+    spin_t s = {0, 0};
+    while (v.y != flag || v.w != flag) {
+      if (spin_fails(comm, &s, what)) return false;
+      v = load_line(slot + i);
+    }
+    const uint2 in = make_uint2(v.x, v.z);
+    S a[E], b[E];
+    memcpy(a, &l, 8);
+    memcpy(b, &in, 8);
+#pragma unroll
+    for (int e = 0; e < E; e++) a[e] = fn.apply_elem(a[e], b[e]);
+    uint2 out;
+    memcpy(&out, a, 8);
+    store8(dst, i, len, out);
+  }
+  return true;
+}
+
 /* Whether an LL transfer only sends its source as it is: no receive, no local result, no scaling (what
  * piece_combine would do is a copy). */
 __device__ __forceinline__ bool ll_plain_send(const dev_xfer_t &x) {
@@ -593,6 +637,19 @@ __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bo
     pc.in = rr == NULL && (x.flags & DEV_XF_REDUCE) ? pc.dst : NULL;
     pc.out = NULL;
     pc.bytes = len;
+    if (rr != NULL && rr->ll && rs == NULL && pc.local != NULL && pc.dst != NULL &&
+        (x.flags & DEV_XF_REDUCE)) {
+      const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
+      bool ok = true;
+      with_binary_op(x, [&](auto op, auto n) {
+        typedef typename decltype(n)::type N;
+        ok = ll_recv_combine<N, decltype(op)::value>(red_fn<N, decltype(op)::value>(x), ll_slot(*rr),
+                                                     ll_flag(*rr), len, pc.local, pc.dst, &w.comm, what);
+      });
+      if (__syncthreads_or(!ok)) return false; /* every line read: thread 0 frees the slot */
+      if (threadIdx.x == 0) batch_publish(x, xi, 0, 1, len, st);
+      continue;
+    }
     if (rr != NULL && rr->ll) {
       /* the local operand is combined right after the lines arrive: read it while they travel, into the
        * outgoing staging when nothing is sent through it (an LL send needs it), else into L2 */

@@ -439,74 +439,83 @@ __device__ __noinline__ void reduce_piece(const red_fn<N, OP> fn, const piece_t 
   });
 }
 
-/* Reads the operation's factor or divisor from the transfer, then runs the piece. */
-template <class N, int OP>
-__device__ __forceinline__ void reduce_with(const dev_xfer_t &x, const piece_t &pc) {
-  reduce_piece<N, OP>(red_fn<N, OP>(x), pc);
-}
-
 template <bool C, class A, class B> struct pick_type { typedef A T; };
 template <class A, class B> struct pick_type<false, A, B> { typedef B T; };
 
-/* reduce_piece for the transfer's type. Signed and unsigned integers of one width share the operations
- * whose bits do not depend on the sign. */
-template <int OP> __device__ __forceinline__ void reduce_typed(const dev_xfer_t &x, const piece_t &pc) {
+/* A num class, or an operation, as a value a generic lambda can take. */
+template <class N> struct num_tag { typedef N type; };
+template <int OP> struct op_tag { static constexpr int value = OP; };
+
+/* Calls f(num_tag<N>()) for the transfer's type. Signed and unsigned integers of one width share the
+ * operations whose bits do not depend on the sign. */
+template <int OP, class F> __device__ __forceinline__ void with_num(const dev_xfer_t &x, const F &f) {
   constexpr bool same = OP == OP_SUM || OP == OP_PROD || OP == OP_PREMULSUM || OP == OP_SCALE;
   typedef int_num<typename pick_type<same, uint8_t, int8_t>::T, uint8_t> i8;
   typedef int_num<typename pick_type<same, uint32_t, int32_t>::T, uint32_t> i32;
   typedef int_num<typename pick_type<same, uint64_t, int64_t>::T, uint64_t> i64;
   switch (x.type) {
   case ncclInt8:
-    return reduce_with<i8, OP>(x, pc);
+    return f(num_tag<i8>());
   case ncclUint8:
-    return reduce_with<int_num<uint8_t, uint8_t>, OP>(x, pc);
+    return f(num_tag<int_num<uint8_t, uint8_t>>());
   case ncclInt32:
-    return reduce_with<i32, OP>(x, pc);
+    return f(num_tag<i32>());
   case ncclUint32:
-    return reduce_with<int_num<uint32_t, uint32_t>, OP>(x, pc);
+    return f(num_tag<int_num<uint32_t, uint32_t>>());
   case ncclInt64:
-    return reduce_with<i64, OP>(x, pc);
+    return f(num_tag<i64>());
   case ncclUint64:
-    return reduce_with<int_num<uint64_t, uint64_t>, OP>(x, pc);
+    return f(num_tag<int_num<uint64_t, uint64_t>>());
   case ncclFloat16:
-    return reduce_with<small_num<half_fmt>, OP>(x, pc);
+    return f(num_tag<small_num<half_fmt>>());
   case ncclFloat32:
-    return reduce_with<f32_num, OP>(x, pc);
+    return f(num_tag<f32_num>());
   case ncclFloat64:
-    return reduce_with<f64_num, OP>(x, pc);
+    return f(num_tag<f64_num>());
   case ncclBfloat16:
-    return reduce_with<small_num<bf16_fmt>, OP>(x, pc);
+    return f(num_tag<small_num<bf16_fmt>>());
   case ncclFloat8e4m3:
-    return reduce_with<small_num<fp8_fmt<__NV_E4M3>>, OP>(x, pc);
+    return f(num_tag<small_num<fp8_fmt<__NV_E4M3>>>());
   case ncclFloat8e5m2:
-    return reduce_with<small_num<fp8_fmt<__NV_E5M2>>, OP>(x, pc);
+    return f(num_tag<small_num<fp8_fmt<__NV_E5M2>>>());
+  }
+}
+
+/* Calls f(op_tag<OP>(), num_tag<N>()) for a combine of what arrived with this rank's data: the transfer's
+ * operation, SUM_POSTDIV dividing at the LAST combine only. The type and operation were validated. */
+template <class F> __device__ __forceinline__ void with_binary_op(const dev_xfer_t &x, const F &f) {
+  const bool last = (x.flags & DEV_XF_LAST) != 0;
+  switch (x.red) {
+  case DEV_RED_SUM:
+    return with_num<OP_SUM>(x, [&](auto n) { f(op_tag<OP_SUM>(), n); });
+  case DEV_RED_PROD:
+    return with_num<OP_PROD>(x, [&](auto n) { f(op_tag<OP_PROD>(), n); });
+  case DEV_RED_MAX:
+    return with_num<OP_MAX>(x, [&](auto n) { f(op_tag<OP_MAX>(), n); });
+  case DEV_RED_MIN:
+    return with_num<OP_MIN>(x, [&](auto n) { f(op_tag<OP_MIN>(), n); });
+  case DEV_RED_PREMULSUM:
+    return with_num<OP_PREMULSUM>(x, [&](auto n) { f(op_tag<OP_PREMULSUM>(), n); });
+  case DEV_RED_SUM_POSTDIV:
+    if (last) return with_num<OP_SUMDIV>(x, [&](auto n) { f(op_tag<OP_SUMDIV>(), n); });
+    return with_num<OP_SUM>(x, [&](auto n) { f(op_tag<OP_SUM>(), n); });
   }
 }
 
 /* Computes one piece of transfer x (dev.h): with something received and REDUCE, prepare(local) (+) in,
  * divided at the LAST combine of SUM_POSTDIV; received only, a copy; otherwise local, prepared when PREPARE
- * asks (PREMULSUM scales; SUM_POSTDIV divides at LAST). The type and operation were validated. */
+ * asks (PREMULSUM scales; SUM_POSTDIV divides at LAST). The type and operation were validated. Each (num,
+ * op) reads its factor or divisor from the transfer once (red_fn) and runs reduce_piece. */
 __device__ __forceinline__ void piece_combine(const dev_xfer_t &x, const piece_t &pc) {
-  const bool last = (x.flags & DEV_XF_LAST) != 0;
-  if (pc.in != NULL && pc.local != NULL && (x.flags & DEV_XF_REDUCE)) {
-    switch (x.red) {
-    case DEV_RED_SUM:
-      return reduce_typed<OP_SUM>(x, pc);
-    case DEV_RED_PROD:
-      return reduce_typed<OP_PROD>(x, pc);
-    case DEV_RED_MAX:
-      return reduce_typed<OP_MAX>(x, pc);
-    case DEV_RED_MIN:
-      return reduce_typed<OP_MIN>(x, pc);
-    case DEV_RED_PREMULSUM:
-      return reduce_typed<OP_PREMULSUM>(x, pc);
-    case DEV_RED_SUM_POSTDIV:
-      return last ? reduce_typed<OP_SUMDIV>(x, pc) : reduce_typed<OP_SUM>(x, pc);
-    }
-  }
+  const auto run = [&](auto op, auto n) {
+    typedef typename decltype(n)::type N;
+    reduce_piece<N, decltype(op)::value>(red_fn<N, decltype(op)::value>(x), pc);
+  };
+  if (pc.in != NULL && pc.local != NULL && (x.flags & DEV_XF_REDUCE)) return with_binary_op(x, run);
   if (pc.in == NULL && (x.flags & DEV_XF_PREPARE)) {
-    if (x.red == DEV_RED_PREMULSUM) return reduce_typed<OP_SCALE>(x, pc);
-    if (x.red == DEV_RED_SUM_POSTDIV && last) return reduce_typed<OP_DIV>(x, pc);
+    if (x.red == DEV_RED_PREMULSUM) return with_num<OP_SCALE>(x, [&](auto n) { run(op_tag<OP_SCALE>(), n); });
+    if (x.red == DEV_RED_SUM_POSTDIV && (x.flags & DEV_XF_LAST))
+      return with_num<OP_DIV>(x, [&](auto n) { run(op_tag<OP_DIV>(), n); });
   }
   piece_t from = pc;
   if (pc.in != NULL) from.local = NULL;
