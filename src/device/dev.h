@@ -178,9 +178,9 @@ typedef struct {
  *
  * Two entry points take the same work: braid_kernel with all DEV_MAX_XFERS slots, and braid_kernel_small,
  * whose parameter is the first sizeof(dev_work_small_t) bytes of the same struct (DEV_SMALL_XFERS slots), for
- * launches of a few transfers: the driver copies every parameter byte at each launch, and a small call's
- * launch carries a few hundred bytes instead of 3.3 KB. The fields before `xfers` are one list
- * (DEV_WORK_FIELDS), so the two structs share their layout up to the slots. */
+ * launches of a few transfers: the driver copies every parameter byte at each launch, and so does each
+ * block into its shared memory (kernels.cu), 680 bytes instead of 3.3 KB. The fields before `xfers` are one
+ * list (DEV_WORK_FIELDS), so the two structs share their layout up to the slots. */
 #define DEV_WORK_FIELDS                                                                                      \
   dev_comm_t comm; /* the communicator's view, by value: read from the parameters, not through a load */     \
   uint64_t seq;    /* sequence number of the group's first call */                                           \
