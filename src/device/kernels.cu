@@ -602,10 +602,13 @@ __device__ __forceinline__ uint4 *ll_slot(const ring_use &r) {
 }
 
 /* Every thread: moves LL transfer k (one channel, pieces of DEV_LL_PIECE bytes, one slot each), each side on
- * its own protocol: thread 0 waits for room (and for a Simple receive's data), every thread reads an LL
- * receive's lines, all combine through the staging, every thread writes an LL send's lines, and thread 0
- * publishes. Each thread takes the rings' counts (the slots and flags of the piece) before the barrier after
- * which thread 0 moves them on. Returns false (in every thread) when a wait failed. */
+ * its own protocol: thread 0 waits for room (and for a Simple receive's data) unless nothing is to be waited
+ * for and `synced` says no piece was published since the last barrier; then a plain send encodes straight
+ * from its source, a receive that combines and stores without sending does it in registers
+ * (ll_recv_combine), and any other piece reads an LL receive's lines into the staging, combines there and
+ * writes an LL send's lines from it; thread 0 publishes. Each thread takes the rings' counts (the slots and
+ * flags of the piece) before the barrier after which thread 0 moves them on. Returns false (in every thread)
+ * when a wait failed. */
 template <class W>
 __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bool &synced) {
   const dev_xfer_t &x = xfer_at(w, k);
