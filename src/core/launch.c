@@ -65,6 +65,8 @@ struct gx {
   gpu_func_t *func;          /* braid_kernel */
   gpu_func_t *func_small;    /* braid_kernel_small, for launches of at most DEV_SMALL_XFERS transfers */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
+  uint64_t ll_part;          /* an LL transfer takes a channel per this many bytes (BRAID_LL_CHANNEL_BYTES) */
+  int ll_nch;                /* and at most this many: DEV_LL_CHANNELS, or fewer when nch is */
   uint8_t *ll_peer;          /* [nranks] LL_TO: the connection to the peer has an LL ring; LL_FROM: from it */
   gpu_mem_t *mem;            /* the ring tables, counters and barrier dcomm points at */
   dev_comm_t dcomm;          /* the kernels' view, passed by value in every launch's work */
@@ -148,18 +150,18 @@ typedef struct {
 
 static layout_t layout(int nranks, int nch) {
   layout_t l;
-  size_t rings = (size_t)nranks * nch, peers = (size_t)nranks;
+  size_t rings = (size_t)nranks * nch, ll_rings = (size_t)nranks * DEV_LL_CHANNELS;
   l.send = 0;
   l.recv = l.send + rings * sizeof(dev_ring_t);
   l.sent = l.recv + rings * sizeof(dev_ring_t);
   l.recvd = l.sent + rings * sizeof(uint64_t);
   l.heads = l.recvd + rings * sizeof(uint64_t);
   l.ll_send = l.heads + rings * sizeof(uint64_t);
-  l.ll_recv = l.ll_send + peers * sizeof(dev_ring_t);
-  l.ll_sent = l.ll_recv + peers * sizeof(dev_ring_t);
-  l.ll_recvd = l.ll_sent + peers * sizeof(uint64_t);
-  l.ll_heads = l.ll_recvd + peers * sizeof(uint64_t);
-  l.barrier = l.ll_heads + peers * sizeof(uint64_t);
+  l.ll_recv = l.ll_send + ll_rings * sizeof(dev_ring_t);
+  l.ll_sent = l.ll_recv + ll_rings * sizeof(dev_ring_t);
+  l.ll_recvd = l.ll_sent + ll_rings * sizeof(uint64_t);
+  l.ll_heads = l.ll_recvd + ll_rings * sizeof(uint64_t);
+  l.barrier = l.ll_heads + ll_rings * sizeof(uint64_t);
   l.total = l.barrier + 2 * sizeof(uint32_t);
   return l;
 }
@@ -175,10 +177,13 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
   dev_ring_t *ll_send = (dev_ring_t *)(img + l.ll_send), *ll_recv = (dev_ring_t *)(img + l.ll_recv);
   for (int p = 0; p < gx->nranks; p++) {
     tp_conn_t *s = links->send[p], *r = links->recv[p];
-    if (s != NULL) ll_send[p] = s->ll;
-    if (r != NULL) ll_recv[p] = r->ll;
-    gx->ll_peer[p] =
-        (uint8_t)((ll_send[p].data != NULL ? LL_TO : 0) | (ll_recv[p].data != NULL ? LL_FROM : 0));
+    for (int c = 0; c < DEV_LL_CHANNELS; c++) {
+      if (s != NULL) ll_send[p * DEV_LL_CHANNELS + c] = s->ll[c];
+      if (r != NULL) ll_recv[p * DEV_LL_CHANNELS + c] = r->ll[c];
+    }
+    /* a transport has all its LL rings or none */
+    gx->ll_peer[p] = (uint8_t)((ll_send[p * DEV_LL_CHANNELS].data != NULL ? LL_TO : 0) |
+                               (ll_recv[p * DEV_LL_CHANNELS].data != NULL ? LL_FROM : 0));
     for (int c = 0; c < gx->nch; c++) {
       if (s != NULL && c < s->nrings) send[p * gx->nch + c] = s->rings[c];
       if (r != NULL && c < r->nrings) recv[p * gx->nch + c] = r->rings[c];
@@ -236,6 +241,8 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_NAME, &gx->func), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_SMALL_NAME, &gx->func_small), res, fail);
   gx->ll_max = plan_tuning()->ll_max;
+  gx->ll_part = plan_tuning()->ll_part;
+  gx->ll_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
   CHECK_GOTO(MEM_CALLOC(acct, gx->ll_peer, (size_t)nranks, "GPU executor: LL rings per peer"), res, fail);
   CHECK_GOTO(gpu_dev_alloc(dev, layout(nranks, nch).total, &gx->mem), res, fail);
   mem_charge(acct, gpu_mem_size(gx->mem), 1, "kernel view of the communicator");
@@ -244,8 +251,10 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(queue_init(gx), res, fail);
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes, LL protocol for "
-       "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES)",
-       name, rank, dev, nch, (unsigned long long)gx->wq.cap, (unsigned long long)gx->ll_max);
+       "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES), a channel per "
+       "%llu bytes of one, up to %d (BRAID_LL_CHANNEL_BYTES)",
+       name, rank, dev, nch, (unsigned long long)gx->wq.cap, (unsigned long long)gx->ll_max,
+       (unsigned long long)gx->ll_part, gx->ll_nch);
   *gx_p = gx;
   return ncclSuccess;
 fail:
@@ -474,8 +483,9 @@ static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane
 
 /* The kernel's form of a planned transfer. A running result (XF_PREPARED) is combined as a plain sum where
  * PreMulSum would scale it again; the kernel never sees that flag's meaning. A transfer of at most ll_max
- * bytes is marked LL and runs on one channel (dev.h); the mark depends on the size and the knobs only, so
- * both ends of each of its connections agree. Each side of an LL transfer is also marked with its protocol:
+ * bytes is marked LL and runs on a channel per ll_part bytes, at most ll_nch (dev.h); the mark and the
+ * channels depend on the size, the knobs and the communicator's channels only, so both ends of each of its
+ * connections agree. Each side of an LL transfer is also marked with its protocol:
  * LL when its connection has an LL ring, which both ends of the connection know alike. */
 static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_t *out) {
   const red_t *red = in->red;
@@ -486,7 +496,9 @@ static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_
     if (in->send_peer >= 0 && (gx->ll_peer[in->send_peer] & LL_TO)) flags |= DEV_XF_LL_SEND;
     if (in->recv_peer >= 0 && (gx->ll_peer[in->recv_peer] & LL_FROM)) flags |= DEV_XF_LL_RECV;
   }
-  uint64_t nch = ll ? 1 : (in->bytes + DEV_CHANNEL_BYTES - 1) / DEV_CHANNEL_BYTES;
+  uint64_t nch = ll ? (in->bytes + gx->ll_part - 1) / gx->ll_part
+                    : (in->bytes + DEV_CHANNEL_BYTES - 1) / DEV_CHANNEL_BYTES;
+  if (ll && nch > (uint64_t)gx->ll_nch) nch = (uint64_t)gx->ll_nch;
   red_kind_t kind = (in->flags & XF_PREPARED) && red->kind == RED_PREMULSUM ? RED_SUM : red->kind;
   *out = (dev_xfer_t){.src = in->src,
                       .dst = in->dst,

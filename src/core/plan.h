@@ -124,6 +124,7 @@ typedef struct {
                             * oneshot_max; the knobs' default raises it to PLAN_ONESHOT_PAIR_MAX) */
   uint8_t algos[OP_COUNT]; /* the algorithms each collective may use: bit (1 << plan_algo_t) */
   uint64_t ll_max;         /* GPU transfers of at most this many bytes use the LL protocol (0: none) */
+  uint64_t ll_part;        /* an LL transfer takes one channel per this many bytes (at least 1) */
 } plan_tuning_t;
 
 /* The process's tuning, from the knobs (read and parsed once; unknown algorithm names are logged at INFO). */

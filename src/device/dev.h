@@ -43,7 +43,7 @@
 #define DEV_LANE_XFERS        1024        /* transfers of one lane in one step */
 #define DEV_LANE_RINGS        112         /* rings (peer, direction) one lane uses in one step */
 #define DEV_MAX_STEPS         16          /* steps carried by value in one launch */
-#define DEV_CHANNEL_BYTES     (32 * 1024) /* a transfer uses one channel per this many bytes, up to nch_max */
+#define DEV_CHANNEL_BYTES     (32 * 1024) /* a Simple transfer uses a channel per this many bytes, to nch_max */
 #define DEV_SMALL_XFERS       8           /* transfers of a launch through the small entry point */
 #define DEV_KERNEL_NAME       "braid_kernel"
 #define DEV_KERNEL_SMALL_NAME "braid_kernel_small"
@@ -63,13 +63,14 @@ typedef struct {
 #define DEV_RING_BYTES ((uint64_t)sizeof(dev_ctrl_t) + (uint64_t)DEV_SLOTS * DEV_SLOT_BYTES)
 
 /* The low-latency (LL) protocol, for small transfers on connections whose receiver's memory the sender maps
- * (p2p). A connection has one LL ring besides its `nch` rings: DEV_LL_SLOTS slots in the receiver's memory,
- * each carrying one piece of at most DEV_LL_PIECE bytes as 16-byte lines; a line holds 8 bytes of data in two
- * 4-byte words, each followed by a 4-byte flag: {d0, flag, d1, flag}. The sender stores every line of a piece
- * with one 16-byte store and flag = (uint32_t)(piece index + 1), the piece index counting the pieces the
- * connection's LL ring has carried; the receiver spins on the lines themselves until both flags of each hold
- * that value. Data and flag land together (a store's 8-byte halves are never seen torn), so there is no fence
- * and no tail counter: one link crossing per piece instead of data, fence and counter.
+ * (p2p). A connection has DEV_LL_CHANNELS LL rings besides its `nch` rings, back to back DEV_LL_RING_BYTES
+ * apart. An LL ring is DEV_LL_SLOTS slots in the receiver's memory, each carrying one piece of at most
+ * DEV_LL_PIECE bytes as 16-byte lines; a line holds 8 bytes of data in two 4-byte words, each followed by a
+ * 4-byte flag: {d0, flag, d1, flag}. The sender stores every line of a piece with one 16-byte store and
+ * flag = (uint32_t)(piece index + 1), the piece index counting the pieces the LL ring has carried; the
+ * receiver spins on the lines themselves until both flags of each hold that value. Data and flag land
+ * together (a store's 8-byte halves are never seen torn), so there is no fence and no tail counter: one link
+ * crossing per piece instead of data, fence and counter.
  *
  * A line's old flag is that of an earlier piece of its slot, so it differs from the current one unless a
  * multiple of 2^32 pieces lie between them: that takes a line no piece of its slot wrote for 2^29 pieces in a
@@ -78,15 +79,21 @@ typedef struct {
  * Room: the slot of piece k is free once the receiver has consumed piece k - DEV_LL_SLOTS. The receiver
  * stores its count of consumed pieces in the ring's control block (`head`, its own memory) after its reads;
  * the sender reads it across the link only when its last reading (dev_comm_t.ll_heads) does not already show
- * room. `tail` is unused. The counts live in dev_comm_t.ll_sent / ll_recvd, per peer.
+ * room. `tail` is unused. The counts live in dev_comm_t.ll_sent / ll_recvd, per peer and LL channel.
  *
  * The host marks a transfer DEV_XF_LL when it is small enough (every rank decides alike from the size and the
  * knobs), and marks each of its sides (DEV_XF_LL_SEND, DEV_XF_LL_RECV) LL when that connection has an LL
  * ring; an unmarked side runs Simple (the slot rings above). Both ends of a connection see the same
- * transport, so they agree side by side; a transfer may receive LL and send Simple. An LL transfer runs on
- * one channel. The host knowing the sides spares the kernel a look at the LL tables before it finds a ring.
- */
+ * transport, so they agree side by side; a transfer may receive LL and send Simple. The host knowing the
+ * sides spares the kernel a look at the LL tables before it finds a ring.
+ *
+ * An LL transfer runs in one slice over its `nch` channels, at most DEV_LL_CHANNELS: channel c moves part c
+ * (dev_part, slice 0) through LL ring c of an LL side, or through Simple ring c of a Simple side, in pieces
+ * of at most DEV_LL_PIECE bytes. The host sets nch from the size alone (and the communicator's channels, the
+ * same on every rank), so both ends cut the transfer alike: several blocks share a transfer that one block
+ * would move slowly, since each line is a store the block issues itself. */
 #define DEV_LL_SLOTS      8
+#define DEV_LL_CHANNELS   16                 /* LL rings per connection */
 #define DEV_LL_PIECE      (16 * 1024)        /* data bytes per slot */
 #define DEV_LL_SLOT_BYTES (2 * DEV_LL_PIECE) /* lines of a slot: twice the data */
 #define DEV_LL_RING_BYTES ((uint64_t)sizeof(dev_ctrl_t) + (uint64_t)DEV_LL_SLOTS * DEV_LL_SLOT_BYTES)
@@ -124,11 +131,12 @@ typedef struct {
   uint64_t *heads;  /* [nranks * nch_max] the consumer's head this rank last read on each send ring: a lower
                      * bound of the real one (counters only grow), so a send that the cached value already
                      * allows skips the read across the link */
-  dev_ring_t *ll_send; /* [nranks] the LL ring towards each peer (data NULL: none, Simple only) */
-  dev_ring_t *ll_recv; /* [nranks] the LL ring from each peer */
-  uint64_t *ll_sent;   /* [nranks] pieces this rank produced on each LL send ring */
-  uint64_t *ll_recvd;  /* [nranks] pieces this rank consumed on each LL receive ring */
-  uint64_t *ll_heads;  /* [nranks] the consumer's LL head as last read */
+  dev_ring_t *ll_send; /* [nranks * DEV_LL_CHANNELS]: LL ring c towards peer p at p * DEV_LL_CHANNELS + c
+                        * (data NULL: none, Simple only) */
+  dev_ring_t *ll_recv; /* [nranks * DEV_LL_CHANNELS] LL ring c from peer p */
+  uint64_t *ll_sent;   /* [nranks * DEV_LL_CHANNELS] pieces this rank produced on each LL send ring */
+  uint64_t *ll_recvd;  /* [nranks * DEV_LL_CHANNELS] pieces this rank consumed on each LL receive ring */
+  uint64_t *ll_heads;  /* [nranks * DEV_LL_CHANNELS] the consumer's LL head as last read */
   uint32_t *barrier;   /* [2] grid barrier: arrivals, and blocks finished (reset at kernel end) */
   const volatile int32_t *abort_flag; /* host-mapped; nonzero: stop every wait */
   dev_error_t *error;                 /* host-mapped */

@@ -294,7 +294,7 @@ __device__ side_find side_look(const W &w, const block_state &st, uint32_t first
   const int peer = f.send ? x.send_peer : x.recv_peer;
   if (st.channel >= x.nch || peer < 0) return f;
   f.ll = (x.flags & (f.send ? DEV_XF_LL_SEND : DEV_XF_LL_RECV)) != 0;
-  const int idx = f.ll ? peer : peer * comm->nch_max + (int)st.channel;
+  const int idx = (f.ll ? peer * DEV_LL_CHANNELS : peer * comm->nch_max) + (int)st.channel;
   const dev_ring_t *rings =
       f.ll ? (f.send ? comm->ll_send : comm->ll_recv) : (f.send ? comm->send : comm->recv);
   uint64_t *homes = f.ll ? (f.send ? comm->ll_sent : comm->ll_recvd) : (f.send ? comm->sent : comm->recvd);
@@ -485,20 +485,28 @@ __device__ __forceinline__ void prefetch_l2(const void *p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+/* Every thread: reads line `p` until both its flags hold `flag`; its 8 data bytes in *d. The caller's loops
+ * handle a line per thread at a time: with parts of a few KiB per channel (dev.h) that is one line per piece,
+ * and holding more lines in registers here pushes the kernel past its register budget (spills). False when
+ * the wait failed (the thread's own spin_fails; the others notice the recorded error at their next check). */
+__device__ __forceinline__ bool ll_wait_line(const dev_comm_t *comm, const uint4 *p, uint32_t flag,
+                                             const wait_what &what, uint2 *d) {
+  uint4 v = load_line(p);
+  spin_t s = {0, 0};
+  while (v.y != flag || v.w != flag) {
+    if (spin_fails(comm, &s, what)) return false;
+    v = load_line(p);
+  }
+  *d = make_uint2(v.x, v.z);
+  return true;
+}
+
 /* Every thread: waits for its lines of the piece of `len` bytes in `slot` carrying `flag` and decodes them
- * into `in`. False when the wait failed (the thread's own spin_fails; the others notice the recorded error
- * at their next check). */
+ * into `in`. False when the wait failed. */
 __device__ bool ll_read(const dev_comm_t *comm, const uint4 *slot, uint32_t flag, uint32_t len, uint2 *in,
                         const wait_what &what) {
-  const uint32_t lines = (len + 7) / 8;
-  for (uint32_t i = threadIdx.x; i < lines; i += DEV_THREADS) {
-    uint4 v = load_line(slot + i);
-    spin_t s = {0, 0};
-    while (v.y != flag || v.w != flag) {
-      if (spin_fails(comm, &s, what)) return false;
-      v = load_line(slot + i);
-    }
-    in[i] = make_uint2(v.x, v.z);
+  for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += DEV_THREADS) {
+    if (!ll_wait_line(comm, slot + i, flag, what, &in[i])) return false;
   }
   return true;
 }
@@ -553,8 +561,9 @@ __device__ __forceinline__ void store8(char *dst, uint32_t i, uint32_t len, uint
 /* Every thread: an LL receive combined in registers, for a transfer that receives, combines with this rank's
  * data and stores the result without sending it. For each of its lines the thread reads this rank's 8 bytes
  * before it waits, then the line's once both flags hold `flag`, combines them element by element with fn
- * (the same red_fn as reduce_piece's: a line holds whole elements) and stores the bytes that lie within
- * the piece. No staging and no barrier between the wait and the combine. False when the wait failed. */
+ * (the same red_fn as reduce_piece's: a line holds whole elements, as parts and pieces start at multiples
+ * of 16 bytes) and stores the bytes that lie within the piece. No staging and no barrier between the wait
+ * and the combine. False when the wait failed. */
 template <class N, int OP>
 __device__ __noinline__ bool ll_recv_combine(const red_fn<N, OP> fn, const uint4 *slot, uint32_t flag,
                                              uint32_t len, const char *local, char *dst,
@@ -563,13 +572,8 @@ __device__ __noinline__ bool ll_recv_combine(const red_fn<N, OP> fn, const uint4
   constexpr int E = 8 / sizeof(S);
   for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += DEV_THREADS) {
     const uint2 l = load8(local, i, len);
-    uint4 v = load_line(slot + i);
-    spin_t s = {0, 0};
-    while (v.y != flag || v.w != flag) {
-      if (spin_fails(comm, &s, what)) return false;
-      v = load_line(slot + i);
-    }
-    const uint2 in = make_uint2(v.x, v.z);
+    uint2 in;
+    if (!ll_wait_line(comm, slot + i, flag, what, &in)) return false;
     S a[E], b[E];
     memcpy(a, &l, 8);
     memcpy(b, &in, 8);
@@ -601,22 +605,24 @@ __device__ __forceinline__ uint4 *ll_slot(const ring_use &r) {
   return (uint4 *)(r.data + (size_t)(r.count % DEV_LL_SLOTS) * DEV_LL_SLOT_BYTES);
 }
 
-/* Every thread: moves LL transfer k (one channel, pieces of DEV_LL_PIECE bytes, one slot each), each side on
- * its own protocol: thread 0 waits for room (and for a Simple receive's data) unless nothing is to be waited
- * for and `synced` says no piece was published since the last barrier; then a plain send encodes straight
- * from its source, a receive that combines and stores without sending does it in registers
- * (ll_recv_combine), and any other piece reads an LL receive's lines into the staging, combines there and
- * writes an LL send's lines from it; thread 0 publishes. Each thread takes the rings' counts (the slots and
- * flags of the piece) before the barrier after which thread 0 moves them on. Returns false (in every thread)
- * when a wait failed. */
+/* Every thread: moves the block's part of LL transfer k (its channel's part of the one slice, dev.h, in
+ * pieces of DEV_LL_PIECE bytes, one slot each), each side on its own protocol: thread 0 waits for room (and
+ * for a Simple receive's data) unless nothing is to be waited for and `synced` says no piece was published
+ * since the last barrier; then a plain send encodes straight from its source, a receive that combines and
+ * stores without sending does it in registers (ll_recv_combine), and any other piece reads an LL receive's
+ * lines into the staging, combines there and writes an LL send's lines from it; thread 0 publishes. Each
+ * thread takes the rings' counts (the slots and flags of the piece) before the barrier after which thread 0
+ * moves them on. Returns false (in every thread) when a wait failed. */
 template <class W>
 __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bool &synced) {
   const dev_xfer_t &x = xfer_at(w, k);
   const uint32_t xi = k - st.first;
   const ring_use *rr = x.recv_peer >= 0 ? &st.rings[st.recv_ring[xi]] : NULL;
   const ring_use *rs = x.send_peer >= 0 ? &st.rings[st.send_ring[xi]] : NULL;
-  for (uint64_t at = 0; at < x.bytes; at += DEV_LL_PIECE) {
-    const uint32_t len = x.bytes - at < DEV_LL_PIECE ? (uint32_t)(x.bytes - at) : DEV_LL_PIECE;
+  const dev_span_t part = dev_part(x.bytes, x.nch, 0, st.channel);
+  const uint64_t end = part.off + part.len;
+  for (uint64_t at = part.off; at < end; at += DEV_LL_PIECE) {
+    const uint32_t len = end - at < DEV_LL_PIECE ? (uint32_t)(end - at) : DEV_LL_PIECE;
     /* Thread 0 waits and says so at a barrier, unless nothing is to be waited for and every thread sees
      * that alike: both sides LL (a receive waits on its lines) and the head last read leaves the send room,
      * read by every thread from the lane's rings while thread 0 has not moved them since a barrier. */

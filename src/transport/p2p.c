@@ -41,9 +41,9 @@ typedef struct {
   char what[48];  /* "p2p connection from rank N", for messages */
 } p2p_conn_t;
 
-/* The allocation of a connection's rings: nch rings, then the LL ring. */
+/* The allocation of a connection's rings: nch rings, then the LL rings. */
 static uint64_t p2p_bytes(int nch) {
-  return (uint64_t)nch * DEV_RING_BYTES + DEV_LL_RING_BYTES;
+  return (uint64_t)nch * DEV_RING_BYTES + (uint64_t)DEV_LL_CHANNELS * DEV_LL_RING_BYTES;
 }
 
 static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, p2p_conn_t **conn_p) {
@@ -107,8 +107,8 @@ static ncclResult_t p2p_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **
   if (res != ncclSuccess) goto err_free_conn;
   memset(blob, 0, TP_BLOB_BYTES);
   memcpy(blob, &b, sizeof b);
-  INFO(LOG_P2P, "%s: %d rings of %llu bytes and an LL ring of %llu on device %d%s", c->what, cfg->nch,
-       (unsigned long long)DEV_RING_BYTES, (unsigned long long)DEV_LL_RING_BYTES, c->dev,
+  INFO(LOG_P2P, "%s: %d rings of %llu bytes and %d LL rings of %llu on device %d%s", c->what, cfg->nch,
+       (unsigned long long)DEV_RING_BYTES, DEV_LL_CHANNELS, (unsigned long long)DEV_LL_RING_BYTES, c->dev,
        b.exported ? ", exported" : "");
   *conn_p = &c->base;
   return ncclSuccess;

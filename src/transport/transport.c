@@ -137,7 +137,10 @@ ncclResult_t tp_conn_set_rings(tp_conn_t *conn, int nch, char *base) {
 }
 
 void tp_conn_set_ll(tp_conn_t *conn, char *base) {
-  conn->ll = (dev_ring_t){.data = base + sizeof(dev_ctrl_t), .ctrl = (dev_ctrl_t *)base};
+  for (int c = 0; c < DEV_LL_CHANNELS; c++) {
+    char *ring = base + (uint64_t)c * DEV_LL_RING_BYTES;
+    conn->ll[c] = (dev_ring_t){.data = ring + sizeof(dev_ctrl_t), .ctrl = (dev_ctrl_t *)ring};
+  }
 }
 
 void tp_conn_free_rings(tp_conn_t *conn) {

@@ -56,7 +56,8 @@ typedef struct tp_conn {
   size_t charged_dev; /* device bytes charged for it, released at close */
   dev_ring_t *rings;  /* GPU transports: `nrings` rings as this rank's kernel uses them (host array) */
   int nrings;         /* 0 on host transports */
-  dev_ring_t ll;      /* GPU transports: the connection's LL ring (device/dev.h); data NULL: none */
+  dev_ring_t
+      ll[DEV_LL_CHANNELS]; /* GPU transports: the connection's LL rings (device/dev.h); data NULL: none */
 } tp_conn_t;
 
 /* Checks that `peer` is another rank of the context and fills the generic part of a new connection. */
@@ -73,8 +74,9 @@ ncclResult_t tp_check_gpu_config(const tp_ctx_t *ctx, const char *transport, int
 /* GPU transports: points conn->rings at `nch` rings laid out back to back from `base` (ring c at
  * base + c * DEV_RING_BYTES: its dev_ctrl_t, then its slots), in a host array charged to the connection. */
 ncclResult_t tp_conn_set_rings(tp_conn_t *conn, int nch, char *base);
-/* GPU transports whose sender maps the receiver's memory: points conn->ll at the LL ring at `base` (its
- * dev_ctrl_t, then DEV_LL_SLOTS slots; DEV_LL_RING_BYTES, zeroed by the receiver). */
+/* GPU transports whose sender maps the receiver's memory: points conn->ll at the DEV_LL_CHANNELS LL rings
+ * laid out back to back from `base` (ring c at base + c * DEV_LL_RING_BYTES: its dev_ctrl_t, then
+ * DEV_LL_SLOTS slots; zeroed by the receiver). */
 void tp_conn_set_ll(tp_conn_t *conn, char *base);
 /* Frees the array of tp_conn_set_rings. */
 void tp_conn_free_rings(tp_conn_t *conn);

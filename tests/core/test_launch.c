@@ -118,16 +118,16 @@ static mock_cuda_stats_t *mock_stats(void) {
   return s;
 }
 
-/* Whether every transfer of the last launch is (ll = 1) or is not (ll = 0) marked LL on one channel, with
- * each side that has a peer marked LL too (the stand-in's p2p connections all have LL rings) or neither
- * side; its transfer count in *n. */
-static int last_launch_ll(const mock_cuda_stats_t *s, int ll, int *n) {
+/* Whether every transfer of the last launch is (ll = 1) or is not (ll = 0) marked LL, an LL one on `nch`
+ * channels, with each side that has a peer marked LL too (the stand-in's p2p connections all have LL rings)
+ * or neither side; its transfer count in *n. */
+static int last_launch_ll(const mock_cuda_stats_t *s, int ll, int nch, int *n) {
   const dev_work_t *w = (const dev_work_t *)s->last_work;
   *n = w->nxfers;
   for (int i = 0; i < w->nxfers && w->ext == NULL; i++) {
     const dev_xfer_t *x = &w->xfers[i];
     int marked = (x->flags & DEV_XF_LL) != 0;
-    if (marked != ll || (ll && x->nch != 1)) return 0;
+    if (marked != ll || (ll && x->nch != nch)) return 0;
     if (((x->flags & DEV_XF_LL_SEND) != 0) != (ll && x->send_peer >= 0)) return 0;
     if (((x->flags & DEV_XF_LL_RECV) != 0) != (ll && x->recv_peer >= 0)) return 0;
   }
@@ -145,16 +145,22 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   int n;
   EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
   EXPECT(s->last_small, "an 8-byte all-reduce takes the small entry point");
-  EXPECT(last_launch_ll(s, !simple, &n), "8-byte all-reduce (%d transfers): LL %s expected", n,
+  EXPECT(last_launch_ll(s, !simple, 1, &n), "8-byte all-reduce (%d transfers): LL %s expected", n,
          simple ? "off" : "on");
+  /* an LL transfer takes a channel per 4 KiB by default, up to 16 */
+  EXPECT_OK(ncclAllReduce(buf, buf, 1025, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_launch_ll(s, !simple, 2, &n), "4 KiB + 4: two LL channels");
   EXPECT_OK(ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, !simple, &n), "16 KiB: the largest LL transfer by default");
-  EXPECT_OK(ncclAllReduce(buf, buf, 4097, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, 0, &n), "16 KiB + 4: Simple");
+  EXPECT(last_launch_ll(s, !simple, 4, &n), "16 KiB: four LL channels");
+  EXPECT(((const dev_work_t *)s->last_work)->nch == (simple ? 1 : 4), "16 KiB: blocks per lane");
+  EXPECT_OK(ncclAllReduce(buf, buf, 16384, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_launch_ll(s, !simple, 16, &n), "64 KiB: the largest LL transfer by default, on 16 channels");
+  EXPECT_OK(ncclAllReduce(buf, buf, 16385, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_launch_ll(s, 0, 0, &n), "64 KiB + 4: Simple");
   EXPECT_OK(ncclGroupStart());
   for (int i = 0; i < 10; i++) EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
-  EXPECT(!s->last_small && last_launch_ll(s, !simple, &n) && n == 20,
+  EXPECT(!s->last_small && last_launch_ll(s, !simple, 1, &n) && n == 20,
          "a group of 10 all-reduces: 20 transfers through the full entry point (got %d, small %d)", n,
          s->last_small);
   EXPECT_OK(ncclCommDestroy(comm));
@@ -210,6 +216,10 @@ static void channels_rank(int rank, int nranks, void *arg) {
   const dev_work_t *w = (const dev_work_t *)s->last_work;
   EXPECT(w->comm.nch_max == 4 && w->nch <= 4, "rank %d: %d rings per connection, %d blocks per lane", rank,
          w->comm.nch_max, w->nch);
+  EXPECT_OK(ncclAllReduce(buf, buf, 16384, ncclFloat, ncclSum, comm, NULL));
+  w = (const dev_work_t *)s->last_work;
+  EXPECT(w->nch == 4 && w->xfers[0].nch == 4, "rank %d: a 64 KiB LL transfer on %d channels of 4", rank,
+         w->xfers[0].nch);
   EXPECT_OK(ncclCommDestroy(comm));
 }
 

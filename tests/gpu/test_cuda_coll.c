@@ -1,9 +1,9 @@
 /*
  * The collective matrix on GPUs: every collective (and send/recv) x every data type x every operation (sum,
  * prod, max, min, avg, PreMulSum with the scalar on the host and on the device) x in place and out of place x
- * counts 0, 1, 7, 1031 x buffers 0, 1 and 2 elements past an aligned address, then larger counts (64 Ki + 3,
- * about a million, and 16 Mi + 5 elements, or --count), each checked element by element against references
- * computed on the host, with poisoned outputs and guard bytes (cuda_case.h).
+ * counts 0, 1, 7, 1031 x buffers 0, 1 and 2 elements past an aligned address, then larger counts (12 Ki - 1,
+ * 64 Ki + 3, about a million, and 16 Mi + 5 elements, or --count), each checked element by element against
+ * references computed on the host, with poisoned outputs and guard bytes (cuda_case.h).
  *
  * Modes, one case each:
  *   procs_*   one process per GPU (ncclCommInitRank);
@@ -98,7 +98,8 @@ static int tier_sweeps(tier_t tier, sweep_t *s) {
     s[0] = (sweep_t){{0, 1, 7, 1031}, 4, ALL_KINDS, ALL_TYPES, ALL_OPS, 1, 0};
     return 1;
   case TIER_LARGE:
-    s[0] = (sweep_t){{65539}, 1, ALL_KINDS, ALL_TYPES, ALL_OPS, 0, 0};
+    /* 12287 elements: an LL transfer over many channels (float: 12 parts of 4 KiB); 65539: Simple */
+    s[0] = (sweep_t){{12287, 65539}, 2, ALL_KINDS, ALL_TYPES, ALL_OPS, 0, 0};
     s[1] = (sweep_t){{1000003}, 1, ALL_KINDS, ALL_TYPES, OP_SUM, 0, 1};
     s[2] = (sweep_t){{big}, 1, ALL_KINDS, wide, OP_SUM, 0, 1};
     s[3] = (sweep_t){{big}, 1, 1u << K_ALLREDUCE, T(ncclBfloat16) | T(ncclFloat32), ALL_OPS & ~OP_SUM, 0, 1};
