@@ -2,12 +2,13 @@
  * The work queue of a GPU communicator: bounded space for its eager launches, reclaimed only from launches
  * whose completion was observed.
  *
- * Each eager launch takes one entry: a header the kernel writes when it is done (its tag, in host-mapped
- * memory), followed by the part of the launch's transfer list that does not fit in the kernel parameters
- * (the spill). Entries are contiguous byte ranges of a ring of `cap` bytes; an entry that would straddle the
- * end of the ring starts at the beginning instead, the skipped bytes charged to it. Entries are reclaimed in
- * launch order, from the oldest, and only when the caller says the oldest is done (its kernel wrote its tag),
- * so space can neither leak nor be reused under a kernel that still reads it.
+ * Each eager launch whose transfer list does not fit in the kernel parameters takes one entry: a header the
+ * kernel writes when it is done (its tag, in host-mapped memory), followed by the list (the spill). A launch
+ * whose list fits holds nothing of the host's once launched, and takes none. Entries are contiguous byte
+ * ranges of a ring of `cap` bytes; an entry that would straddle the end of the ring starts at the beginning
+ * instead, the skipped bytes charged to it. Entries are reclaimed in launch order, from the oldest, and only
+ * when the caller says the oldest is done (its kernel wrote its tag), so space can neither leak nor be reused
+ * under a kernel that still reads it.
  *
  * Captured launches (CUDA graphs) never take an entry: their work lives in the graph's own storage and a
  * replay cannot move any counter here (DESIGN.md, principle 3). This is the property that NCCL's work FIFO

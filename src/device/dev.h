@@ -178,11 +178,12 @@ typedef struct {
  * `xfers`; a launch with more has its whole list in device memory at `ext` (the work queue's device copy for
  * an eager launch, storage owned by the graph for a captured one), and `xfers` is unused.
  *
- * Completion: an eager launch's kernel writes `tag` into `*done` (host-mapped: the header of its work-queue
- * entry) when every block has finished with the work, ext included: the last block to finish stores it, so
- * when the host sees the tag the entry can be reused (the device copy of a spill is rewritten only in stream
- * order after the kernel, so the store needs no fence). Captured launches have
- * done == NULL and write nothing (a replay must not touch the queue).
+ * Completion: an eager launch with a spilled list has a work-queue entry, and its kernel writes `tag` into
+ * `*done` (host-mapped: the entry's header) when every block has finished with the work, ext included: the
+ * last block to finish stores it, so when the host sees the tag the entry can be reused (the device copy of a
+ * spill is rewritten only in stream order after the kernel, so the store needs no fence). Other launches have
+ * done == NULL and write nothing: one whose list travels in the parameters holds nothing of the host's
+ * once launched, and a captured one must not touch the queue (a replay cannot move its counters).
  *
  * Two entry points take the same work: braid_kernel with all DEV_MAX_XFERS slots, and braid_kernel_small,
  * whose parameter is the first sizeof(dev_work_small_t) bytes of the same struct (DEV_SMALL_XFERS slots), for

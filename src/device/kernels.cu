@@ -201,14 +201,9 @@ template <class W> __device__ bool grid_sync(const W &w, block_state &st) {
 template <class W> __device__ void grid_finish(const W &w) {
   __syncthreads();
   if (threadIdx.x != 0) return;
-  /* One step and no spilled list: the grid barrier was never used, and nothing of the queue entry is read
-   * by any block (its header lives in host memory the kernel never reads), so block 0 reports the launch
-   * done without waiting for the others: no fence, no atomics on the way out. Launches of a communicator
-   * still finish in stream order, so the tags keep coming in order. */
-  if (w.nsteps <= 1 && w.ext == NULL) {
-    if (blockIdx.x == 0 && w.done != NULL) *w.done = w.tag;
-    return;
-  }
+  /* One step and no spilled list: the grid barrier was never used and the launch has no queue entry to
+   * report done (dev.h), so the block just leaves: no fence, no atomics on the way out. */
+  if (w.nsteps <= 1 && w.ext == NULL) return;
   uint32_t *bar = w.comm.barrier;
   __threadfence();
   if (atomicAdd(&bar[1], 1u) == gridDim.x - 1) {

@@ -24,10 +24,13 @@
 #ifdef BRAID_MOCK_CUDA_DIR
 
 #include "core/launch.h"
+#include "core/workq.h"
 #include "device/dev.h"
 #include "../gpu/mock_cuda.h"
 
-enum { CALLS = 5000, QUEUE = 65536 };
+/* A group of GROUP sends and GROUP receives is one launch of 2 * GROUP transfers, more than the kernel
+ * parameters carry: it spills its list into a work-queue entry (a launch whose list fits takes none). */
+enum { CALLS = 5000, QUEUE = 65536, GROUP = 29 };
 
 typedef struct {
   ncclUniqueId id;
@@ -42,6 +45,14 @@ static int file_has(const char *path, const char *part) {
   fclose(f);
   text[n] = 0;
   return strstr(text, part) != NULL;
+}
+
+/* The stand-in driver's record of what it saw (tests/gpu/mock_cuda.h), found in the loaded driver. */
+static mock_cuda_stats_t *mock_stats(void) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  mock_cuda_stats_t *s = lib != NULL ? dlsym(lib, "mock_cuda_stats") : NULL;
+  EXPECT(s != NULL, "the loaded libcuda.so.1 is not the stand-in driver");
+  return s;
 }
 
 /* What the aborting thread needs: the communicator, and the log in which the WARN of the full queue shows. */
@@ -72,27 +83,39 @@ static void full_queue_rank(int rank, int nranks, void *arg) {
   EXPECT(pthread_create(&aborter, NULL, abort_after_warn, &a) == 0);
   /* the stand-in driver never touches buffers: any address will do */
   void *buf = (void *)(uintptr_t)0x10000000;
-  int stopped_at = -1;
+  int stopped_at = -1, entries = 0;
   for (int i = 0; i < CALLS; i++) {
-    if (ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL) != ncclSuccess) {
+    ncclResult_t res = ncclGroupStart();
+    for (int j = 0; j < GROUP && res == ncclSuccess; j++) {
+      res = ncclSend(buf, 2, ncclFloat, 1 - rank, comm, NULL);
+      if (res == ncclSuccess) res = ncclRecv(buf, 2, ncclFloat, 1 - rank, comm, NULL);
+    }
+    ncclResult_t end = ncclGroupEnd();
+    if (res != ncclSuccess || end != ncclSuccess) {
       stopped_at = i;
       break;
     }
+    if (i == 0) { /* one launch per group, its list spilled: the queue holds this many before one waits */
+      const dev_work_t *w = (const dev_work_t *)mock_stats()->last_work;
+      EXPECT(w->ext != NULL && w->done != NULL && w->nxfers == 2 * GROUP, "rank %d: %d transfers, spilled %d",
+             rank, w->nxfers, w->ext != NULL);
+      entries = (int)(QUEUE / wq_entry_bytes((uint64_t)w->nxfers * sizeof(dev_xfer_t)));
+    }
   }
   pthread_join(aborter, NULL);
-  /* one 64-byte entry per launch: the queue holds QUEUE / 64 of them before a call has to wait */
-  EXPECT(stopped_at >= QUEUE / 64, "rank %d: the calls stopped at %d, before the queue was full", rank,
-         stopped_at);
+  EXPECT(stopped_at >= entries, "rank %d: the calls stopped at %d, before the queue was full (%d entries)",
+         rank, stopped_at, entries);
   EXPECT(file_has(log_path, "the work queue has been full for"), "rank %d: no WARN of the full queue", rank);
-  EXPECT(file_has(log_path, "held by 1024 eager launches"), "rank %d: the WARN misses the launch count",
-         rank);
-  EXPECT(file_has(log_path, "the oldest, AllReduce (call "), "rank %d: the WARN misses the oldest launch",
-         rank);
+  char held[64];
+  snprintf(held, sizeof held, "held by %d eager launches", entries);
+  EXPECT(file_has(log_path, held), "rank %d: the WARN misses the launch count (%s)", rank, held);
+  EXPECT(file_has(log_path, "the oldest, Send (call "), "rank %d: the WARN misses the oldest launch", rank);
   EXPECT(file_has(log_path, "its device memory is left allocated"), "rank %d: no WARN of the stuck GPU",
          rank);
 }
 
-/* Eager calls on a GPU whose kernels never finish: the wait for queue space is reported and abort-aware. */
+/* Eager launches with spilled lists on a GPU whose kernels never finish: the wait for queue space is reported
+ * and abort-aware. */
 static void full_queue_wait(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   setenv("MOCK_CUDA_STUCK", "1", 1);
@@ -108,14 +131,6 @@ static void full_queue_wait(void) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", sh.log_dir);
   EXPECT(system(cmd) == 0);
-}
-
-/* The stand-in driver's record of what it saw (tests/gpu/mock_cuda.h), found in the loaded driver. */
-static mock_cuda_stats_t *mock_stats(void) {
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  mock_cuda_stats_t *s = lib != NULL ? dlsym(lib, "mock_cuda_stats") : NULL;
-  EXPECT(s != NULL, "the loaded libcuda.so.1 is not the stand-in driver");
-  return s;
 }
 
 /* Whether every transfer of the last launch is (ll = 1) or is not (ll = 0) marked LL, an LL one on `nch`
@@ -160,6 +175,8 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclGroupStart());
   for (int i = 0; i < 10; i++) EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
+  EXPECT(((const dev_work_t *)s->last_work)->done == NULL,
+         "a launch whose list fits the parameters has no queue entry to report");
   EXPECT(!s->last_small && last_launch_ll(s, !simple, 1, &n) && n == 20,
          "a group of 10 all-reduces: 20 transfers through the full entry point (got %d, small %d)", n,
          s->last_small);
