@@ -4,9 +4,10 @@
  * A plan's steps become the steps of a dev_work_t. Within a step, transfers that share a connection (the same
  * send peer or the same receive peer) must keep their list order, so they form one lane; local copies form
  * one lane of their own, and transfers the planner marks XF_SEQ (a one-shot reduction, whose combines read
- * what the one before stored) all join one lane. A transfer is split over ceil(bytes / DEV_CHANNEL_BYTES)
- * channels, at most nch: a function of its size only, so both ends of a connection split it the same way
- * (DESIGN.md, principle 2). Lanes run concurrently, each on as many blocks as the launch's widest transfer
+ * what the one before stored) all join one lane. A Simple transfer is split over ceil(bytes / ch_bytes)
+ * channels, an LL one over ceil(bytes / ll_part), at most nch (16 for LL): a function of its size and of
+ * knobs that are the same on every rank, so both ends of a connection split it the same way (DESIGN.md,
+ * principle 2). Lanes run concurrently, each on as many blocks as the launch's widest transfer
  * has channels (dev_work_t.nch): an 8-byte all-reduce runs on a block or two, not on nch per lane.
  *
  * Launches of one communicator are ordered even when the calls come on different streams: each launch waits
@@ -67,6 +68,7 @@ struct gx {
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
   uint64_t ll_part;          /* an LL transfer takes a channel per this many bytes (BRAID_LL_CHANNEL_BYTES) */
   int ll_nch;                /* and at most this many: DEV_LL_CHANNELS, or fewer when nch is */
+  uint64_t ch_bytes;         /* a Simple transfer takes a channel per this many bytes (BRAID_CHANNEL_BYTES) */
   uint8_t *ll_peer;          /* [nranks] LL_TO: the connection to the peer has an LL ring; LL_FROM: from it */
   gpu_mem_t *mem;            /* the ring tables, counters and barrier dcomm points at */
   dev_comm_t dcomm;          /* the kernels' view, passed by value in every launch's work */
@@ -119,11 +121,12 @@ _Static_assert((int)DEV_XF_LL > (int)XF_PREPARED, "the LL mark takes a bit the p
 /* braid_kernel_small reads the head of the same dev_work_t. */
 _Static_assert(offsetof(dev_work_t, xfers) == offsetof(dev_work_small_t, xfers),
                "the small entry point's work is a prefix of the full one");
-/* An LL transfer runs in one slice: within half of its LL ring, and of a Simple ring for a side without LL.
- */
-_Static_assert(PLAN_LL_MAX <= DEV_LL_SLOTS / 2 * DEV_LL_PIECE &&
-                   PLAN_LL_MAX <= DEV_SLOTS / 2 * DEV_SLOT_BYTES,
-               "an LL transfer fits half a ring");
+/* An LL transfer runs in one slice: each channel's part within half of its LL ring, and of a Simple ring for
+ * a side without LL (gx_init bounds ll_max and ll_part to keep it so). */
+enum { GX_LL_PART_MAX = DEV_LL_SLOTS / 2 * DEV_LL_PIECE };
+_Static_assert(PLAN_LL_MAX <= (uint64_t)DEV_LL_CHANNELS * GX_LL_PART_MAX &&
+                   GX_LL_PART_MAX <= DEV_SLOTS / 2 * DEV_SLOT_BYTES,
+               "an LL transfer's part fits half a ring");
 /* A one-shot reduction's lane receives from every peer and, in place, sends to every peer. */
 _Static_assert(2 * (PLAN_ONESHOT_MAX_RANKS - 1) <= DEV_LANE_RINGS,
                "one-shot lanes exceed the kernel's rings");
@@ -240,9 +243,12 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   *gx = (gx_t){.dev = dev, .rank = rank, .nranks = nranks, .nch = nch, .name = name, .acct = acct};
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_NAME, &gx->func), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_SMALL_NAME, &gx->func_small), res, fail);
-  gx->ll_max = plan_tuning()->ll_max;
-  gx->ll_part = plan_tuning()->ll_part;
   gx->ll_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
+  /* every channel's part within half a ring: at most GX_LL_PART_MAX per channel, on at most ll_nch */
+  uint64_t ll_cap = (uint64_t)gx->ll_nch * GX_LL_PART_MAX;
+  gx->ll_max = plan_tuning()->ll_max < ll_cap ? plan_tuning()->ll_max : ll_cap;
+  gx->ll_part = plan_tuning()->ll_part < GX_LL_PART_MAX ? plan_tuning()->ll_part : GX_LL_PART_MAX;
+  gx->ch_bytes = plan_tuning()->ch_bytes;
   CHECK_GOTO(MEM_CALLOC(acct, gx->ll_peer, (size_t)nranks, "GPU executor: LL rings per peer"), res, fail);
   CHECK_GOTO(gpu_dev_alloc(dev, layout(nranks, nch).total, &gx->mem), res, fail);
   mem_charge(acct, gpu_mem_size(gx->mem), 1, "kernel view of the communicator");
@@ -496,8 +502,8 @@ static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_
     if (in->send_peer >= 0 && (gx->ll_peer[in->send_peer] & LL_TO)) flags |= DEV_XF_LL_SEND;
     if (in->recv_peer >= 0 && (gx->ll_peer[in->recv_peer] & LL_FROM)) flags |= DEV_XF_LL_RECV;
   }
-  uint64_t nch = ll ? (in->bytes + gx->ll_part - 1) / gx->ll_part
-                    : (in->bytes + DEV_CHANNEL_BYTES - 1) / DEV_CHANNEL_BYTES;
+  uint64_t nch =
+      ll ? (in->bytes + gx->ll_part - 1) / gx->ll_part : (in->bytes + gx->ch_bytes - 1) / gx->ch_bytes;
   if (ll && nch > (uint64_t)gx->ll_nch) nch = (uint64_t)gx->ll_nch;
   red_kind_t kind = (in->flags & XF_PREPARED) && red->kind == RED_PREMULSUM ? RED_SUM : red->kind;
   *out = (dev_xfer_t){.src = in->src,

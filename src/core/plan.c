@@ -625,6 +625,8 @@ static void tuning_load(void) {
   tuning_knobs.ll_max = plan_ll_parse(param_str(P_NCCL_PROTO), ll_max > 0 ? (uint64_t)ll_max : 0);
   int64_t ll_part = param_int(P_BRAID_LL_CHANNEL_BYTES);
   tuning_knobs.ll_part = ll_part > 0 ? (uint64_t)ll_part : 1;
+  int64_t ch_bytes = param_int(P_BRAID_CHANNEL_BYTES);
+  tuning_knobs.ch_bytes = ch_bytes > 0 ? (uint64_t)ch_bytes : 1;
   /* an explicit threshold holds for every rank count; by default two ranks' all-reduce goes further */
   if (!param_is_set(P_BRAID_ONESHOT_MAX_BYTES) && tuning_knobs.oneshot_pair < PLAN_ONESHOT_PAIR_MAX)
     tuning_knobs.oneshot_pair = PLAN_ONESHOT_PAIR_MAX;

@@ -125,6 +125,7 @@ typedef struct {
   uint8_t algos[OP_COUNT]; /* the algorithms each collective may use: bit (1 << plan_algo_t) */
   uint64_t ll_max;         /* GPU transfers of at most this many bytes use the LL protocol (0: none) */
   uint64_t ll_part;        /* an LL transfer takes one channel per this many bytes (at least 1) */
+  uint64_t ch_bytes;       /* a Simple transfer takes one channel per this many bytes (at least 1) */
 } plan_tuning_t;
 
 /* The process's tuning, from the knobs (read and parsed once; unknown algorithm names are logged at INFO). */
@@ -139,9 +140,10 @@ void plan_tuning_parse(const char *algo_spec, uint64_t oneshot_max, plan_tuning_
  * exclude them. Braid's protocols: LL and Simple (case-insensitive); others (LL128) are ignored with an INFO
  * line. Simple always stays: it carries what LL cannot. */
 uint64_t plan_ll_parse(const char *proto_spec, uint64_t ll_max);
-/* The LL protocol carries transfers of at most this many bytes: half its ring, the most one transfer may
- * take in one slice (device/dev.h). */
-#define PLAN_LL_MAX (64ull * 1024)
+/* The LL protocol carries transfers of at most this many bytes: half an LL ring on each of its 16 channels,
+ * the most one transfer may take in one slice (device/dev.h); the GPU executor lowers it to half a ring per
+ * channel when the communicator has fewer. */
+#define PLAN_LL_MAX (1024ull * 1024)
 
 /* The algorithm of call `t` on `nranks` ranks and, in *why_p, the reason in a few words. A function of the
  * call only: every rank picks the same. */

@@ -37,14 +37,13 @@
 #define DEV_SLOT_BYTES        (128 * 1024)
 #define DEV_SLICE_BYTES       (DEV_SLOTS / 2 * DEV_SLOT_BYTES) /* per channel per slice: half a ring */
 #define DEV_MAX_CHANNELS      64
-#define DEV_THREADS           512         /* threads per block */
-#define DEV_MAX_XFERS         56          /* transfers carried by value in one launch */
-#define DEV_MAX_SPILL         65535       /* transfers of one launch whose list is spilled (dev_work_t.ext) */
-#define DEV_LANE_XFERS        1024        /* transfers of one lane in one step */
-#define DEV_LANE_RINGS        112         /* rings (peer, direction) one lane uses in one step */
-#define DEV_MAX_STEPS         16          /* steps carried by value in one launch */
-#define DEV_CHANNEL_BYTES     (32 * 1024) /* a Simple transfer uses a channel per this many bytes, to nch_max */
-#define DEV_SMALL_XFERS       8           /* transfers of a launch through the small entry point */
+#define DEV_THREADS           512   /* threads per block */
+#define DEV_MAX_XFERS         56    /* transfers carried by value in one launch */
+#define DEV_MAX_SPILL         65535 /* transfers of one launch whose list is spilled (dev_work_t.ext) */
+#define DEV_LANE_XFERS        1024  /* transfers of one lane in one step */
+#define DEV_LANE_RINGS        112   /* rings (peer, direction) one lane uses in one step */
+#define DEV_MAX_STEPS         16    /* steps carried by value in one launch */
+#define DEV_SMALL_XFERS       8     /* transfers of a launch through the small entry point */
 #define DEV_KERNEL_NAME       "braid_kernel"
 #define DEV_KERNEL_SMALL_NAME "braid_kernel_small"
 

@@ -169,9 +169,11 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   EXPECT(last_launch_ll(s, !simple, 4, &n), "16 KiB: four LL channels");
   EXPECT(((const dev_work_t *)s->last_work)->nch == (simple ? 1 : 4), "16 KiB: blocks per lane");
   EXPECT_OK(ncclAllReduce(buf, buf, 16384, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, !simple, 16, &n), "64 KiB: the largest LL transfer by default, on 16 channels");
-  EXPECT_OK(ncclAllReduce(buf, buf, 16385, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, 0, 0, &n), "64 KiB + 4: Simple");
+  EXPECT(last_launch_ll(s, !simple, 16, &n), "64 KiB: LL on 16 channels");
+  EXPECT_OK(ncclAllReduce(buf, buf, 65536, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_launch_ll(s, !simple, 16, &n), "256 KiB: the largest LL transfer by default, on 16 channels");
+  EXPECT_OK(ncclAllReduce(buf, buf, 65537, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_launch_ll(s, 0, 0, &n), "256 KiB + 4: Simple");
   EXPECT_OK(ncclGroupStart());
   for (int i = 0; i < 10; i++) EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
@@ -224,6 +226,7 @@ static void channel_budget(void) {
 static void channels_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
   setenv("BRAID_CHANNELS", rank == 0 ? "4" : "16", 1);
+  setenv("BRAID_LL_MAX_BYTES", "1048576", 1);
   param_reload();
   ncclComm_t comm;
   EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
@@ -237,6 +240,13 @@ static void channels_rank(int rank, int nranks, void *arg) {
   w = (const dev_work_t *)s->last_work;
   EXPECT(w->nch == 4 && w->xfers[0].nch == 4, "rank %d: a 64 KiB LL transfer on %d channels of 4", rank,
          w->xfers[0].nch);
+  /* LL up to half an LL ring per channel: 4 channels carry 256 KiB, not BRAID_LL_MAX_BYTES' 1 MiB */
+  EXPECT_OK(ncclAllReduce(buf, buf, 65536, ncclFloat, ncclSum, comm, NULL));
+  EXPECT((w->xfers[0].flags & DEV_XF_LL) && w->xfers[0].nch == 4, "rank %d: 256 KiB is LL on 4 channels",
+         rank);
+  EXPECT_OK(ncclAllReduce(buf, buf, 65537, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(!(w->xfers[0].flags & DEV_XF_LL), "rank %d: 256 KiB + 4 is Simple", rank);
+  unsetenv("BRAID_LL_MAX_BYTES");
   EXPECT_OK(ncclCommDestroy(comm));
 }
 

@@ -289,7 +289,7 @@ static void proto_knob(void) {
   EXPECT(plan_ll_parse("^Simple", max) == max, "excluding Simple leaves LL (Simple still carries the rest)");
   EXPECT(plan_ll_parse("LL128", max) == max, "other libraries' names alone change nothing");
   EXPECT(plan_ll_parse("LL128,Simple", max) == 0, "unknown names are ignored, known ones kept");
-  EXPECT(plan_ll_parse("LL", 1ull << 30) == PLAN_LL_MAX, "the threshold is bounded by half an LL ring");
+  EXPECT(plan_ll_parse("LL", 1ull << 30) == PLAN_LL_MAX, "the threshold is bounded by half of each LL ring");
   EXPECT(plan_ll_parse("LL", 0) == 0, "0 turns LL off whatever the list");
 }
 
