@@ -258,9 +258,10 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes, LL protocol for "
        "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES), a channel per "
-       "%llu bytes of one, up to %d (BRAID_LL_CHANNEL_BYTES)",
+       "%llu bytes of one, up to %d (BRAID_LL_CHANNEL_BYTES); a Simple transfer takes a channel per %llu "
+       "bytes (BRAID_CHANNEL_BYTES)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap, (unsigned long long)gx->ll_max,
-       (unsigned long long)gx->ll_part, gx->ll_nch);
+       (unsigned long long)gx->ll_part, gx->ll_nch, (unsigned long long)gx->ch_bytes);
   *gx_p = gx;
   return ncclSuccess;
 fail:
