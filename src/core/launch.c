@@ -492,8 +492,8 @@ static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane
  * PreMulSum would scale it again; the kernel never sees that flag's meaning. A transfer of at most ll_max
  * bytes is marked LL and runs on a channel per ll_part bytes, at most ll_nch (dev.h); the mark and the
  * channels depend on the size, the knobs and the communicator's channels only, so both ends of each of its
- * connections agree. Each side of an LL transfer is also marked with its protocol:
- * LL when its connection has an LL ring, which both ends of the connection know alike. */
+ * connections agree. Each side of an LL transfer is also marked with its protocol: LL when its connection
+ * has an LL ring, which both ends of the connection know alike. */
 static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_t *out) {
   const red_t *red = in->red;
   const int ll = in->bytes <= gx->ll_max;

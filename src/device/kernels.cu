@@ -481,9 +481,10 @@ __device__ __forceinline__ void prefetch_l2(const void *p) {
 }
 
 /* Every thread: reads line `p` until both its flags hold `flag`; its 8 data bytes in *d. The caller's loops
- * handle a line per thread at a time: with parts of a few KiB per channel (dev.h) that is one line per piece,
- * and holding more lines in registers here pushes the kernel past its register budget (spills). False when
- * the wait failed (the thread's own spin_fails; the others notice the recorded error at their next check). */
+ * handle a line per thread at a time (one line per piece up to 4 KiB per channel, four at the most): holding
+ * a thread's lines of a piece in registers at once pushed the kernel past its register budget (spills).
+ * False when the wait failed (the thread's own spin_fails; the others notice the recorded error at their
+ * next check). */
 __device__ __forceinline__ bool ll_wait_line(const dev_comm_t *comm, const uint4 *p, uint32_t flag,
                                              const wait_what &what, uint2 *d) {
   uint4 v = load_line(p);

@@ -56,8 +56,7 @@ typedef struct tp_conn {
   size_t charged_dev; /* device bytes charged for it, released at close */
   dev_ring_t *rings;  /* GPU transports: `nrings` rings as this rank's kernel uses them (host array) */
   int nrings;         /* 0 on host transports */
-  dev_ring_t
-      ll[DEV_LL_CHANNELS]; /* GPU transports: the connection's LL rings (device/dev.h); data NULL: none */
+  dev_ring_t ll[DEV_LL_CHANNELS]; /* GPU transports: its LL rings (device/dev.h); data NULL: none */
 } tp_conn_t;
 
 /* Checks that `peer` is another rank of the context and fills the generic part of a new connection. */

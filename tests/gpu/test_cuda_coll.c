@@ -98,7 +98,8 @@ static int tier_sweeps(tier_t tier, sweep_t *s) {
     s[0] = (sweep_t){{0, 1, 7, 1031}, 4, ALL_KINDS, ALL_TYPES, ALL_OPS, 1, 0};
     return 1;
   case TIER_LARGE:
-    /* 12287 elements: an LL transfer over many channels (float: 12 parts of 4 KiB); 65539: Simple */
+    /* 12287 elements: an LL transfer over many channels (float: 12 parts of 4 KiB); 65539: past LL's
+     * 256 KiB for 4- and 8-byte types (Simple), LL over 16 channels for 1- and 2-byte ones */
     s[0] = (sweep_t){{12287, 65539}, 2, ALL_KINDS, ALL_TYPES, ALL_OPS, 0, 0};
     s[1] = (sweep_t){{1000003}, 1, ALL_KINDS, ALL_TYPES, OP_SUM, 0, 1};
     s[2] = (sweep_t){{big}, 1, ALL_KINDS, wide, OP_SUM, 0, 1};
