@@ -65,6 +65,8 @@ struct gx {
   alloc_acct_t *acct;
   gpu_func_t *func;          /* braid_kernel */
   gpu_func_t *func_small;    /* braid_kernel_small, for launches of at most DEV_SMALL_XFERS transfers */
+  gpu_func_t *func_ll;       /* braid_kernel_ll, for small launches of LL transfers only (ll_only) */
+  int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
   uint64_t ll_part;          /* an LL transfer takes a channel per this many bytes (BRAID_LL_CHANNEL_BYTES) */
   int ll_nch;                /* and at most this many: DEV_LL_CHANNELS, or fewer when nch is */
@@ -243,6 +245,8 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   *gx = (gx_t){.dev = dev, .rank = rank, .nranks = nranks, .nch = nch, .name = name, .acct = acct};
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_NAME, &gx->func), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_SMALL_NAME, &gx->func_small), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_LL_NAME, &gx->func_ll), res, fail);
+  gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
   gx->ll_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
   /* every channel's part within half a ring: at most GX_LL_PART_MAX per channel, on at most ll_nch */
   uint64_t ll_cap = (uint64_t)gx->ll_nch * GX_LL_PART_MAX;
@@ -258,10 +262,11 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes, LL protocol for "
        "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES), a channel per "
-       "%llu bytes of one, up to %d (BRAID_LL_CHANNEL_BYTES); a Simple transfer takes a channel per %llu "
-       "bytes (BRAID_CHANNEL_BYTES)",
+       "%llu bytes of one, up to %d (BRAID_LL_CHANNEL_BYTES), launches of LL transfers alone through %s "
+       "(BRAID_LL_KERNEL); a Simple transfer takes a channel per %llu bytes (BRAID_CHANNEL_BYTES)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap, (unsigned long long)gx->ll_max,
-       (unsigned long long)gx->ll_part, gx->ll_nch, (unsigned long long)gx->ch_bytes);
+       (unsigned long long)gx->ll_part, gx->ll_nch, gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
+       (unsigned long long)gx->ch_bytes);
   *gx_p = gx;
   return ncclSuccess;
 fail:
@@ -665,6 +670,32 @@ static ncclResult_t capture_place(gx_t *gx, const launch_ctx_t *lc, uint64_t spi
   return gpu_copy_async(gpu_mem_ptr(b->mem), b->stage, spill, lc->s);
 }
 
+/* Whether the work (one step, its list in the parameters) can take braid_kernel_ll (dev.h): every transfer
+ * LL on each side that has a peer, one piece per channel, and few enough transfers for the small work. */
+static int ll_only(const gx_t *gx, const dev_work_t *w) {
+  if (!gx->ll_kernel || w->nsteps != 1 || w->nxfers > DEV_SMALL_XFERS) return 0;
+  for (int i = 0; i < w->nxfers; i++) {
+    const dev_xfer_t *x = &w->xfers[i];
+    if (!(x->flags & DEV_XF_LL) || (x->send_peer >= 0 && !(x->flags & DEV_XF_LL_SEND)) ||
+        (x->recv_peer >= 0 && !(x->flags & DEV_XF_LL_RECV)) || x->bytes > (uint64_t)x->nch * DEV_LL_PIECE)
+      return 0;
+  }
+  return 1;
+}
+
+/* Threads per block of a braid_kernel_ll launch: a line per thread of the largest part, in whole warps, at
+ * most DEV_THREADS (an 8-byte all-reduce runs one warp per block, so its barriers are a warp's). */
+static unsigned ll_threads(const dev_work_t *w) {
+  uint64_t lines = 1;
+  for (int i = 0; i < w->nxfers; i++) {
+    const dev_xfer_t *x = &w->xfers[i];
+    uint64_t part = ((x->bytes + x->nch - 1) / x->nch + 15) / 16 * 16;
+    if (part / 8 > lines) lines = part / 8;
+  }
+  uint64_t threads = (lines + 31) / 32 * 32;
+  return threads < DEV_THREADS ? (unsigned)threads : DEV_THREADS;
+}
+
 /* Launches the work built so far (if any) and starts a new one. */
 static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
   dev_work_t *w = &gx->work;
@@ -687,10 +718,13 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
     else if (spill != 0)
       CHECK(capture_place(gx, lc, spill));
     /* a grid only as wide as the channels the launch's transfers use (w->nch, at least 1 per transfer); a
-     * launch of a few transfers passes only the head of the work (dev_work_small_t) */
+     * launch of a few transfers passes only the head of the work (dev_work_small_t), to braid_kernel_ll when
+     * it is LL alone */
     int small = spill == 0 && w->nxfers <= DEV_SMALL_XFERS;
-    ncclResult_t res = gpu_launch(small ? gx->func_small : gx->func, (unsigned)(widest * w->nch), DEV_THREADS,
-                                  w, small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
+    gpu_func_t *f = !small ? gx->func : ll_only(gx, w) ? gx->func_ll : gx->func_small;
+    ncclResult_t res =
+        gpu_launch(f, (unsigned)(widest * w->nch), f == gx->func_ll ? ll_threads(w) : DEV_THREADS, w,
+                   small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
     if (res != ncclSuccess) {
       wq_cancel(&gx->wq, &slot); /* it never reached the GPU */
       return res;

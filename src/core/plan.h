@@ -140,9 +140,8 @@ void plan_tuning_parse(const char *algo_spec, uint64_t oneshot_max, plan_tuning_
  * exclude them. Braid's protocols: LL and Simple (case-insensitive); others (LL128) are ignored with an INFO
  * line. Simple always stays: it carries what LL cannot. */
 uint64_t plan_ll_parse(const char *proto_spec, uint64_t ll_max);
-/* The LL protocol carries transfers of at most this many bytes: half an LL ring on each of its 16 channels,
- * the most one transfer may take in one slice (device/dev.h); the GPU executor lowers it to half a ring per
- * channel when the communicator has fewer. */
+/* The LL protocol carries transfers of at most this many bytes, in one slice (device/dev.h); the GPU executor
+ * also holds each channel's part within half of its LL ring (launch.c). */
 #define PLAN_LL_MAX (1024ull * 1024)
 
 /* The algorithm of call `t` on `nranks` ranks and, in *why_p, the reason in a few words. A function of the

@@ -46,6 +46,7 @@
 #define DEV_SMALL_XFERS       8     /* transfers of a launch through the small entry point */
 #define DEV_KERNEL_NAME       "braid_kernel"
 #define DEV_KERNEL_SMALL_NAME "braid_kernel_small"
+#define DEV_KERNEL_LL_NAME    "braid_kernel_ll"
 
 /* The control block of one ring; 128-byte fields keep the two writers' counters on separate lines. */
 typedef struct {
@@ -92,7 +93,7 @@ typedef struct {
  * same on every rank), so both ends cut the transfer alike: several blocks share a transfer that one block
  * would move slowly, since each line is a store the block issues itself. */
 #define DEV_LL_SLOTS      8
-#define DEV_LL_CHANNELS   16                 /* LL rings per connection */
+#define DEV_LL_CHANNELS   32                 /* LL rings per connection */
 #define DEV_LL_PIECE      (16 * 1024)        /* data bytes per slot */
 #define DEV_LL_SLOT_BYTES (2 * DEV_LL_PIECE) /* lines of a slot: twice the data */
 #define DEV_LL_RING_BYTES ((uint64_t)sizeof(dev_ctrl_t) + (uint64_t)DEV_LL_SLOTS * DEV_LL_SLOT_BYTES)
@@ -188,7 +189,15 @@ typedef struct {
  * whose parameter is the first sizeof(dev_work_small_t) bytes of the same struct (DEV_SMALL_XFERS slots), for
  * launches of a few transfers: the driver copies every parameter byte at each launch, and so does each
  * block into its shared memory (kernels.cu), 680 bytes instead of 3.3 KB. The fields before `xfers` are one
- * list (DEV_WORK_FIELDS), so the two structs share their layout up to the slots. */
+ * list (DEV_WORK_FIELDS), so the two structs share their layout up to the slots.
+ *
+ * A third entry point, braid_kernel_ll, takes the small work too, for the launches that are latency alone:
+ * one step, no spill, every transfer LL (both of its sides, where it has peers) and at most DEV_LL_PIECE
+ * bytes per channel (one piece each). It moves the same pieces through the same LL rings and counts as
+ * braid_kernel would, so launches of either kind follow each other on a connection, and the two ends may
+ * differ in which they take; it skips the general kernel's lanes, ring tables and per-piece barriers. A
+ * ring carries at most DEV_SMALL_XFERS <= DEV_LL_SLOTS of its pieces in one such launch, so room to send
+ * only ever waits for earlier launches. */
 #define DEV_WORK_FIELDS                                                                                      \
   dev_comm_t comm; /* the communicator's view, by value: read from the parameters, not through a load */     \
   uint64_t seq;    /* sequence number of the group's first call */                                           \

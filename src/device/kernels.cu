@@ -17,28 +17,35 @@
  * transfer's send or receive), one trip to memory for all; serial code in one thread costs a few hundred
  * cycles per dependent read, which is where a small call's time went.
  *
+ * Even so, that setup took a block about 3 us of an 8-byte all-reduce's 5.5. A launch that is latency alone
+ * (one step of LL transfers, one piece per channel) takes a third entry point, braid_kernel_ll, at the end of
+ * this file: its first warp finds the block's rings and counts in one trip, and every thread then moves its
+ * lines of each transfer from start to end (ll.cuh) with no barrier in between.
+ *
  * Every spin loop looks, every WAIT_CHECK_SPINS spins, at the abort flag, at the error word (another block
- * failed) and at the clock. The first block that fails records the error; every block then leaves through
- * the end of the kernel, where the last one out resets the grid barrier for the next launch.
+ * failed) and at the clock (wait.cuh). The first block that fails records the error;
+ * every block then leaves through the end of the kernel, where the last one out resets the grid barrier for
+ * the next launch.
  */
 #include <stddef.h>
 #include <stdint.h>
 
 #include "device/dev.h"
+#include "device/ll.cuh"
 #include "device/reduce.cuh"
+#include "device/wait.cuh"
 
 static_assert(sizeof(dev_work_t) <= 4096, "the work is passed in the kernel parameters (4 KiB at most)");
 static_assert(offsetof(dev_work_t, xfers) == offsetof(dev_work_small_t, xfers),
               "the small entry point's work is a prefix of the full one");
 static_assert(DEV_LANE_RINGS < 0xff, "ring indices of a lane fit a byte, NO_RING excluded");
+static_assert(DEV_SMALL_XFERS <= DEV_LL_SLOTS && 2 * DEV_SMALL_XFERS <= 32,
+              "braid_kernel_ll: a ring's pieces of a launch fit its slots, and a warp has a lane per side");
 
 /* Transfer k of the launch: in the parameters, or in the spilled list. */
 template <class W> __device__ __forceinline__ const dev_xfer_t &xfer_at(const W &w, uint32_t k) {
   return w.ext != NULL ? w.ext[k] : w.xfers[k];
 }
-
-/* Spins between two looks at the abort flag, the error word and the clock. */
-#define WAIT_CHECK_SPINS 1024
 
 /* No ring (in block_state's per-transfer indices). */
 #define NO_RING 0xff
@@ -75,90 +82,6 @@ struct block_state {
   uint32_t first, end;    /* the lane's transfers in the current step */
   uint32_t batch;         /* pieces of the current batch; 0: stop */
 };
-
-/* ---- Memory operations with a stated order ---- */
-
-/* A load that later loads and stores of this thread cannot pass, at system scope: what the writer published
- * before the value (a slot's bytes, or the room it freed) is visible after it. */
-__device__ __forceinline__ uint64_t load_acquire_sys(const volatile uint64_t *p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t *p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ uint64_t global_timer(void) {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-/* ---- Errors and waits ---- */
-
-/* Records the launch's first error: the code by compare-and-swap (so one block wins), then the details,
- * then a system fence so the host sees them. A later failure leaves the first one in place. */
-__device__ void error_record(const dev_comm_t *comm, int code, int peer, int channel, int is_send,
-                             uint64_t seq, uint64_t waited_ns) {
-  dev_error_t *e = comm->error;
-  if (atomicCAS((int *)&e->code, DEV_OK, code) != DEV_OK) return;
-  e->peer = peer;
-  e->channel = channel;
-  e->is_send = is_send;
-  e->seq = seq;
-  e->waited_ns = waited_ns;
-  __threadfence_system();
-}
-
-/* What a wait is for, for its error message. */
-struct wait_what {
-  int peer, channel, is_send;
-  uint64_t seq;
-};
-
-/* The state of one spin loop. */
-struct spin_t {
-  uint64_t spins;
-  uint64_t start;
-};
-
-/* Counts a spin (the first one starts the clock); every WAIT_CHECK_SPINS it checks the abort flag, the error
- * word and the deadline. Returns true when the wait must end: after recording the error it found, or quietly
- * when another block already recorded one. */
-__device__ bool spin_fails(const dev_comm_t *comm, spin_t *s, const wait_what &what) {
-  if (s->spins++ == 0) s->start = global_timer();
-  if (s->spins % WAIT_CHECK_SPINS != 0) return false;
-  uint64_t now = global_timer();
-  int code = DEV_OK;
-  if (*comm->abort_flag != 0) {
-    code = DEV_ERR_ABORTED;
-  } else if (comm->error->code != DEV_OK) {
-    return true;
-  } else if (comm->timeout_ns != 0 && now - s->start > comm->timeout_ns) {
-    code = DEV_ERR_TIMEOUT;
-  }
-  if (code == DEV_OK) return false;
-  error_record(comm, code, what.peer, what.channel, what.is_send, what.seq, now - s->start);
-  return true;
-}
-
-/* Thread 0: waits until *p >= target, then returns the value read with acquire order in *v_p. False when
- * the wait failed (spin_fails). */
-__device__ bool wait_at_least(const dev_comm_t *comm, const volatile uint64_t *p, uint64_t target,
-                              const wait_what &what, uint64_t *v_p) {
-  uint64_t v = load_acquire_sys(p);
-  spin_t s = {0, 0};
-  while (v < target) {
-    if (spin_fails(comm, &s, what)) return false;
-    v = load_acquire_sys(p);
-  }
-  *v_p = v;
-  return true;
-}
 
 /* ---- Grid barrier ---- */
 
@@ -461,127 +384,6 @@ struct ll_stage {
   uint2 out[DEV_LL_PIECE / 8];
 };
 
-__device__ __forceinline__ uint4 load_line(const uint4 *p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void store_line(uint4 *p, uint4 v) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
-               "r"(v.w)
-               : "memory");
-}
-
-__device__ __forceinline__ void prefetch_l2(const void *p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
-/* Every thread: reads line `p` until both its flags hold `flag`; its 8 data bytes in *d. The caller's loops
- * handle a line per thread at a time (one line per piece up to 4 KiB per channel, four at the most): holding
- * a thread's lines of a piece in registers at once pushed the kernel past its register budget (spills).
- * False when the wait failed (the thread's own spin_fails; the others notice the recorded error at their
- * next check). */
-__device__ __forceinline__ bool ll_wait_line(const dev_comm_t *comm, const uint4 *p, uint32_t flag,
-                                             const wait_what &what, uint2 *d) {
-  uint4 v = load_line(p);
-  spin_t s = {0, 0};
-  while (v.y != flag || v.w != flag) {
-    if (spin_fails(comm, &s, what)) return false;
-    v = load_line(p);
-  }
-  *d = make_uint2(v.x, v.z);
-  return true;
-}
-
-/* Every thread: waits for its lines of the piece of `len` bytes in `slot` carrying `flag` and decodes them
- * into `in`. False when the wait failed. */
-__device__ bool ll_read(const dev_comm_t *comm, const uint4 *slot, uint32_t flag, uint32_t len, uint2 *in,
-                        const wait_what &what) {
-  for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += DEV_THREADS) {
-    if (!ll_wait_line(comm, slot + i, flag, what, &in[i])) return false;
-  }
-  return true;
-}
-
-/* Every thread: encodes its share of `out` (a piece of `len` bytes) into the lines of `slot`, each with one
- * 16-byte store carrying `flag` twice. No fence: each line is its own signal. */
-__device__ void ll_write(uint4 *slot, uint32_t flag, uint32_t len, const uint2 *out) {
-  const uint32_t lines = (len + 7) / 8;
-  for (uint32_t i = threadIdx.x; i < lines; i += DEV_THREADS) {
-    const uint2 d = out[i];
-    store_line(slot + i, make_uint4(d.x, flag, d.y, flag));
-  }
-}
-
-/* Bytes [8 i, 8 i + 8) of a buffer of `len` bytes at `src` (any alignment; zeros past the end), from L2. */
-__device__ __forceinline__ uint2 load8(const char *src, uint32_t i, uint32_t len) {
-  if (((uintptr_t)src & 7) == 0 && 8 * i + 8 <= len) return __ldcg((const uint2 *)src + i);
-  unsigned char b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (uint32_t k = 0; k < 8 && 8 * i + k < len; k++) b[k] = __ldcg((const unsigned char *)src + 8 * i + k);
-  uint2 d;
-  memcpy(&d, b, 8);
-  return d;
-}
-
-/* Every thread: encodes its share of a piece of `len` bytes straight from `src` into the lines of `slot`: a
- * send that neither receives nor transforms its data needs no staging. */
-__device__ void ll_write_direct(uint4 *slot, uint32_t flag, uint32_t len, const char *src) {
-  for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += DEV_THREADS) {
-    const uint2 d = load8(src, i, len);
-    store_line(slot + i, make_uint4(d.x, flag, d.y, flag));
-  }
-}
-
-/* Every thread: copies its share of a piece of `len` bytes from `src` into `to` (shared memory), the lines
- * the same thread reads next (ll_read), so the loads travel while it waits for them. */
-__device__ void ll_stage_local(uint2 *to, const char *src, uint32_t len) {
-  for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += DEV_THREADS) to[i] = load8(src, i, len);
-}
-
-/* Stores `v` as bytes [8 i, 8 i + 8) of a buffer of `len` bytes at `dst` (any alignment; nothing past the
- * end), to L2. */
-__device__ __forceinline__ void store8(char *dst, uint32_t i, uint32_t len, uint2 v) {
-  if (((uintptr_t)dst & 7) == 0 && 8 * i + 8 <= len) {
-    __stcg((uint2 *)dst + i, v);
-    return;
-  }
-  unsigned char b[8];
-  memcpy(b, &v, 8);
-  for (uint32_t k = 0; k < 8 && 8 * i + k < len; k++) dst[8 * i + k] = (char)b[k];
-}
-
-/* Every thread: an LL receive combined in registers, for a transfer that receives, combines with this rank's
- * data and stores the result without sending it. For each of its lines the thread reads this rank's 8 bytes
- * before it waits, then the line's once both flags hold `flag`, combines them element by element with fn
- * (the same red_fn as reduce_piece's: a line holds whole elements, as parts and pieces start at multiples
- * of 16 bytes) and stores the bytes that lie within the piece. No staging and no barrier between the wait
- * and the combine. False when the wait failed. */
-template <class N, int OP>
-__device__ __noinline__ bool ll_recv_combine(const red_fn<N, OP> fn, const uint4 *slot, uint32_t flag,
-                                             uint32_t len, const char *local, char *dst,
-                                             const dev_comm_t *comm, const wait_what what) {
-  typedef typename N::S S;
-  constexpr int E = 8 / sizeof(S);
-  for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += DEV_THREADS) {
-    const uint2 l = load8(local, i, len);
-    uint2 in;
-    if (!ll_wait_line(comm, slot + i, flag, what, &in)) return false;
-    S a[E], b[E];
-    memcpy(a, &l, 8);
-    memcpy(b, &in, 8);
-#pragma unroll
-    for (int e = 0; e < E; e++) a[e] = fn.apply_elem(a[e], b[e]);
-    uint2 out;
-    memcpy(&out, a, 8);
-    store8(dst, i, len, out);
-  }
-  return true;
-}
-
 /* Whether an LL transfer only sends its source as it is: no receive, no local result, no scaling (what
  * piece_combine would do is a copy). */
 __device__ __forceinline__ bool ll_plain_send(const dev_xfer_t &x) {
@@ -604,8 +406,8 @@ __device__ __forceinline__ uint4 *ll_slot(const ring_use &r) {
 /* Every thread: moves the block's part of LL transfer k (its channel's part of the one slice, dev.h, in
  * pieces of DEV_LL_PIECE bytes, one slot each), each side on its own protocol: thread 0 waits for room (and
  * for a Simple receive's data) unless nothing is to be waited for and `synced` says no piece was published
- * since the last barrier; then a plain send encodes straight from its source, a receive that combines and
- * stores without sending does it in registers (ll_recv_combine), and any other piece reads an LL receive's
+ * since the last barrier; then a plain send, and a receive that combines and stores without sending, run
+ * line by line in registers (ll_lines, ll.cuh), and any other piece reads an LL receive's
  * lines into the staging, combines there and writes an LL send's lines from it; thread 0 publishes. Each
  * thread takes the rings' counts (the slots and flags of the piece) before the barrier after which thread 0
  * moves them on. Returns false (in every thread) when a wait failed. */
@@ -631,7 +433,8 @@ __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bo
     }
     synced = false; /* thread 0 publishes at the end of the piece */
     if (rs != NULL && rs->ll && ll_plain_send(x)) {
-      ll_write_direct(ll_slot(*rs), ll_flag(*rs), len, x.src + at);
+      const ll_io io = {x.src + at, NULL, NULL, NULL, ll_slot(*rs), 0, ll_flag(*rs), len};
+      ll_lines(line_copy{false}, io, &w.comm, wait_what{});
       __syncthreads(); /* every thread took the count before thread 0 moves it on */
       if (threadIdx.x == 0) batch_publish(x, xi, 0, 1, len, st);
       continue;
@@ -645,12 +448,8 @@ __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bo
     if (rr != NULL && rr->ll && rs == NULL && pc.local != NULL && pc.dst != NULL &&
         (x.flags & DEV_XF_REDUCE)) {
       const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
-      bool ok = true;
-      with_binary_op(x, [&](auto op, auto n) {
-        typedef typename decltype(n)::type N;
-        ok = ll_recv_combine<N, decltype(op)::value>(red_fn<N, decltype(op)::value>(x), ll_slot(*rr),
-                                                     ll_flag(*rr), len, pc.local, pc.dst, &w.comm, what);
-      });
+      const ll_io io = {pc.local, ll_slot(*rr), NULL, pc.dst, NULL, ll_flag(*rr), 0, len};
+      const bool ok = ll_piece(x, io, &w.comm, what);
       if (__syncthreads_or(!ok)) return false; /* every line read: thread 0 frees the slot */
       if (threadIdx.x == 0) batch_publish(x, xi, 0, 1, len, st);
       continue;
@@ -798,6 +597,155 @@ template <class W> __device__ __forceinline__ void kernel_run(const W &param) {
     }
   }
   grid_finish(w);
+}
+
+/* ---- The LL entry point (dev.h) ----
+ *
+ * A launch of one step whose transfers are all LL, each channel's part one piece, needs none of the general
+ * kernel's machinery: no work copy, no lane scan, no ring table in shared memory, no per-piece barriers. Its
+ * first warp finds the block's sides (a lane each), their rings and counts in one trip and waits for room
+ * where the last reading of the head does not show it; then every thread moves its lines of each of the
+ * block's transfers in list order (ll_piece), and after one barrier the first warp stores the counts. */
+
+/* One side of a transfer on the block's channel, as the first warp found it. */
+struct ll_side {
+  uint4 *lines;        /* the piece's slot */
+  dev_ctrl_t *ctrl;    /* its ring's control block */
+  uint64_t *home;      /* the ring's count in dev_comm_t.ll_sent / ll_recvd */
+  uint64_t *head_home; /* send sides: the head's last reading in dev_comm_t.ll_heads; else NULL */
+  uint64_t count;      /* the piece's index on the ring: its flag is count + 1 */
+  uint64_t head_seen;  /* send sides: the consumer's head as last read */
+  uint32_t last;       /* the ring's last piece of the launch: this side stores the counts at the end */
+};
+
+/* Channel c's part of an LL transfer (dev_part's slice 0, in 32 bits: an LL transfer is at most
+ * PLAN_LL_MAX bytes). */
+__device__ __forceinline__ dev_span_t ll_part(const dev_xfer_t &x, uint32_t c) {
+  const uint32_t bytes = (uint32_t)x.bytes, nch = x.nch, part = ((bytes + nch - 1) / nch + 15) / 16 * 16;
+  const uint32_t lo = c * part < bytes ? c * part : bytes,
+                 hi = (c + 1) * part < bytes ? (c + 1) * part : bytes;
+  return dev_span_t{lo, hi - lo};
+}
+
+/* Whether transfer x has a part on the block's lane and channel. */
+__device__ __forceinline__ bool ll_mine(const dev_xfer_t &x, uint32_t lane, uint32_t c) {
+  return x.lane == lane && c < x.nch && ll_part(x, c).len != 0;
+}
+
+/* The launch has the shape this entry point runs (the host chose it for that; anything else is a bug,
+ * reported as DEV_ERR_INVALID). */
+__device__ bool ll_work_valid(const dev_work_small_t &w) {
+  const dev_comm_t *comm = &w.comm;
+  return (comm->nch_max >= 1) & (w.nch >= 1) & (w.nch <= (uint32_t)comm->nch_max) &
+         (w.nch <= DEV_LL_CHANNELS) & (blockDim.x % 32 == 0) & (blockDim.x <= DEV_THREADS) & (w.ext == NULL) &
+         (w.nsteps == 1) & (w.nxfers <= DEV_SMALL_XFERS) & (w.step_end[0] == w.nxfers) &
+         (gridDim.x == (uint32_t)w.step_lanes[0] * w.nch);
+}
+
+/* One lane of the first warp: side l % 2 (0: send) of transfer l / 2 on the block's channel. Each side's
+ * piece takes the next index of its ring after those of the sides before it in list order that share the
+ * ring (match), and the last of them waits for room for all: the head must have passed every piece up to
+ * DEV_LL_SLOTS before it (the host keeps a ring's pieces of one launch within DEV_LL_SLOTS, so room only
+ * waits for earlier launches). False (in this lane) when the transfer is malformed or the wait failed. */
+__device__ bool ll_side_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, ll_side &sd) {
+  const dev_comm_t *comm = &w.comm;
+  const uint32_t l = threadIdx.x, k = l / 2;
+  const bool send = (l & 1) == 0;
+  const dev_xfer_t *x = k < w.nxfers ? &w.xfers[k] : NULL;
+  const int peer = x == NULL ? -1 : send ? x->send_peer : x->recv_peer;
+  const bool used = x != NULL && peer >= 0 && ll_mine(*x, lane, c);
+  const bool side_ll = x != NULL && (x->flags & (send ? DEV_XF_LL_SEND : DEV_XF_LL_RECV)) != 0;
+  bool bad = x != NULL && (!xfer_valid(*x, w) || !(x->flags & DEV_XF_LL) || (peer >= 0 && !side_ll) ||
+                           x->bytes > (uint64_t)x->nch * DEV_LL_PIECE);
+  const int idx = peer * DEV_LL_CHANNELS + (int)c;
+  dev_ring_t ring = {NULL, NULL};
+  sd.home = sd.head_home = NULL;
+  sd.count = sd.head_seen = 0;
+  if (used && !bad) {
+    ring = (send ? comm->ll_send : comm->ll_recv)[idx];
+    sd.home = &(send ? comm->ll_sent : comm->ll_recvd)[idx];
+    sd.count = __ldcg(sd.home);
+    if (send) {
+      sd.head_home = &comm->ll_heads[idx];
+      sd.head_seen = __ldcg(sd.head_home);
+    }
+    bad = ring.data == NULL || ring.ctrl == NULL;
+  }
+  const bool live = used && !bad;
+  const uint32_t same = __match_any_sync(0xffffffffu, live ? (unsigned long long)sd.home : 0ull);
+  sd.count += __popc(same & ((1u << l) - 1));
+  sd.last = live && (same >> l) == 1;
+  sd.ctrl = live ? ring.ctrl : NULL;
+  sd.lines = live ? (uint4 *)(ring.data + (size_t)(sd.count % DEV_LL_SLOTS) * DEV_LL_SLOT_BYTES) : NULL;
+  if (live && send && sd.last && sd.head_seen + DEV_LL_SLOTS <= sd.count) {
+    const wait_what what = {peer, (int)c, 1, w.seq + x->task};
+    if (!wait_at_least(comm, &ring.ctrl->head, sd.count + 1 - DEV_LL_SLOTS, what, &sd.head_seen))
+      return false;
+  }
+  if (bad) error_record(comm, DEV_ERR_INVALID, peer, (int)c, send, w.seq, 0);
+  return !bad;
+}
+
+/* The first warp, after every thread's last line: stores the counts of the rings whose last piece of the
+ * launch its lane holds. A receive also frees its slots for the sender (head, in its ring's control block;
+ * the barrier before this ordered every thread's reads of the lines first). */
+__device__ void ll_side_close(const ll_side &sd) {
+  if (!sd.last) return;
+  __stcg(sd.home, sd.count + 1);
+  if (sd.head_home != NULL) {
+    __stcg(sd.head_home, sd.head_seen);
+  } else {
+    sd.ctrl->head = sd.count + 1;
+  }
+}
+
+/* Every thread: the block's transfers in list order, each piece by ll_piece. A barrier separates two whose
+ * parts differ in size or place (then a thread's lines of one are not its lines of the other, and a later
+ * transfer may read what an earlier one stored); transfers of one size and channels each touch the same
+ * bytes in the same thread, in order, so they need none (a one-shot all-reduce in place sends its data and
+ * then overwrites it with the result). */
+__device__ bool ll_lane_run(const dev_work_small_t &w, uint32_t lane, uint32_t c, const ll_side *sides) {
+  uint64_t prev_bytes = 0;
+  uint32_t prev_nch = 0;
+  bool ok = true; /* a thread whose wait failed still meets the others at each barrier */
+  for (uint32_t k = 0; k < w.nxfers; k++) {
+    const dev_xfer_t &x = w.xfers[k];
+    if (!ll_mine(x, lane, c)) continue;
+    if (prev_nch != 0 && (x.bytes != prev_bytes || x.nch != prev_nch)) __syncthreads();
+    prev_bytes = x.bytes;
+    prev_nch = x.nch;
+    const dev_span_t part = ll_part(x, c);
+    const ll_side &rs = sides[2 * k + 1], &ss = sides[2 * k];
+    const bool local_reduce = x.recv_peer < 0 && (x.flags & DEV_XF_REDUCE);
+    const ll_io io = {x.src != NULL ? x.src + part.off : NULL,
+                      rs.lines,
+                      local_reduce && x.dst != NULL ? x.dst + part.off : NULL,
+                      x.dst != NULL ? x.dst + part.off : NULL,
+                      ss.lines,
+                      (uint32_t)(rs.count + 1),
+                      (uint32_t)(ss.count + 1),
+                      (uint32_t)part.len};
+    const wait_what what = {x.recv_peer, (int)c, 0, w.seq + x.task};
+    if (ok) ok = ll_piece(x, io, &w.comm, what);
+  }
+  return ok;
+}
+
+extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
+    braid_kernel_ll(const __grid_constant__ dev_work_small_t work) {
+  __shared__ ll_side sides[2 * DEV_SMALL_XFERS];
+  const uint32_t nch = work.nch > 0 ? work.nch : 1, lane = blockIdx.x / nch, c = blockIdx.x % nch;
+  int failed = 0;
+  if (threadIdx.x < 32) {
+    const bool valid = __all_sync(0xffffffffu, ll_work_valid(work));
+    if (!valid && threadIdx.x == 0) error_record(&work.comm, DEV_ERR_INVALID, -1, (int)c, 0, work.seq, 0);
+    ll_side sd = {};
+    failed = !valid || !__all_sync(0xffffffffu, ll_side_open(work, lane, c, sd));
+    if (threadIdx.x < 2 * DEV_SMALL_XFERS) sides[threadIdx.x] = sd;
+  }
+  if (__syncthreads_or(failed)) return;
+  const bool ok = ll_lane_run(work, lane, c, sides);
+  if (__syncthreads_or(!ok) == 0 && threadIdx.x < 2 * DEV_SMALL_XFERS) ll_side_close(sides[threadIdx.x]);
 }
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)

@@ -155,49 +155,85 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   ncclComm_t comm;
   EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
   mock_cuda_stats_t *s = mock_stats();
-  const int simple = getenv("NCCL_PROTO") != NULL;
+  const int simple = getenv("NCCL_PROTO") != NULL, ll_kernel = !simple && getenv("BRAID_LL_KERNEL") == NULL;
   void *buf = (void *)(uintptr_t)0x10000000;
   int n;
   EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(s->last_small, "an 8-byte all-reduce takes the small entry point");
+  EXPECT(ll_kernel ? s->last_ll && !s->last_small : s->last_small && !s->last_ll,
+         "an 8-byte all-reduce takes the %s entry point", ll_kernel ? "LL" : "small");
+  EXPECT(s->last_block == (ll_kernel ? 32u : DEV_THREADS), "an 8-byte all-reduce: %u threads per block",
+         s->last_block);
   EXPECT(last_launch_ll(s, !simple, 1, &n), "8-byte all-reduce (%d transfers): LL %s expected", n,
          simple ? "off" : "on");
-  /* an LL transfer takes a channel per 4 KiB by default, up to 16 */
+  /* an LL transfer takes a channel per 4 KiB by default, up to 32 */
   EXPECT_OK(ncclAllReduce(buf, buf, 1025, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 2, &n), "4 KiB + 4: two LL channels");
+  EXPECT(s->last_block == (ll_kernel ? 288u : DEV_THREADS), "4 KiB + 4: parts of 2064 bytes, %u threads",
+         s->last_block);
   EXPECT_OK(ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 4, &n), "16 KiB: four LL channels");
   EXPECT(((const dev_work_t *)s->last_work)->nch == (simple ? 1 : 4), "16 KiB: blocks per lane");
   EXPECT_OK(ncclAllReduce(buf, buf, 16384, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 16, &n), "64 KiB: LL on 16 channels");
   EXPECT_OK(ncclAllReduce(buf, buf, 65536, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, !simple, 16, &n), "256 KiB: the largest LL transfer by default, on 16 channels");
-  EXPECT_OK(ncclAllReduce(buf, buf, 65537, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, 0, 0, &n), "256 KiB + 4: Simple");
+  EXPECT(last_launch_ll(s, !simple, 32, &n), "256 KiB: LL on 32 channels");
+  EXPECT(s->last_ll == ll_kernel && s->last_block == DEV_THREADS, "256 KiB: parts of 8 KiB, %u threads",
+         s->last_block);
+  EXPECT_OK(ncclAllReduce(buf, buf, 131072, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_launch_ll(s, !simple, 32, &n), "512 KiB: the largest LL transfer by default, on 32 channels");
+  EXPECT(s->last_ll == ll_kernel && s->last_block == DEV_THREADS, "512 KiB: one LL piece per channel%s",
+         ll_kernel ? ", the LL entry point" : "");
+  EXPECT_OK(ncclAllReduce(buf, buf, 131073, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_launch_ll(s, 0, 0, &n), "512 KiB + 4: Simple");
+  EXPECT(s->last_small && !s->last_ll, "512 KiB + 4: Simple through the small entry point");
+  /* the LL entry point takes a one-step launch of up to 8 transfers: a group of 4 sends and 4 receives, not
+   * of 5 and 5, nor two all-reduces (a step each) */
+  const int peer = 1 - rank;
+  for (int calls = 4; calls <= 5; calls++) {
+    EXPECT_OK(ncclGroupStart());
+    for (int i = 0; i < calls; i++) {
+      EXPECT_OK(ncclSend(buf, 2, ncclFloat, peer, comm, NULL));
+      EXPECT_OK(ncclRecv(buf, 2, ncclFloat, peer, comm, NULL));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT(last_launch_ll(s, !simple, 1, &n) && n == 2 * calls, "%d sends and receives: %d transfers", calls,
+           n);
+    EXPECT(s->last_ll == (ll_kernel && calls == 4) && s->last_small == (calls == 4 && !ll_kernel),
+           "%d sends and receives: entry point (LL %d, small %d)", calls, s->last_ll, s->last_small);
+  }
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(s->last_small && !s->last_ll, "two all-reduces in a group: two steps, the small entry point");
   EXPECT_OK(ncclGroupStart());
   for (int i = 0; i < 10; i++) EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
   EXPECT(((const dev_work_t *)s->last_work)->done == NULL,
          "a launch whose list fits the parameters has no queue entry to report");
-  EXPECT(!s->last_small && last_launch_ll(s, !simple, 1, &n) && n == 20,
+  EXPECT(!s->last_small && !s->last_ll && last_launch_ll(s, !simple, 1, &n) && n == 20,
          "a group of 10 all-reduces: 20 transfers through the full entry point (got %d, small %d)", n,
          s->last_small);
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
-/* Which entry point a launch takes, and which transfers the executor marks LL, as NCCL_PROTO says. */
+/* Which entry point a launch takes, and which transfers the executor marks LL, as NCCL_PROTO and
+ * BRAID_LL_KERNEL say. */
 static void protocol_marks(void) {
+  static const char *const modes[] = {"defaults", "NCCL_PROTO=Simple", "BRAID_LL_KERNEL=0"};
   setenv("BRAID_DEVICE", "cuda", 1);
   unsetenv("MOCK_CUDA_STUCK");
   unsetenv("NCCL_WORK_FIFO_BYTES");
-  for (int simple = 0; simple < 2; simple++) {
-    if (simple) setenv("NCCL_PROTO", "Simple", 1);
+  for (int mode = 0; mode < 3; mode++) {
+    if (mode == 1) setenv("NCCL_PROTO", "Simple", 1);
+    if (mode == 2) {
+      unsetenv("NCCL_PROTO");
+      setenv("BRAID_LL_KERNEL", "0", 1);
+    }
     shared_t sh;
     EXPECT_OK(ncclGetUniqueId(&sh.id));
-    EXPECT(run_ranks(2, 60, protocol_rank, &sh) == 0, "a rank failed (NCCL_PROTO %s)",
-           simple ? "Simple" : "unset");
+    EXPECT(run_ranks(2, 60, protocol_rank, &sh) == 0, "a rank failed (%s)", modes[mode]);
   }
-  unsetenv("NCCL_PROTO");
+  unsetenv("BRAID_LL_KERNEL");
 }
 
 /* Channels per connection: the widest launch (2 * nranks - 1 lanes) fits ten elevenths of the GPU's SMs,
@@ -240,10 +276,12 @@ static void channels_rank(int rank, int nranks, void *arg) {
   w = (const dev_work_t *)s->last_work;
   EXPECT(w->nch == 4 && w->xfers[0].nch == 4, "rank %d: a 64 KiB LL transfer on %d channels of 4", rank,
          w->xfers[0].nch);
+  EXPECT(s->last_ll, "rank %d: 16 KiB per channel is one LL piece: the LL entry point", rank);
   /* LL up to half an LL ring per channel: 4 channels carry 256 KiB, not BRAID_LL_MAX_BYTES' 1 MiB */
   EXPECT_OK(ncclAllReduce(buf, buf, 65536, ncclFloat, ncclSum, comm, NULL));
   EXPECT((w->xfers[0].flags & DEV_XF_LL) && w->xfers[0].nch == 4, "rank %d: 256 KiB is LL on 4 channels",
          rank);
+  EXPECT(!s->last_ll, "rank %d: 64 KiB per channel is four LL pieces: not the LL entry point", rank);
   EXPECT_OK(ncclAllReduce(buf, buf, 65537, ncclFloat, ncclSum, comm, NULL));
   EXPECT(!(w->xfers[0].flags & DEV_XF_LL), "rank %d: 256 KiB + 4 is Simple", rank);
   unsetenv("BRAID_LL_MAX_BYTES");

@@ -61,7 +61,7 @@ int mock_cuda_graph_destroy(void) {
   mock_graph.nobjs = 0;
   return n;
 }
-static struct CUfunc_st kernel, kernel_small;
+static struct CUfunc_st kernel, kernel_small, kernel_ll;
 static _Thread_local CUcontext current;
 
 /* cuMemAlloc allocations (own and opened through IPC), backed by POSIX shared memory. */
@@ -533,6 +533,8 @@ static CUresult mock_cuModuleGetFunction(CUfunction *f, CUmodule mod, const char
     *f = &kernel;
   } else if (strcmp(name, MOCK_CUDA_KERNEL_SMALL) == 0) {
     *f = &kernel_small;
+  } else if (strcmp(name, MOCK_CUDA_KERNEL_LL) == 0) {
+    *f = &kernel_ll;
   } else {
     return CUDA_ERROR_NOT_FOUND;
   }
@@ -542,16 +544,18 @@ static CUresult mock_cuModuleGetFunction(CUfunction *f, CUmodule mod, const char
 static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                                     CUstream stream, void **params, void **extra) {
-  if ((f != &kernel && f != &kernel_small) || gy != 1 || gz != 1 || by != 1 || bz != 1 || params == NULL ||
+  const int small_work = f == &kernel_small || f == &kernel_ll;
+  if ((f != &kernel && !small_work) || gy != 1 || gz != 1 || by != 1 || bz != 1 || params == NULL ||
       extra != NULL)
     return CUDA_ERROR_INVALID_VALUE;
   memcpy(&mock_cuda_stats.last_param, params[0], sizeof mock_cuda_stats.last_param);
   mock_cuda_stats.last_grid = gx;
   mock_cuda_stats.last_small = f == &kernel_small;
+  mock_cuda_stats.last_ll = f == &kernel_ll;
   memset(mock_cuda_stats.last_work, 0, sizeof mock_cuda_stats.last_work);
-  memcpy(mock_cuda_stats.last_work, params[0],
-         f == &kernel_small ? sizeof(dev_work_small_t) : sizeof(dev_work_t));
+  memcpy(mock_cuda_stats.last_work, params[0], small_work ? sizeof(dev_work_small_t) : sizeof(dev_work_t));
   if (f == &kernel_small) mock_cuda_stats.small_launches++;
+  if (f == &kernel_ll) mock_cuda_stats.ll_launches++;
   mock_cuda_stats.last_block = bx;
   mock_cuda_stats.launches++;
   return CUDA_SUCCESS;

@@ -1,0 +1,100 @@
+/*
+ * The kernels' waits (kernels.cu, ll.cuh): loads with a stated memory order, and spin loops that give up on
+ * an abort, on another block's error or at the communicator's timeout, recording why in host-mapped memory
+ * (dev_error_t) for ncclCommGetAsyncError.
+ */
+#ifndef BRAID_DEVICE_WAIT_CUH
+#define BRAID_DEVICE_WAIT_CUH
+
+#include <stdint.h>
+
+#include "device/dev.h"
+
+/* Spins between two looks at the abort flag, the error word and the clock. */
+#define WAIT_CHECK_SPINS 1024
+
+/* ---- Memory operations with a stated order ---- */
+
+/* A load that later loads and stores of this thread cannot pass, at system scope: what the writer published
+ * before the value (a slot's bytes, or the room it freed) is visible after it. */
+__device__ __forceinline__ uint64_t load_acquire_sys(const volatile uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint64_t global_timer(void) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* ---- Errors and waits ---- */
+
+/* Records the launch's first error: the code by compare-and-swap (so one block wins), then the details,
+ * then a system fence so the host sees them. A later failure leaves the first one in place. */
+__device__ void error_record(const dev_comm_t *comm, int code, int peer, int channel, int is_send,
+                             uint64_t seq, uint64_t waited_ns) {
+  dev_error_t *e = comm->error;
+  if (atomicCAS((int *)&e->code, DEV_OK, code) != DEV_OK) return;
+  e->peer = peer;
+  e->channel = channel;
+  e->is_send = is_send;
+  e->seq = seq;
+  e->waited_ns = waited_ns;
+  __threadfence_system();
+}
+
+/* What a wait is for, for its error message. */
+struct wait_what {
+  int peer, channel, is_send;
+  uint64_t seq;
+};
+
+/* The state of one spin loop. */
+struct spin_t {
+  uint64_t spins;
+  uint64_t start;
+};
+
+/* Counts a spin (the first one starts the clock); every WAIT_CHECK_SPINS it checks the abort flag, the error
+ * word and the deadline. Returns true when the wait must end: after recording the error it found, or quietly
+ * when another block already recorded one. */
+__device__ bool spin_fails(const dev_comm_t *comm, spin_t *s, const wait_what &what) {
+  if (s->spins++ == 0) s->start = global_timer();
+  if (s->spins % WAIT_CHECK_SPINS != 0) return false;
+  uint64_t now = global_timer();
+  int code = DEV_OK;
+  if (*comm->abort_flag != 0) {
+    code = DEV_ERR_ABORTED;
+  } else if (comm->error->code != DEV_OK) {
+    return true;
+  } else if (comm->timeout_ns != 0 && now - s->start > comm->timeout_ns) {
+    code = DEV_ERR_TIMEOUT;
+  }
+  if (code == DEV_OK) return false;
+  error_record(comm, code, what.peer, what.channel, what.is_send, what.seq, now - s->start);
+  return true;
+}
+
+/* Thread 0: waits until *p >= target, then returns the value read with acquire order in *v_p. False when
+ * the wait failed (spin_fails). */
+__device__ bool wait_at_least(const dev_comm_t *comm, const volatile uint64_t *p, uint64_t target,
+                              const wait_what &what, uint64_t *v_p) {
+  uint64_t v = load_acquire_sys(p);
+  spin_t s = {0, 0};
+  while (v < target) {
+    if (spin_fails(comm, &s, what)) return false;
+    v = load_acquire_sys(p);
+  }
+  *v_p = v;
+  return true;
+}
+
+#endif
