@@ -22,8 +22,8 @@
  * this file: its first warp finds the block's rings and counts in one trip, and every thread then moves its
  * lines of each transfer from start to end (ll.cuh) with no barrier in between.
  *
- * Every spin loop looks, every WAIT_CHECK_SPINS spins, at the abort flag, at the error word (another block
- * failed) and at the clock (wait.cuh). The first block that fails records the error;
+ * Every spin loop looks at the clock every WAIT_CHECK_SPINS spins, and at the abort flag and the error word
+ * (another block failed) every WAIT_HOST_SPINS (wait.cuh). The first block that fails records the error;
  * every block then leaves through the end of the kernel, where the last one out resets the grid barrier for
  * the next launch.
  */
