@@ -5,9 +5,9 @@
  * send peer or the same receive peer) must keep their list order, so they form one lane; local copies form
  * one lane of their own, and transfers the planner marks XF_SEQ (a one-shot reduction, whose combines read
  * what the one before stored) all join one lane. A Simple transfer is split over ceil(bytes / ch_bytes)
- * channels, an LL one over ceil(bytes / ll_part), at most nch (16 for LL): a function of its size and of
- * knobs that are the same on every rank, so both ends of a connection split it the same way (DESIGN.md,
- * principle 2). Lanes run concurrently, each on as many blocks as the launch's widest transfer
+ * channels, an LL one over ceil(bytes / ll_part), at most nch (DEV_LL_CHANNELS for LL): a function of its
+ * size and of knobs that are the same on every rank, so both ends of a connection split it the same way
+ * (DESIGN.md, principle 2). Lanes run concurrently, each on as many blocks as the launch's widest transfer
  * has channels (dev_work_t.nch): an 8-byte all-reduce runs on a block or two, not on nch per lane.
  *
  * Launches of one communicator are ordered even when the calls come on different streams: each launch waits
@@ -677,7 +677,7 @@ static int ll_only(const gx_t *gx, const dev_work_t *w) {
   for (int i = 0; i < w->nxfers; i++) {
     const dev_xfer_t *x = &w->xfers[i];
     if (!(x->flags & DEV_XF_LL) || (x->send_peer >= 0 && !(x->flags & DEV_XF_LL_SEND)) ||
-        (x->recv_peer >= 0 && !(x->flags & DEV_XF_LL_RECV)) || x->bytes > (uint64_t)x->nch * DEV_LL_PIECE)
+        (x->recv_peer >= 0 && !(x->flags & DEV_XF_LL_RECV)) || !dev_ll_one_piece(x->bytes, x->nch))
       return 0;
   }
   return 1;
@@ -688,9 +688,8 @@ static int ll_only(const gx_t *gx, const dev_work_t *w) {
 static unsigned ll_threads(const dev_work_t *w) {
   uint64_t lines = 1;
   for (int i = 0; i < w->nxfers; i++) {
-    const dev_xfer_t *x = &w->xfers[i];
-    uint64_t part = ((x->bytes + x->nch - 1) / x->nch + 15) / 16 * 16;
-    if (part / 8 > lines) lines = part / 8;
+    uint64_t part = dev_part(w->xfers[i].bytes, w->xfers[i].nch, 0, 0).len; /* channel 0's is the largest */
+    if ((part + 7) / 8 > lines) lines = (part + 7) / 8;
   }
   uint64_t threads = (lines + 31) / 32 * 32;
   return threads < DEV_THREADS ? (unsigned)threads : DEV_THREADS;

@@ -252,6 +252,12 @@ DEV_INLINE dev_span_t dev_part(uint64_t bytes, uint32_t nch, uint64_t j, uint32_
   return span;
 }
 
+/* Whether an LL transfer of `bytes` over nch channels is one piece (DEV_LL_PIECE) on every channel, as
+ * braid_kernel_ll requires: the host chooses that entry point by it and the kernel checks it. */
+DEV_INLINE int dev_ll_one_piece(uint64_t bytes, uint32_t nch) {
+  return bytes <= (uint64_t)nch * DEV_LL_PIECE;
+}
+
 /* Pieces (slots) a part of `len` bytes moves in; piece i covers [i * DEV_SLOT_BYTES, min(len, ...)). */
 DEV_INLINE uint32_t dev_npieces(uint64_t len) {
   return (uint32_t)((len + DEV_SLOT_BYTES - 1) / DEV_SLOT_BYTES);

@@ -618,18 +618,9 @@ struct ll_side {
   uint32_t last;       /* the ring's last piece of the launch: this side stores the counts at the end */
 };
 
-/* Channel c's part of an LL transfer (dev_part's slice 0, in 32 bits: an LL transfer is at most
- * PLAN_LL_MAX bytes). */
-__device__ __forceinline__ dev_span_t ll_part(const dev_xfer_t &x, uint32_t c) {
-  const uint32_t bytes = (uint32_t)x.bytes, nch = x.nch, part = ((bytes + nch - 1) / nch + 15) / 16 * 16;
-  const uint32_t lo = c * part < bytes ? c * part : bytes,
-                 hi = (c + 1) * part < bytes ? (c + 1) * part : bytes;
-  return dev_span_t{lo, hi - lo};
-}
-
 /* Whether transfer x has a part on the block's lane and channel. */
 __device__ __forceinline__ bool ll_mine(const dev_xfer_t &x, uint32_t lane, uint32_t c) {
-  return x.lane == lane && c < x.nch && ll_part(x, c).len != 0;
+  return x.lane == lane && c < x.nch && dev_part(x.bytes, x.nch, 0, c).len != 0;
 }
 
 /* The launch has the shape this entry point runs (the host chose it for that; anything else is a bug,
@@ -656,7 +647,7 @@ __device__ bool ll_side_open(const dev_work_small_t &w, uint32_t lane, uint32_t 
   const bool used = x != NULL && peer >= 0 && ll_mine(*x, lane, c);
   const bool side_ll = x != NULL && (x->flags & (send ? DEV_XF_LL_SEND : DEV_XF_LL_RECV)) != 0;
   bool bad = x != NULL && (!xfer_valid(*x, w) || !(x->flags & DEV_XF_LL) || (peer >= 0 && !side_ll) ||
-                           x->bytes > (uint64_t)x->nch * DEV_LL_PIECE);
+                           !dev_ll_one_piece(x->bytes, x->nch));
   const int idx = peer * DEV_LL_CHANNELS + (int)c;
   dev_ring_t ring = {NULL, NULL};
   sd.home = sd.head_home = NULL;
@@ -714,7 +705,7 @@ __device__ bool ll_lane_run(const dev_work_small_t &w, uint32_t lane, uint32_t c
     if (prev_nch != 0 && (x.bytes != prev_bytes || x.nch != prev_nch)) __syncthreads();
     prev_bytes = x.bytes;
     prev_nch = x.nch;
-    const dev_span_t part = ll_part(x, c);
+    const dev_span_t part = dev_part(x.bytes, x.nch, 0, c);
     const ll_side &rs = sides[2 * k + 1], &ss = sides[2 * k];
     const bool local_reduce = x.recv_peer < 0 && (x.flags & DEV_XF_REDUCE);
     const ll_io io = {x.src != NULL ? x.src + part.off : NULL,

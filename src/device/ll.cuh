@@ -70,9 +70,9 @@ __device__ void ll_write(uint4 *slot, uint32_t flag, uint32_t len, const uint2 *
   }
 }
 
-/* Bytes of line i of a buffer of `len` bytes (bytes [8 i, 8 i + 8) that lie within it) and where they start;
- * whether they are whole 4-byte words, then read or written as such instead of byte by byte (the last line of
- * a buffer of an odd number of 4-byte elements, or a buffer that is 4- but not 8-byte aligned). */
+/* Bytes of line i of a buffer of `len` bytes (bytes [8 i, 8 i + 8) that lie within it), and whether those
+ * starting at `p` are whole 4-byte words, then read or written as such instead of byte by byte (the last line
+ * of a buffer of an odd number of 4-byte elements, or a buffer that is 4- but not 8-byte aligned). */
 __device__ __forceinline__ uint32_t line_bytes(uint32_t i, uint32_t len) {
   return len - 8 * i < 8 ? len - 8 * i : 8;
 }
