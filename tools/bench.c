@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "base/param.h"
+#include "bench_floor.h"
 #include "bench_res.h"
 
 /* Seconds the other ranks get to finish after one has failed. */
@@ -103,6 +104,19 @@ static int decide_device(bench_opts_t *o, bench_run_t *run) {
   if (o->graph && !run->gpu) {
     fprintf(stderr, "braid bench: -G (CUDA graphs) needs GPUs (%s)\n",
             host ? "host device asked for" : pr.why);
+    return -1;
+  }
+  char why[128];
+  if (o->floor && !run->gpu) {
+    fprintf(stderr, "braid bench: --floor needs GPUs (%s)\n", host ? "host device asked for" : pr.why);
+    return -1;
+  }
+  if (o->floor && !floor_available(why, sizeof(why))) {
+    fprintf(stderr, "braid bench: --floor: %s\n", why);
+    return -1;
+  }
+  if (o->floor && o->nranks > FLOOR_MAX_RANKS) {
+    fprintf(stderr, "braid bench: --floor takes at most %d ranks, not %d\n", FLOOR_MAX_RANKS, o->nranks);
     return -1;
   }
   if (o->root >= o->nranks) {

@@ -43,6 +43,8 @@ typedef enum {
 
 /* Libraries one run measures: --lib and --vs. */
 #define BENCH_MAX_LIBS REPORT_MAX_LIBS
+/* What measure_lib takes in place of a library's index to time the floor kernel (--floor). */
+#define BENCH_FLOOR BENCH_MAX_LIBS
 
 /* Where the buffers live, as --device asks. */
 typedef enum { BENCH_DEVICE_AUTO, BENCH_DEVICE_HOST, BENCH_DEVICE_CUDA } bench_device_t;
@@ -57,6 +59,7 @@ typedef struct {
   int single;    /* one process drives every rank */
   int graph;     /* time replays of CUDA graphs */
   int resources; /* --resources: memory, init and per-call host time instead of the sweep (bench_res.c) */
+  int floor;     /* --floor: time the floor kernel in every row too (bench_floor.h) */
   int timeout_s; /* wall-clock limit for the whole run; 0: none */
   int ntypes, nops, ncolls;
   ncclDataType_t types[ncclNumTypes];
@@ -138,6 +141,7 @@ typedef struct {
   size_t bytes;
   int batch; /* iterations per sample */
   bench_form_t form[2];
+  double floor_us; /* the floor kernel's time per iteration, slowest rank (--floor; else NaN) */
 } bench_row_t;
 
 /* Averages over one table's rows, for its closing lines. */
@@ -148,19 +152,22 @@ typedef struct {
   int nratios;
 } table_avg_t;
 
+struct floor_rank;
+
 /* This process's part of the run: its ranks (one, or every rank with --single). */
 typedef struct {
   const bench_opts_t *o;
   const bench_run_t *run;
   int first_rank, nlocal;
-  dev_rank_t *ranks;  /* [nlocal] */
-  coll_call_t *calls; /* [nlibs][nlocal]: the current row's calls */
-  double *figs;       /* [2 * nlocal]: one library's times, then wrong counts, per local rank */
-  long row;           /* rows run so far: the board's slots, the data's seeds */
-  size_t last_bytes;  /* the previous row's size, to skip sizes that round to the same counts */
-  double wrong_total; /* wrong elements over every row, rank and library */
-  report_t *report;   /* the rows kept for --json and --png; NULL except where rank 0 runs */
-  table_avg_t avg;    /* the current table's averages (where rank 0 runs) */
+  dev_rank_t *ranks;         /* [nlocal] */
+  struct floor_rank *floors; /* [nlocal] with --floor, else NULL (bench_floor.h) */
+  coll_call_t *calls;        /* [nlibs][nlocal]: the current row's calls */
+  double *figs;              /* [2 * nlocal]: one library's times, then wrong counts, per local rank */
+  long row;                  /* rows run so far: the board's slots, the data's seeds */
+  size_t last_bytes;         /* the previous row's size, to skip sizes that round to the same counts */
+  double wrong_total;        /* wrong elements over every row, rank and library */
+  report_t *report;          /* the rows kept for --json and --png; NULL except where rank 0 runs */
+  table_avg_t avg;           /* the current table's averages (where rank 0 runs) */
 } bench_proc_t;
 
 /* The current row's call of library `lib` on local rank `i`. */
@@ -170,7 +177,8 @@ static inline coll_call_t *bench_call(const bench_proc_t *p, int lib, int i) {
 
 /* Runs one form of the current row with library `lib` (bench_measure.c): a checked call when -c 1, the
  * warm-up, then the samples of `batch` iterations (eager, or replayed from a graph with -G). Writes each
- * local rank's median time per iteration and its count of wrong values (NaN unchecked). */
+ * local rank's median time per iteration and its count of wrong values (NaN unchecked). With BENCH_FLOOR
+ * for `lib` it times the floor kernel the same way (nothing to check). */
 ncclResult_t measure_lib(bench_proc_t *p, const coll_t *coll, int lib, int batch, double *time_us_p,
                          double *wrong_p);
 /* Reports a failed library call once, naming the rank; passes the result on. */
@@ -183,7 +191,7 @@ double bench_busbw(const coll_t *coll, int nranks, size_t bytes, double time_us)
 
 /* The text tables (bench_table.c), printed by the process holding rank 0; the run header by the parent. */
 void table_run_header(const bench_opts_t *o, const bench_run_t *run);
-void table_header(const bench_run_t *run, const coll_t *coll);
+void table_header(const bench_opts_t *o, const bench_run_t *run, const coll_t *coll);
 void table_row(const bench_opts_t *o, const bench_run_t *run, const bench_row_t *row, table_avg_t *avg);
 void table_footer(const bench_run_t *run, const table_avg_t *avg);
 

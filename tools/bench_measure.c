@@ -17,6 +17,7 @@
 
 #include "base/check.h"
 #include "base/dtype.h"
+#include "bench_floor.h"
 #include "stats.h"
 
 ncclResult_t bench_called(const bench_proc_t *p, int lib, int rank, ncclComm_t comm, const char *what,
@@ -29,8 +30,13 @@ ncclResult_t bench_called(const bench_proc_t *p, int lib, int rank, ncclComm_t c
   return res;
 }
 
-/* One iteration: every local rank's call, grouped when there are several. */
+/* One iteration: every local rank's call, grouped when there are several; or every local rank's floor
+ * launch. */
 static ncclResult_t iteration(const bench_proc_t *p, const coll_t *coll, int lib) {
+  if (lib == BENCH_FLOOR) {
+    for (int i = 0; i < p->nlocal; i++) CHECK(floor_launch(p, i));
+    return ncclSuccess;
+  }
   const nccl_lib_t *l = &p->run->libs[lib];
   int grouped = p->nlocal > 1;
   if (grouped) CHECK(bench_called(p, lib, p->first_rank, NULL, "ncclGroupStart", l->GroupStart()));
@@ -139,12 +145,13 @@ ncclResult_t measure_lib(bench_proc_t *p, const coll_t *coll, int lib, int batch
     return ncclSystemError;
   }
   ncclResult_t res = ncclSuccess;
-  if (p->o->check) CHECK_GOTO(check_once(p, coll, lib, wrong_p), res, out);
+  if (p->o->check && lib != BENCH_FLOOR) CHECK_GOTO(check_once(p, coll, lib, wrong_p), res, out);
   CHECK_GOTO(repeat(p, coll, lib, p->o->warmup), res, out);
   CHECK_GOTO(sync_all(p), res, out);
   if (p->o->graph) CHECK_GOTO(capture(p, coll, lib, batch), res, out);
   CHECK_GOTO(run_samples(p, coll, lib, batch), res, out);
   CHECK_GOTO(medians(p, batch, scratch, time_us_p), res, out);
+  if (lib == BENCH_FLOOR) CHECK_GOTO(floor_check(p), res, out);
 out:
   for (int i = 0; i < p->nlocal; i++) dev_graph_free(&p->ranks[i]);
   free(scratch);

@@ -1,6 +1,6 @@
 /*
  * `braid bench` options: nccl-tests' flags (-b -e -f -n -w -c -d -o -r -g -G) plus the bench's own (--lib,
- * --vs, --device, --single, --batch, --json, --png, --timeout, --resources), and collective names as
+ * --vs, --device, --single, --batch, --json, --png, --timeout, --resources, --floor), and collective names as
  * positional arguments. What depends on the machine (the device, the default rank count) is settled later, in
  * bench.c.
  */
@@ -16,7 +16,17 @@
 #include "base/dtype.h"
 
 /* Options without a short form. */
-enum { OPT_LIB = 256, OPT_VS, OPT_DEVICE, OPT_SINGLE, OPT_BATCH, OPT_JSON, OPT_PNG, OPT_RESOURCES };
+enum {
+  OPT_LIB = 256,
+  OPT_VS,
+  OPT_DEVICE,
+  OPT_SINGLE,
+  OPT_BATCH,
+  OPT_JSON,
+  OPT_PNG,
+  OPT_RESOURCES,
+  OPT_FLOOR
+};
 
 void bench_usage(FILE *out) {
   fprintf(
@@ -41,6 +51,8 @@ void bench_usage(FILE *out) {
       "      --vs PATH       library B, measured beside A (another libnccl.so.2)\n"
       "      --json FILE     write every figure as JSON\n"
       "      --png FILE      plot busbw and time against size\n"
+      "      --floor         time the floor kernel in every row too (one launch per rank, one line to every\n"
+      "                      other rank and back: the floor of a small collective; GPUs only)\n"
       "      --resources     instead of the sweep: device memory, ncclCommInitAll, first call and host\n"
       "                      time per call, each library in a process of its own (-g, --lib, --vs, --json)\n"
       "  -T, --timeout S     kill the ranks after S seconds (default 900; 0: never)\n"
@@ -165,6 +177,9 @@ static int apply_long_option(int ch, const char *arg, bench_opts_t *o) {
   case OPT_RESOURCES:
     o->resources = 1;
     return 0;
+  case OPT_FLOOR:
+    o->floor = 1;
+    return 0;
   case OPT_BATCH:
     return parse_int(arg, 1, 1 << 20, &o->batch);
   default:
@@ -229,8 +244,13 @@ static int validate(bench_opts_t *o) {
     fprintf(stderr, "braid bench: -G (CUDA graphs) needs --device cuda\n");
     return -1;
   }
-  if (o->resources && (o->graph || o->png_path[0] != '\0')) {
-    fprintf(stderr, "braid bench: --resources measures eager calls and draws nothing (no -G, no --png)\n");
+  if (o->resources && (o->graph || o->png_path[0] != '\0' || o->floor)) {
+    fprintf(stderr, "braid bench: --resources measures eager calls and draws nothing (no -G, no --png, no "
+                    "--floor)\n");
+    return -1;
+  }
+  if (o->floor && o->device == BENCH_DEVICE_HOST) {
+    fprintf(stderr, "braid bench: --floor launches a kernel: it needs --device cuda\n");
     return -1;
   }
   if (o->lib_path[0] == '\0' && lib_default_path(o->lib_path, sizeof(o->lib_path)) != 0) return -1;
@@ -266,6 +286,7 @@ int bench_parse(int argc, char **argv, bench_opts_t *opts_p) {
                                            {"json", required_argument, NULL, OPT_JSON},
                                            {"png", required_argument, NULL, OPT_PNG},
                                            {"resources", no_argument, NULL, OPT_RESOURCES},
+                                           {"floor", no_argument, NULL, OPT_FLOOR},
                                            {"list", no_argument, NULL, 'a'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};

@@ -21,6 +21,7 @@
 
 #include "base/check.h"
 #include "base/dtype.h"
+#include "bench_floor.h"
 #include "chart.h"
 #include "elem.h"
 #include "stats.h"
@@ -33,7 +34,11 @@ static int fig_time(int lib, int form) {
 static int fig_wrong(int lib, int form) {
   return 2 * BENCH_MAX_LIBS + lib * 2 + form;
 }
-_Static_assert(4 * BENCH_MAX_LIBS <= BOARD_FIGS, "the board holds every figure of a row");
+
+static int fig_floor(void) {
+  return 4 * BENCH_MAX_LIBS;
+}
+_Static_assert(4 * BENCH_MAX_LIBS + 1 <= BOARD_FIGS, "the board holds every figure of a row");
 
 /* Communicators ----------------------------------------------------------------------------------------- */
 
@@ -151,18 +156,25 @@ static void place_form(bench_proc_t *p, const coll_t *coll, int in_place) {
 
 /* A row ------------------------------------------------------------------------------------------------- */
 
-/* Measures both forms with every library, in the size's order, and posts each local rank's figures. */
+/* Measures both forms with every library, in the size's order, and posts each local rank's figures. With
+ * --floor the floor kernel takes its turn in the out-of-place form's order, after the libraries. */
 static ncclResult_t measure_row(bench_proc_t *p, const coll_t *coll, int batch, int size_index) {
   int nlibs = p->run->nlibs;
   for (int form = 0; form < 2; form++) {
     if (form == 1 && !coll->in_place) continue;
     place_form(p, coll, form);
-    for (int j = 0; j < nlibs; j++) {
-      int lib = size_index % 2 ? nlibs - 1 - j : j;
+    int n = nlibs + (form == 0 && p->o->floor);
+    for (int j = 0; j < n; j++) {
+      int k = size_index % 2 ? n - 1 - j : j;
+      int lib = k < nlibs ? k : BENCH_FLOOR;
       double *time_us = p->figs, *wrong = p->figs + p->nlocal;
       CHECK(measure_lib(p, coll, lib, batch, time_us, wrong));
       for (int i = 0; i < p->nlocal; i++) {
         double *figs = board_figs(p->run->board, p->row, p->ranks[i].rank);
+        if (lib == BENCH_FLOOR) {
+          figs[fig_floor()] = time_us[i];
+          continue;
+        }
         figs[fig_time(lib, form)] = time_us[i];
         figs[fig_wrong(lib, form)] = wrong[i];
       }
@@ -190,6 +202,9 @@ static void gather_row(bench_proc_t *p, bench_row_t *row) {
       if (p->o->check) p->wrong_total += w;
     }
   }
+  row->floor_us = NAN;
+  for (int r = 0; p->o->floor && r < p->o->nranks; r++)
+    row->floor_us = fmax(r ? row->floor_us : -INFINITY, board_figs(p->run->board, p->row, r)[fig_floor()]);
 }
 
 /* Keeps a row's measured forms for the JSON and PNG files. */
@@ -204,7 +219,8 @@ static ncclResult_t keep_row(bench_proc_t *p, const bench_row_t *row) {
                       .in_place = form,
                       .bytes = row->bytes,
                       .count = row->bytes / dtype_size(row->type),
-                      .batch = row->batch};
+                      .batch = row->batch,
+                      .floor_us = row->floor_us};
     for (int l = 0; l < BENCH_MAX_LIBS; l++) {
       r.time_us[l] = f->time_us[l];
       r.algbw[l] = bench_algbw(row->bytes, f->time_us[l]);
@@ -265,7 +281,7 @@ static ncclResult_t run_table(bench_proc_t *p, const coll_t *coll) {
   const int *ops = coll->reduces ? p->o->ops : no_op;
   int nops = coll->reduces ? p->o->nops : 1;
   p->avg = (table_avg_t){0};
-  if (p->report != NULL) table_header(p->run, coll);
+  if (p->report != NULL) table_header(p->o, p->run, coll);
   for (int t = 0; t < p->o->ntypes; t++)
     for (int op = 0; op < nops; op++) CHECK(sweep(p, coll, p->o->types[t], ops[op]));
   if (p->report != NULL) table_footer(p->run, &p->avg);
@@ -287,6 +303,7 @@ static void describe_run(const bench_proc_t *p, report_info_t *in) {
                         .warmup = o->warmup,
                         .batch = o->batch,
                         .check = o->check,
+                        .floor = o->floor,
                         .nlibs = run->nlibs};
   for (int l = 0; l < run->nlibs; l++)
     in->libs[l] = (report_lib_t){.path = run->libs[l].path, .version = run->versions[l]};
@@ -317,6 +334,7 @@ static ncclResult_t setup(bench_proc_t *p) {
 }
 
 static void teardown(bench_proc_t *p) {
+  floor_teardown(p);
   for (int i = 0; p->ranks != NULL && i < p->nlocal; i++) dev_teardown(&p->ranks[i]);
   free(p->ranks);
   free(p->calls);
@@ -338,6 +356,7 @@ static int finish_report(const bench_proc_t *p, int complete) {
  * a communicator may have work queued that waits for a peer that has gone, and the process is ending. */
 static ncclResult_t run_all(bench_proc_t *p) {
   CHECK(p->o->single ? init_all(p) : init_ranks(p));
+  if (p->o->floor) CHECK(floor_setup(p));
   for (int c = 0; c < p->o->ncolls; c++) CHECK(run_table(p, &bench_colls[p->o->colls[c]]));
   return destroy_comms(p);
 }

@@ -2,8 +2,9 @@
  * The bench's text output, in nccl-tests' layout: `#` comment lines, one table per collective, a row per
  * size. With one library a row has nccl-tests' columns (out-of-place, then in-place: time, algbw, busbw,
  * #wrong). With two (--vs) a row is one form of one size (the `place` column) and shows each library's time
- * and bus bandwidth, the two ratios and each library's count of wrong values. Every column starts with a
- * space, so that a figure wider than its column never runs into its neighbour.
+ * and bus bandwidth, the two ratios and each library's count of wrong values. With --floor every row ends
+ * with the floor kernel's time and library A's time over it. Every column starts with a space, so that a
+ * figure wider than its column never runs into its neighbour.
  */
 #include "bench.h"
 
@@ -40,23 +41,43 @@ void table_run_header(const bench_opts_t *o, const bench_run_t *run) {
          o->min_bytes, o->max_bytes, o->step_factor, o->warmup, o->samples, batch, o->check);
   printf("# time: median over the samples of the time per iteration, slowest rank%s; NCCL_NVLS_ENABLE=0\n",
          run->nlibs > 1 ? "; B/A time and A/B busbw > 1: A is faster" : "");
+  if (o->floor)
+    printf("# F: the floor kernel, timed the same way: one launch per rank that stores a 16-byte line into "
+           "every other rank's memory and waits for theirs; A/F: A's out-of-place time over it\n");
   fflush(stdout);
 }
 
-void table_header(const bench_run_t *run, const coll_t *coll) {
+/* The floor's two columns at the end of a header line (--floor). */
+static void header_floor(const bench_opts_t *o, const char *time, const char *ratio) {
+  if (o->floor) printf("%11s%*s", time, ratio[0] != '\0' ? 9 : 0, ratio);
+  printf("\n");
+}
+
+void table_header(const bench_opts_t *o, const bench_run_t *run, const coll_t *coll) {
   printf("#\n# %s\n#\n", coll->name);
   if (run->nlibs > 1) {
-    printf("#%11s%14s%10s%10s%6s%6s%11s%9s%11s%9s%9s%9s%8s%8s\n", "size", "count", "type", "redop", "root",
+    printf("#%11s%14s%10s%10s%6s%6s%11s%9s%11s%9s%9s%9s%8s%8s", "size", "count", "type", "redop", "root",
            "place", "A:time", "A:busbw", "B:time", "B:busbw", "B/A", "A/B", "#wrong", "#wrong");
-    printf("#%11s%14s%10s%10s%6s%6s%11s%9s%11s%9s%9s%9s%8s%8s\n", "(B)", "(elements)", "", "", "", "", "(us)",
+    header_floor(o, "F:time", "A/F");
+    printf("#%11s%14s%10s%10s%6s%6s%11s%9s%11s%9s%9s%9s%8s%8s", "(B)", "(elements)", "", "", "", "", "(us)",
            "(GB/s)", "(us)", "(GB/s)", "time", "busbw", "A", "B");
+    header_floor(o, "(us)", "time");
     return;
   }
-  printf("#%77s%33s\n", "out-of-place", "in-place");
-  printf("#%11s%14s%10s%10s%6s%10s%8s%8s%7s%10s%8s%8s%7s\n", "size", "count", "type", "redop", "root", "time",
+  printf("#%77s%33s", "out-of-place", "in-place");
+  header_floor(o, "floor", "");
+  printf("#%11s%14s%10s%10s%6s%10s%8s%8s%7s%10s%8s%8s%7s", "size", "count", "type", "redop", "root", "time",
          "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-  printf("#%11s%14s%10s%10s%6s%10s%8s%8s%7s%10s%8s%8s%7s\n", "(B)", "(elements)", "", "", "", "(us)",
-         "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  header_floor(o, "F:time", "A/F");
+  printf("#%11s%14s%10s%10s%6s%10s%8s%8s%7s%10s%8s%8s%7s", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
+         "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  header_floor(o, "(us)", "time");
+}
+
+/* The floor's two columns at the end of a row (--floor): its time, and time_us (A's) over it. */
+static void print_floor(const bench_opts_t *o, const bench_row_t *row, double time_us) {
+  if (o->floor) printf(" %10.2f %8.3f", row->floor_us, time_us / row->floor_us);
+  printf("\n");
 }
 
 static void print_prefix(const bench_row_t *row) {
@@ -95,7 +116,7 @@ static void print_pair(const bench_opts_t *o, const bench_row_t *row, int in_pla
   }
   printf(" %8.3f %8.3f", f->time_us[1] / f->time_us[0], bw[0] / bw[1]);
   for (int l = 0; l < BENCH_MAX_LIBS; l++) print_wrong(o->check, f->wrong[l], 8);
-  printf("\n");
+  print_floor(o, row, f->time_us[0]);
 }
 
 /* Adds a measured form to the table's averages. */
@@ -123,7 +144,7 @@ void table_row(const bench_opts_t *o, const bench_run_t *run, const bench_row_t 
     print_prefix(row);
     print_single(o, row, &row->form[0]);
     print_single(o, row, &row->form[1]);
-    printf("\n");
+    print_floor(o, row, row->form[0].time_us[0]);
   }
   fflush(stdout);
 }

@@ -25,11 +25,16 @@ struct board {
   _Atomic unsigned generation; /* barriers completed */
   _Atomic int failed;          /* a process gave up */
   ncclUniqueId ids[BOARD_IDS];
-  double figs[]; /* [2][nranks][BOARD_FIGS] */
+  double figs[]; /* [2][nranks][BOARD_FIGS], then the blobs: [nranks][BOARD_BLOB_BYTES] */
 };
 
+/* Bytes of the figures. */
+static size_t figs_bytes(int nranks) {
+  return 2 * (size_t)nranks * BOARD_FIGS * sizeof(double);
+}
+
 board_t *board_create(int nranks, int nprocs) {
-  size_t bytes = sizeof(board_t) + 2 * (size_t)nranks * BOARD_FIGS * sizeof(double);
+  size_t bytes = sizeof(board_t) + figs_bytes(nranks) + (size_t)nranks * BOARD_BLOB_BYTES;
   board_t *b = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (b == MAP_FAILED) {
     fprintf(stderr, "braid bench: cannot map %zu bytes of shared memory: %s\n", bytes, strerror(errno));
@@ -48,6 +53,10 @@ void board_destroy(board_t *b) {
 
 double *board_figs(board_t *b, long row, int rank) {
   return &b->figs[((size_t)(row & 1) * (size_t)b->nranks + (size_t)rank) * BOARD_FIGS];
+}
+
+void *board_blob(board_t *b, int rank) {
+  return (char *)b->figs + figs_bytes(b->nranks) + (size_t)rank * BOARD_BLOB_BYTES;
 }
 
 ncclUniqueId *board_ids(board_t *b) {

@@ -30,7 +30,8 @@
   X(cuMemcpyDtoHAsync) X(cuMemsetD8Async) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) \
-  X(cuGraphExecDestroy) X(cuGraphDestroy)
+  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) \
+  X(cuLaunchKernel) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle) X(cuCtxEnablePeerAccess)
 // clang-format on
 
 /* The resolved entry points; fields carry the macro-expanded names (cuMemAlloc_v2), and drv.cuMemAlloc
@@ -263,6 +264,66 @@ ncclResult_t drv_graph_destroy(drv_graph_t graph) {
   return ncclSuccess;
 }
 
+ncclResult_t drv_module_load(const void *image, drv_module_t *module_p) {
+  CUmodule m;
+  DRV_CALL(cuModuleLoadData, (&m, image), "fatbin at %p", image);
+  *module_p = (drv_module_t)m;
+  return ncclSuccess;
+}
+
+ncclResult_t drv_module_unload(drv_module_t module) {
+  DRV_CALL(cuModuleUnload, ((CUmodule)module), "module %p", (void *)module);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_module_function(drv_module_t module, const char *name, drv_function_t *function_p) {
+  CUfunction f;
+  DRV_CALL(cuModuleGetFunction, (&f, (CUmodule)module, name), "kernel %s", name);
+  *function_p = (drv_function_t)f;
+  return ncclSuccess;
+}
+
+ncclResult_t drv_launch(drv_function_t function, unsigned grid, unsigned block, void *param,
+                        cudaStream_t stream) {
+  void *params[] = {param};
+  DRV_CALL(cuLaunchKernel, ((CUfunction)function, grid, 1, 1, block, 1, 1, 0, stream, params, NULL),
+           "%u x %u threads on stream %p", grid, block, (void *)stream);
+  return ncclSuccess;
+}
+
+_Static_assert(sizeof(CUipcMemHandle) == DRV_IPC_HANDLE_BYTES, "an IPC handle fills DRV_IPC_HANDLE_BYTES");
+
+ncclResult_t drv_ipc_handle(void *ptr, void *handle) {
+  CUipcMemHandle h;
+  DRV_CALL(cuIpcGetMemHandle, (&h, dptr(ptr)), "%p", ptr);
+  memcpy(handle, &h, sizeof(h));
+  return ncclSuccess;
+}
+
+ncclResult_t drv_ipc_open(const void *handle, void **ptr_p) {
+  CUipcMemHandle h;
+  CUdeviceptr p;
+  memcpy(&h, handle, sizeof(h));
+  DRV_CALL(cuIpcOpenMemHandle, (&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "another process's allocation");
+  *ptr_p = (void *)(uintptr_t)p;
+  return ncclSuccess;
+}
+
+ncclResult_t drv_ipc_close(void *ptr) {
+  DRV_CALL(cuIpcCloseMemHandle, (dptr(ptr)), "%p", ptr);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_peer_access(int dev, int peer) {
+  ncclResult_t res = drv_use_device(peer); /* retains the peer's primary context */
+  if (res == ncclSuccess) res = drv_use_device(dev);
+  if (res != ncclSuccess) return res;
+  CUresult r = drv.cuCtxEnablePeerAccess(ctxs[peer], 0);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+    return fail(r, "cuCtxEnablePeerAccess", "device %d to device %d", dev, peer);
+  return ncclSuccess;
+}
+
 #else /* built without CUDA's headers: no device, every device call refused */
 
 static ncclResult_t refuse(const char *call) {
@@ -350,6 +411,39 @@ ncclResult_t drv_graph_launch(drv_graph_t graph, cudaStream_t stream) {
 
 ncclResult_t drv_graph_destroy(drv_graph_t graph) {
   return refuse("drv_graph_destroy");
+}
+
+ncclResult_t drv_module_load(const void *image, drv_module_t *module_p) {
+  return refuse("drv_module_load");
+}
+
+ncclResult_t drv_module_unload(drv_module_t module) {
+  return refuse("drv_module_unload");
+}
+
+ncclResult_t drv_module_function(drv_module_t module, const char *name, drv_function_t *function_p) {
+  return refuse("drv_module_function");
+}
+
+ncclResult_t drv_launch(drv_function_t function, unsigned grid, unsigned block, void *param,
+                        cudaStream_t stream) {
+  return refuse("drv_launch");
+}
+
+ncclResult_t drv_ipc_handle(void *ptr, void *handle) {
+  return refuse("drv_ipc_handle");
+}
+
+ncclResult_t drv_ipc_open(const void *handle, void **ptr_p) {
+  return refuse("drv_ipc_open");
+}
+
+ncclResult_t drv_ipc_close(void *ptr) {
+  return refuse("drv_ipc_close");
+}
+
+ncclResult_t drv_peer_access(int dev, int peer) {
+  return refuse("drv_peer_access");
 }
 
 #endif

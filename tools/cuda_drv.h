@@ -24,6 +24,12 @@
 typedef struct drv_event *drv_event_t;
 /* An instantiated graph (CUgraphExec). */
 typedef struct drv_graph *drv_graph_t;
+/* A loaded module (CUmodule) and one of its kernels (CUfunction). */
+typedef struct drv_module *drv_module_t;
+typedef struct drv_function *drv_function_t;
+
+/* Bytes of an IPC handle of device memory (CUipcMemHandle). */
+#define DRV_IPC_HANDLE_BYTES 64
 
 /* Loads the driver once, initialises it and counts its devices into *ndev_p. No driver, no device or a
  * build without CUDA headers is not an error: *ndev_p is then 0 and `why` says which. */
@@ -64,5 +70,24 @@ ncclResult_t drv_capture_begin(cudaStream_t stream);
 ncclResult_t drv_capture_end(cudaStream_t stream, drv_graph_t *graph_p);
 ncclResult_t drv_graph_launch(drv_graph_t graph, cudaStream_t stream);
 ncclResult_t drv_graph_destroy(drv_graph_t graph);
+
+/* Kernels: loads a fatbin image into the current context; finds a kernel by name; launches it on `stream`
+ * with `grid` blocks of `block` threads and one by-value parameter, the struct at `param` (copied at the
+ * launch). */
+ncclResult_t drv_module_load(const void *image, drv_module_t *module_p);
+ncclResult_t drv_module_unload(drv_module_t module);
+ncclResult_t drv_module_function(drv_module_t module, const char *name, drv_function_t *function_p);
+ncclResult_t drv_launch(drv_function_t function, unsigned grid, unsigned block, void *param,
+                        cudaStream_t stream);
+
+/* Device memory between processes: the handle (DRV_IPC_HANDLE_BYTES) of an allocation of the current
+ * context; that allocation mapped into the current context of another process (access from its device
+ * enabled as the mapping is made); the mapping undone. */
+ncclResult_t drv_ipc_handle(void *ptr, void *handle);
+ncclResult_t drv_ipc_open(const void *handle, void **ptr_p);
+ncclResult_t drv_ipc_close(void *ptr);
+/* Lets the current context (device `dev`'s primary context) reach device `peer`'s memory. Access already
+ * enabled is not an error. */
+ncclResult_t drv_peer_access(int dev, int peer);
 
 #endif

@@ -83,7 +83,8 @@ static void put_info(FILE *f, const report_info_t *in) {
     fprintf(f, "%d", in->batch);
   else
     fputs("\"auto\"", f);
-  fprintf(f, ", \"check\": %s},\n  \"libraries\": [", in->check ? "true" : "false");
+  fprintf(f, ", \"check\": %s, \"floor\": %s},\n  \"libraries\": [", in->check ? "true" : "false",
+          in->floor ? "true" : "false");
   for (int l = 0; l < in->nlibs; l++) {
     fprintf(f, "%s\n    {\"name\": \"%c\", \"path\": ", l ? "," : "", 'A' + l);
     report_json_string(f, in->libs[l].path);
@@ -109,6 +110,8 @@ static void put_row(FILE *f, const report_row_t *row, int nlibs) {
   report_json_number(f, nlibs > 1 ? report_time_ratio(row) : NAN);
   fputs(", \"busbw_ratio\": ", f);
   report_json_number(f, nlibs > 1 ? report_busbw_ratio(row) : NAN);
+  fputs(", \"floor_us\": ", f);
+  report_json_number(f, row->floor_us);
   fputc('}', f);
 }
 

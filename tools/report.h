@@ -26,6 +26,7 @@ typedef struct {
   const char *layout; /* "process" (one per rank) or "single" (one process drives every rank) */
   int graphs;         /* timed iterations replayed from CUDA graphs */
   int nranks, samples, warmup, batch, check; /* batch 0: chosen per size */
+  int floor;                                 /* rows carry the floor kernel's time */
   int nlibs;
   report_lib_t libs[REPORT_MAX_LIBS];
 } report_info_t;
@@ -39,6 +40,7 @@ typedef struct {
   int batch; /* iterations per sample */
   double time_us[REPORT_MAX_LIBS], algbw[REPORT_MAX_LIBS], busbw[REPORT_MAX_LIBS];
   double wrong[REPORT_MAX_LIBS]; /* NaN when not checked */
+  double floor_us;               /* the floor kernel's time (the same for both forms); NaN without */
 } report_row_t;
 
 typedef struct {

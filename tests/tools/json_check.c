@@ -3,8 +3,9 @@
  * strict JSON parser of its own (RFC 8259: no trailing commas, no comments, every escape and number form
  * checked, nothing after the value), then checks what the bench promises: the tool's name, the run's mode
  * with NRANKS ranks, NLIBS libraries, and results whose every row has its names, sizes, per-library arrays
- * of NLIBS figures, no wrong values, ratios exactly when there are two libraries, and at least one row of
- * each COLLECTIVE named. Exits 0, or 1 saying what is wrong.
+ * of NLIBS figures, no wrong values, ratios exactly when there are two libraries, a floor time (a positive
+ * number) exactly when the mode says "floor", and at least one row of each COLLECTIVE named. Exits 0, or 1
+ * saying what is wrong.
  *
  * json_check --resources FILE NLIBS NRANKS DEVICE [WHAT=A[,B]...]: checks a `braid bench --resources` file
  * the same strict way, then its promises: kind "resources", NRANKS ranks on DEVICE (cuda or host), NLIBS
@@ -199,7 +200,7 @@ static void check_per_lib(const jval_t *row, const char *key, int nlibs, double 
   }
 }
 
-static void check_row(const jval_t *row, int nlibs, char *where) {
+static void check_row(const jval_t *row, int nlibs, int floor, char *where) {
   const jval_t *coll = need(row, "collective", J_STR, "result");
   snprintf(where, 96, "result %s", coll != NULL ? coll->str : "?");
   need(row, "type", J_STR, where);
@@ -223,6 +224,8 @@ static void check_row(const jval_t *row, int nlibs, char *where) {
     if (r == NULL || (nlibs > 1 ? r->type != J_NUM && r->type != J_NULL : r->type != J_NULL))
       bad(where, ratios[k]);
   }
+  const jval_t *f = get(row, "floor_us");
+  if (f == NULL || (floor ? f->type != J_NUM || f->num <= 0 : f->type != J_NULL)) bad(where, "floor_us");
 }
 
 /* The top of either kind of file: the tool, date, GPU and libraries; with `sweep`, the sweep's "mode". */
@@ -238,6 +241,7 @@ static void check_header(const jval_t *root, int nlibs, int nranks, int sweep) {
     need(mode, "device", J_STR, "mode");
     need(mode, "layout", J_STR, "mode");
     need(mode, "samples", J_NUM, "mode");
+    need(mode, "floor", J_BOOL, "mode");
   }
   const jval_t *libs = need(root, "libraries", J_ARR, "top");
   if (libs != NULL && libs->n != nlibs) bad("libraries", "wrong count");
@@ -405,8 +409,11 @@ int main(int argc, char **argv) {
   int nlibs = atoi(argv[2]), nranks = atoi(argv[3]);
   check_header(&root, nlibs, nranks, 1);
   const jval_t *results = need(&root, "results", J_ARR, "top");
+  const jval_t *mode = get(&root, "mode"), *floor = mode != NULL ? get(mode, "floor") : NULL;
+  int with_floor = floor != NULL && floor->type == J_BOOL && floor->num != 0;
   char where[96];
-  for (int i = 0; results != NULL && i < results->n; i++) check_row(&results->items[i], nlibs, where);
+  for (int i = 0; results != NULL && i < results->n; i++)
+    check_row(&results->items[i], nlibs, with_floor, where);
   for (int a = 4; a < argc; a++) {
     int rows = 0;
     for (int i = 0; results != NULL && i < results->n; i++) {

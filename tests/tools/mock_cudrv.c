@@ -10,7 +10,10 @@
  * streams need a current context, copies must stay inside one allocation of the stream's device, events and
  * streams must belong to the same device, nothing but kernels may be queued on a capturing stream. Events
  * record the host's clock (the host backend has finished each call when it returns). Graphs are empty: a
- * replay does nothing. BRAID_MOCK_GPUS sets the number of devices (default 4).
+ * replay does nothing. Modules load from any non-empty image, and a kernel launch only checks its stream
+ * and parameters (the bench's floor kernel does not run). An IPC handle names an allocation of the process
+ * that made it; opening it in another process maps a fresh zeroed allocation of the same size, which is as
+ * far as a stand-in can go without shared memory. BRAID_MOCK_GPUS sets the number of devices (default 4).
  *
  * Memory is accounted per device as the real driver's cuMemGetInfo sees it: a device's used memory is what
  * its primary context holds once retained (BRAID_MOCK_CTX_MIB: a comma-separated list of MiB per device, the
@@ -49,6 +52,12 @@ struct CUgraph_st {
   int dev;
 };
 struct CUgraphExec_st {
+  int dev;
+};
+struct CUmod_st {
+  int dev;
+};
+struct CUfunc_st {
   int dev;
 };
 
@@ -322,6 +331,81 @@ static CUresult graph_destroy(CUgraph graph) {
   return ready();
 }
 
+static CUresult module_load_data(CUmodule *module, const void *image) {
+  if (ready() != CUDA_SUCCESS) return ready();
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (image == NULL || *(const unsigned char *)image == 0) return CUDA_ERROR_INVALID_IMAGE;
+  *module = calloc(1, sizeof(**module));
+  (*module)->dev = current->dev;
+  return CUDA_SUCCESS;
+}
+
+static CUresult module_unload(CUmodule module) {
+  free(module);
+  return ready();
+}
+
+static CUresult module_get_function(CUfunction *fn, CUmodule module, const char *name) {
+  if (ready() != CUDA_SUCCESS) return ready();
+  if (module == NULL || name == NULL || name[0] == '\0') return CUDA_ERROR_INVALID_VALUE;
+  static struct CUfunc_st funcs[MAX_DEVICES];
+  funcs[module->dev].dev = module->dev;
+  *fn = &funcs[module->dev];
+  return CUDA_SUCCESS;
+}
+
+static CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                              unsigned bz, unsigned shared, CUstream s, void **params, void **extra) {
+  if (ready() != CUDA_SUCCESS) return ready();
+  if (s == NULL || f == NULL || f->dev != s->dev) return CUDA_ERROR_INVALID_HANDLE;
+  if (gx * gy * gz == 0 || bx * by * bz == 0 || bx * by * bz > 1024 || params == NULL || params[0] == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+/* A handle: the allocation's size and address in the process that made it. */
+typedef struct {
+  pid_t pid;
+  size_t size;
+  CUdeviceptr ptr;
+} mock_ipc_t;
+_Static_assert(sizeof(mock_ipc_t) <= sizeof(CUipcMemHandle), "a mock handle fits an IPC handle");
+
+static CUresult ipc_get_mem_handle(CUipcMemHandle *handle, CUdeviceptr dptr) {
+  if (ready() != CUDA_SUCCESS) return ready();
+  for (int i = 0; i < MAX_ALLOCS; i++)
+    if (allocs[i].ptr != NULL && (CUdeviceptr)(uintptr_t)allocs[i].ptr == dptr) {
+      mock_ipc_t h = {.pid = getpid(), .size = allocs[i].size, .ptr = dptr};
+      memset(handle, 0, sizeof(*handle));
+      memcpy(handle, &h, sizeof(h));
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult ipc_open_mem_handle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags) {
+  if (ready() != CUDA_SUCCESS) return ready();
+  mock_ipc_t h;
+  memcpy(&h, &handle, sizeof(h));
+  if (h.pid == getpid() || h.size == 0) return CUDA_ERROR_INVALID_VALUE; /* not another process's */
+  CUresult r = mem_alloc(dptr, h.size);
+  if (r == CUDA_SUCCESS) memset((void *)(uintptr_t)*dptr, 0, h.size);
+  return r;
+}
+
+static CUresult ipc_close_mem_handle(CUdeviceptr dptr) {
+  return mem_free(dptr);
+}
+
+static CUresult ctx_enable_peer_access(CUcontext peer, unsigned int flags) {
+  if (ready() != CUDA_SUCCESS) return ready();
+  if (current == NULL || peer == NULL || peer == current || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  static int enabled[MAX_DEVICES][MAX_DEVICES];
+  if (enabled[current->dev][peer->dev]) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  enabled[current->dev][peer->dev] = 1;
+  return CUDA_SUCCESS;
+}
+
 /* The entry points by base name, each checked against cuda.h's type for that name. */
 // clang-format off
 #define MOCK_ENTRIES(X) \
@@ -336,7 +420,11 @@ static CUresult graph_destroy(CUgraph graph) {
   X(cuEventSynchronize, event_synchronize) X(cuEventElapsedTime, event_elapsed_time) \
   X(cuStreamBeginCapture, begin_capture) X(cuStreamEndCapture, end_capture) \
   X(cuGraphInstantiateWithFlags, graph_instantiate) X(cuGraphLaunch, graph_launch) \
-  X(cuGraphExecDestroy, graph_exec_destroy) X(cuGraphDestroy, graph_destroy)
+  X(cuGraphExecDestroy, graph_exec_destroy) X(cuGraphDestroy, graph_destroy) \
+  X(cuModuleLoadData, module_load_data) X(cuModuleUnload, module_unload) \
+  X(cuModuleGetFunction, module_get_function) X(cuLaunchKernel, launch_kernel) \
+  X(cuIpcGetMemHandle, ipc_get_mem_handle) X(cuIpcOpenMemHandle, ipc_open_mem_handle) \
+  X(cuIpcCloseMemHandle, ipc_close_mem_handle) X(cuCtxEnablePeerAccess, ctx_enable_peer_access)
 // clang-format on
 #define CHECK_TYPE(name, fn)                                                                                 \
   _Static_assert(__builtin_types_compatible_p(__typeof__(&name), __typeof__(&fn)),                           \

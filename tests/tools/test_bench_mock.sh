@@ -53,6 +53,19 @@ BRAID_DEVICE=host mock_run "graphs" "2 ranks, cuda, one process per GPU, CUDA gr
   all_reduce all_gather
 BRAID_DEVICE=host mock_run "graphs, --single" "CUDA graphs" --device cuda -g 2 -G --single all_reduce
 
+# The floor probe: its column in every row and in the JSON file; pages joined through IPC handles (one
+# process per GPU) and through peer access (--single), eagerly and from graphs. Refused without GPUs.
+BRAID_DEVICE=host mock_run "--floor" "cuda, one process per GPU" --device cuda -g 2 --floor \
+  --vs "$tmp/libnccl.so.2" --json "$tmp/f.json" all_reduce gather &&
+  { "$build/bin/json_check" "$tmp/f.json" 2 2 all_reduce gather || fail "--floor: JSON"; } &&
+  { grep -q '^# F: the floor kernel' "$tmp/out" || fail "--floor: no floor line in the header"; } &&
+  { [ "$(awk '/^ +[0-9]/ && NF == 16' "$tmp/out" | wc -l)" -eq 20 ] || fail "--floor: rows without the floor"; }
+BRAID_DEVICE=host mock_run "--floor, graphs, --single" "one process drives every GPU, CUDA graphs" \
+  --device cuda -g 3 --single -G --floor all_reduce &&
+  { [ "$(awk '/^ +[0-9]/ && NF == 15' "$tmp/out" | wc -l)" -eq 5 ] || fail "--floor --single: rows"; }
+"$braid" bench --device host -g 2 --floor all_reduce >"$tmp/out" 2>&1
+[ $? -eq 2 ] && grep -q "needs --device cuda" "$tmp/out" || fail "--floor on the host was not refused"
+
 # The device choice: the driver's 4 GPUs give 4 ranks on cuda by default; 8 ranks fall back to the host, and
 # --device cuda with 8 is refused.
 mock_run "default rank count" "4 ranks, cuda" all_reduce
