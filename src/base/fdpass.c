@@ -1,8 +1,11 @@
 /*
  * Descriptor passing between processes of one machine (see fdpass.h).
  *
- * Each fetch is one SOCK_SEQPACKET connection to the owner's abstract socket "\0braid-fd-<pid>" (message
- * boundaries are kept, so every message arrives whole or not at all):
+ * Each fetch is one SOCK_SEQPACKET connection to the owner's abstract socket "\0braid-fd-<pid>-<server>"
+ * (message boundaries are kept, so every message arrives whole or not at all). <server> is a random number
+ * the server draws when it starts, and the upper half of every token it hands out, so an importer finds the
+ * server from the exporter's pid and token alone. It keeps two copies of the library loaded in one process
+ * (a program comparing two builds, `braid bench --vs`) from claiming the same name:
  *   importer -> server: fd_req_t {magic, token}
  *   server -> importer: fd_rep_t {magic, status, err}, with the descriptor attached (SCM_RIGHTS) when the
  *                       status is FD_OK.
@@ -62,12 +65,13 @@ static entry_t *entries;
 static int nentries, capacity;
 static pid_t server_pid;   /* the process whose server thread runs (0: none; differs after fork) */
 static int listen_fd = -1; /* the server's socket */
+static uint32_t server_id; /* the server's number: its address, and the upper half of its tokens */
 
-/* The abstract address of process `pid`'s server; writes its length. */
-static void server_addr(pid_t pid, struct sockaddr_un *addr, socklen_t *len_p) {
+/* The abstract address of the server numbered `id` in process `pid`; writes its length. */
+static void server_addr(pid_t pid, uint32_t id, struct sockaddr_un *addr, socklen_t *len_p) {
   memset(addr, 0, sizeof *addr);
   addr->sun_family = AF_UNIX;
-  int n = snprintf(addr->sun_path + 1, sizeof addr->sun_path - 1, "braid-fd-%d", (int)pid);
+  int n = snprintf(addr->sun_path + 1, sizeof addr->sun_path - 1, "braid-fd-%d-%08x", (int)pid, id);
   *len_p = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
@@ -193,9 +197,12 @@ static ncclResult_t start_server(void) {
   for (int i = 0; i < nentries; i++) close(entries[i].fd);
   nentries = 0;
 
+  uint64_t id = 0;
+  CHECK(random_token(&id));
+  server_id = (uint32_t)id | 1u; /* never 0, so that no token is 0 */
   struct sockaddr_un addr;
   socklen_t len;
-  server_addr(self, &addr, &len);
+  server_addr(self, server_id, &addr, &len);
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) return log_err(ncclSystemError, "descriptor server: socket() failed: %s", strerror(errno));
   ncclResult_t res = ncclSystemError;
@@ -236,6 +243,7 @@ ncclResult_t fd_serve(int fd, uint64_t *token_p) {
     return log_err(ncclSystemError, "fd_serve: duplicating descriptor %d failed: %s", fd, strerror(errno));
   pthread_mutex_lock(&lock);
   CHECK_GOTO(start_server(), res, err_unlock);
+  token = (uint64_t)server_id << 32 | (token & 0xffffffffu); /* the server's number, then a random half */
   if (nentries == capacity) {
     int cap = capacity ? 2 * capacity : 16;
     entry_t *grown = realloc(entries, (size_t)cap * sizeof *grown);
@@ -303,7 +311,7 @@ static ncclResult_t fetch_connect(int sock, pid_t pid, uint64_t token, const vol
                                   double deadline) {
   struct sockaddr_un addr;
   socklen_t len;
-  server_addr(pid, &addr, &len);
+  server_addr(pid, (uint32_t)(token >> 32), &addr, &len);
   for (;;) {
     if (connect(sock, (struct sockaddr *)&addr, len) == 0) return ncclSuccess;
     if (errno == ECONNREFUSED)

@@ -3,10 +3,11 @@
  * descriptors).
  *
  * A process that serves descriptors runs one small server thread, started at the first fd_serve, listening on
- * an abstract Unix socket named after its pid. An importer connects, sends the token it was given, and gets a
- * duplicate of the descriptor back (SCM_RIGHTS). The server only answers processes of the same user id
- * (SO_PEERCRED). Nothing waits on the serving side's main thread, so two processes importing from each other
- * at the same time cannot deadlock.
+ * an abstract Unix socket named after its pid and a random number that every token it hands out carries (so
+ * two copies of the library in one process have servers of their own). An importer connects, sends the
+ * token it was given, and gets a duplicate of the descriptor back (SCM_RIGHTS). The server only answers
+ * processes of the same user id (SO_PEERCRED). Nothing waits on the serving side's main thread, so two
+ * processes importing from each other at the same time cannot deadlock.
  */
 #ifndef BRAID_BASE_FDPASS_H
 #define BRAID_BASE_FDPASS_H

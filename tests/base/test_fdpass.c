@@ -1,8 +1,10 @@
 /*
  * Tests of base/fdpass: a served memfd reaches other processes as the same file (they read its content and
  * their writes show in the owner's copy); a wrong or released token, a process without a server, a server
- * that never answers and an abort all fail within a bound; two processes fetch from each other at once.
+ * that never answers and an abort all fail within a bound; two processes fetch from each other at once; a
+ * server's name is its own even where two copies of the library share a process.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -114,20 +116,51 @@ static void test_no_server(void) {
   reap(pid);
 }
 
-/* Binds the name a server of `pid` would use, and never accepts: fetches from `pid` then wait. */
-static int silent_server(pid_t pid) {
+/* Binds the abstract name of the server of `pid` whose tokens carry `token`'s upper half; returns the socket,
+ * or -1 with errno when the name is taken. */
+static int bind_server_name(pid_t pid, uint64_t token) {
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
-  int n = snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1, "braid-fd-%d", (int)pid);
+  int n = snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1, "braid-fd-%d-%08x", (int)pid,
+                   (unsigned)(token >> 32));
   int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
   EXPECT(fd >= 0);
-  EXPECT(bind(fd, (struct sockaddr *)&addr, offsetof(struct sockaddr_un, sun_path) + 1 + n) == 0);
+  if (bind(fd, (struct sockaddr *)&addr, offsetof(struct sockaddr_un, sun_path) + 1 + n) == 0) return fd;
+  int err = errno;
+  close(fd);
+  errno = err;
+  return -1;
+}
+
+/* Binds the name a server of `pid` would use for `token`, and never accepts: fetches from `pid` then wait. */
+static int silent_server(pid_t pid, uint64_t token) {
+  int fd = bind_server_name(pid, token);
+  EXPECT(fd >= 0);
   EXPECT(listen(fd, 4) == 0);
   return fd;
 }
 
+/* A server's name carries its number, the upper half of its every token: a second copy of the library in the
+ * same process (a second number) gets a name of its own, where one named after the pid alone would clash. */
+static void test_server_name(void) {
+  unsigned char content[FILE_BYTES];
+  int fd = make_file(content);
+  uint64_t t1 = 0, t2 = 0;
+  EXPECT_OK(fd_serve(fd, &t1));
+  EXPECT_OK(fd_serve(fd, &t2));
+  EXPECT(t1 != t2 && t1 >> 32 == t2 >> 32 && t1 >> 32 != 0, "tokens %016llx and %016llx",
+         (unsigned long long)t1, (unsigned long long)t2);
+  EXPECT(bind_server_name(getpid(), t1) < 0 && errno == EADDRINUSE, "the server is not at the token's name");
+  int other = bind_server_name(getpid(), t1 ^ ((uint64_t)1 << 32));
+  EXPECT(other >= 0, "another server number in this process could not take its name");
+  close(other);
+  fd_unserve(t1);
+  fd_unserve(t2);
+  close(fd);
+}
+
 static void test_silent_server_times_out(void) {
   pid_t pid = idle_child();
-  int lfd = silent_server(pid);
+  int lfd = silent_server(pid, 1);
   setenv("BRAID_BOOTSTRAP_TIMEOUT_S", "1", 1);
   param_reload();
   int got = -1;
@@ -148,7 +181,7 @@ static void *raise_after(void *arg) {
 
 static void test_abort(void) {
   pid_t pid = idle_child();
-  int lfd = silent_server(pid);
+  int lfd = silent_server(pid, 1);
   int flag = 0;
   pthread_t t;
   EXPECT(pthread_create(&t, NULL, raise_after, &flag) == 0);
@@ -210,6 +243,7 @@ static void test_cross_fetch(void) {
 int main(void) {
   TEST(test_serve_fetch, 60);
   TEST(test_unknown_token, 30);
+  TEST(test_server_name, 30);
   TEST(test_no_server, 30);
   TEST(test_silent_server_times_out, 30);
   TEST(test_abort, 30);
