@@ -157,7 +157,8 @@ static void place_form(bench_proc_t *p, const coll_t *coll, int in_place) {
 /* A row ------------------------------------------------------------------------------------------------- */
 
 /* Measures both forms with every library, in the size's order, and posts each local rank's figures. With
- * --floor the floor kernel takes its turn in the out-of-place form's order, after the libraries. */
+ * --floor the floor kernel takes a turn in the out-of-place form's order too: after the libraries at even
+ * sizes, before them at odd ones. */
 static ncclResult_t measure_row(bench_proc_t *p, const coll_t *coll, int batch, int size_index) {
   int nlibs = p->run->nlibs;
   for (int form = 0; form < 2; form++) {
