@@ -10,7 +10,8 @@
  * The launch number is kept in the page itself (launches on one stream run one after the other), so that
  * launches replayed from a graph, whose parameters are fixed at capture, still count up. A wait gives up
  * after args.timeout_ns and records which rank it waited for, so that a broken link fails the bench instead
- * of hanging it.
+ * of hanging it; once one has, the launches after it do not wait at all (a batch would otherwise take a
+ * timeout per launch before the host sees the error).
  */
 #include "floor_args.h"
 
@@ -30,7 +31,8 @@ extern "C" __global__ void __launch_bounds__(FLOOR_THREADS)
     braid_floor(const __grid_constant__ floor_args_t a) {
   int t = threadIdx.x;
   unsigned long long n = load_volatile(a.page + FLOOR_COUNT) + 1;
-  if (t < a.nranks && t != a.rank) {
+  const bool failed = load_volatile(a.page + FLOOR_ERROR) != 0;
+  if (t < a.nranks && t != a.rank && !failed) {
     unsigned long long *line = a.peers[t] + FLOOR_LINE + 2 * a.rank;
     asm volatile("st.volatile.global.v2.u64 [%0], {%1, %1};" ::"l"(line), "l"(n) : "memory");
     const unsigned long long *mine = a.page + FLOOR_LINE + 2 * t;
