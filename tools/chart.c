@@ -1,6 +1,6 @@
 /*
  * The bench's PNG (see chart.h): a header line saying what ran, then a row of two plot panels per
- * collective.
+ * collective. With --floor the time panel has one more line, the floor kernel's time, after the libraries'.
  */
 #include "chart.h"
 
@@ -20,6 +20,7 @@ typedef struct {
   const report_row_t *first; /* the collective's first row: its type and operation are the ones shown */
   int n;
   double *x, *y[2][REPORT_MAX_LIBS]; /* [n]: bytes; busbw (0) and time (1) per library */
+  double *floor_us;                  /* [n]: the floor kernel's time (--floor), else NULL */
 } coll_points_t;
 
 static int same_series(const report_row_t *a, const report_row_t *b) {
@@ -35,6 +36,7 @@ static int gather(const report_t *r, const report_row_t *first, coll_points_t *p
   int ok = p->x != NULL;
   for (int k = 0; k < 2; k++)
     for (int l = 0; l < r->info.nlibs; l++) ok = ok && (p->y[k][l] = calloc(max, sizeof(double))) != NULL;
+  if (r->info.floor) ok = ok && (p->floor_us = calloc(max, sizeof(double))) != NULL;
   if (!ok) return -1;
   for (size_t i = 0; i < r->nrows; i++) {
     const report_row_t *row = &r->rows[i];
@@ -44,6 +46,7 @@ static int gather(const report_t *r, const report_row_t *first, coll_points_t *p
       p->y[0][l][p->n] = row->busbw[l];
       p->y[1][l][p->n] = row->time_us[l];
     }
+    if (p->floor_us != NULL) p->floor_us[p->n] = row->floor_us;
     p->n++;
   }
   return 0;
@@ -53,6 +56,7 @@ static void release(coll_points_t *p) {
   free(p->x);
   for (int k = 0; k < 2; k++)
     for (int l = 0; l < REPORT_MAX_LIBS; l++) free(p->y[k][l]);
+  free(p->floor_us);
 }
 
 /* A library's legend label: its letter, version and the last two folders of its path
@@ -72,10 +76,13 @@ static void lib_label(const report_lib_t *lib, int index, char *buf, size_t len)
 }
 
 static void draw_coll(plot_canvas_t *c, const report_t *r, const coll_points_t *p, int y, char labels[][64]) {
-  plot_series_t series[2][REPORT_MAX_LIBS];
+  plot_series_t series[2][REPORT_MAX_LIBS + 1];
   for (int k = 0; k < 2; k++)
     for (int l = 0; l < r->info.nlibs; l++)
       series[k][l] = (plot_series_t){.label = labels[l], .n = p->n, .x = p->x, .y = p->y[k][l]};
+  int ntime = r->info.nlibs;
+  if (p->floor_us != NULL)
+    series[1][ntime++] = (plot_series_t){.label = "F floor kernel", .n = p->n, .x = p->x, .y = p->floor_us};
   char title[2][96];
   snprintf(title[0], sizeof(title[0]), "%s %s %s: bus bandwidth", p->first->coll, p->first->type,
            p->first->op);
@@ -94,6 +101,7 @@ static void draw_coll(plot_canvas_t *c, const report_t *r, const coll_points_t *
   time.title = title[1];
   time.ylabel = "time (us)";
   time.ylog = 1;
+  time.nseries = ntime;
   time.series = series[1];
   plot_panel(c, &bw);
   plot_panel(c, &time);

@@ -1,7 +1,8 @@
 /*
  * `braid bench --png FILE`: the run's results as one image. For each collective measured, in the order of the
  * tables, a row of two charts: bus bandwidth against size (left) and time per call against size (right,
- * log scale), with each library as a line of its own colour. A row shows the collective's first type and
+ * log scale), with each library as a line of its own colour, and the floor kernel's time as one more line
+ * in the time chart when the run measured it (--floor). A row shows the collective's first type and
  * operation, out-of-place; the JSON file has every figure.
  */
 #ifndef BRAID_TOOLS_CHART_H

@@ -1,15 +1,19 @@
 /*
  * Tests of the bench's PNG encoder (tools/png.c): CRC-32 and Adler-32 against their published check values
  * and against plain implementations, zlib streams of stored blocks at and around the 65535-byte block limit,
- * and whole images read back by the tests' own reader (png_reader.c), which must also reject a damaged file.
+ * and whole images read back by the tests' own reader (png_reader.c), which must also reject a damaged file;
+ * and the bench's chart (tools/chart.c) draws the floor's line exactly when the run measured it.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "chart.h"
 #include "harness.h"
+#include "plot.h"
 #include "png.h"
 #include "png_reader.h"
 
@@ -120,11 +124,65 @@ static void test_write_file(void) {
   EXPECT(png_write(&img, "/nonexistent-folder/x.png") != 0, "writing into a missing folder");
 }
 
+/* Pixels of colour index `color` in the chart drawn from three rows of two libraries, with or without the
+ * floor's figures. */
+static long chart_pixels(int floor, uint8_t color) {
+  char path[] = "/tmp/braid_test_chart_XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT(fd >= 0);
+  close(fd);
+  report_t r = {.info = {.date = "2026-11-23T00:00:00Z",
+                         .gpu = "test",
+                         .device = "cuda",
+                         .layout = "process",
+                         .nranks = 2,
+                         .samples = 20,
+                         .nlibs = 2,
+                         .floor = floor}};
+  r.info.libs[0] = (report_lib_t){.path = "/a/lib/libnccl.so.2", .version = 22809};
+  r.info.libs[1] = (report_lib_t){.path = "/b/lib/libnccl.so.2", .version = 22809};
+  for (int i = 0; i < 3; i++) {
+    double t = 5.0 + i;
+    report_row_t row = {.coll = "all_reduce",
+                        .type = "float",
+                        .op = "sum",
+                        .root = -1,
+                        .bytes = 8u << (4 * i),
+                        .count = 2u << (4 * i),
+                        .batch = 1,
+                        .time_us = {t, 2 * t},
+                        .algbw = {1, 0.5},
+                        .busbw = {1, 0.5},
+                        .wrong = {0, 0},
+                        .floor_us = floor ? 1.5 : NAN};
+    EXPECT(report_add(&r, &row) == 0);
+  }
+  EXPECT(chart_write(&r, path) == 0);
+  report_free(&r);
+  png_info_t info;
+  int res = png_read_file(path, &info);
+  unlink(path);
+  EXPECT(res == 0, "%s", info.err);
+  long n = 0;
+  for (int y = 0; y < info.height; y++)
+    for (int x = 0; x < info.width; x++) n += info.raw[(size_t)y * (info.width + 1) + 1 + x] == color;
+  png_info_free(&info);
+  return n;
+}
+
+static void test_chart_floor(void) {
+  const uint8_t floor_color = PLOT_SERIES + 2; /* the series after the two libraries' */
+  EXPECT(chart_pixels(0, PLOT_SERIES) > 0 && chart_pixels(0, PLOT_SERIES + 1) > 0, "the libraries' lines");
+  EXPECT(chart_pixels(0, floor_color) == 0, "a floor line in a run without --floor");
+  EXPECT(chart_pixels(1, floor_color) > 100, "no floor line in a run with --floor");
+}
+
 int main(void) {
   TEST(test_crc32, 10);
   TEST(test_adler32, 10);
   TEST(test_stored_blocks, 10);
   TEST(test_image_round_trip, 10);
   TEST(test_write_file, 10);
+  TEST(test_chart_floor, 30);
   return test_summary();
 }
