@@ -56,8 +56,9 @@ BRAID_DEVICE=host mock_run "graphs, --single" "CUDA graphs" --device cuda -g 2 -
 # The floor probe: its column in every row and in the JSON file; pages joined through IPC handles (one
 # process per GPU) and through peer access (--single), eagerly and from graphs. Refused without GPUs.
 BRAID_DEVICE=host mock_run "--floor" "cuda, one process per GPU" --device cuda -g 2 --floor \
-  --vs "$tmp/libnccl.so.2" --json "$tmp/f.json" all_reduce gather &&
+  --vs "$tmp/libnccl.so.2" --json "$tmp/f.json" --png "$tmp/f.png" all_reduce gather &&
   { "$build/bin/json_check" "$tmp/f.json" 2 2 all_reduce gather || fail "--floor: JSON"; } &&
+  { "$build/bin/png_check" "$tmp/f.png" || fail "--floor: PNG"; } &&
   { grep -q '^# F: the floor kernel' "$tmp/out" || fail "--floor: no floor line in the header"; } &&
   { [ "$(awk '/^ +[0-9]/ && NF == 16' "$tmp/out" | wc -l)" -eq 20 ] || fail "--floor: rows without the floor"; }
 BRAID_DEVICE=host mock_run "--floor, graphs, --single" "one process drives every GPU, CUDA graphs" \
