@@ -4,7 +4,6 @@
 #include "bench_floor.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "base/check.h"
 
@@ -54,11 +53,8 @@ static ncclResult_t join_pages(bench_proc_t *p, int i) {
 }
 
 ncclResult_t floor_setup(bench_proc_t *p) {
-  char why[128];
-  if (!floor_available(why, sizeof(why)) || p->o->nranks > FLOOR_MAX_RANKS) {
-    fprintf(stderr, "braid bench: --floor: %s\n", p->o->nranks > FLOOR_MAX_RANKS ? "too many ranks" : why);
-    return ncclInvalidUsage;
-  }
+  /* The parent refused a run without GPUs, without the floor kernel or with more than FLOOR_MAX_RANKS ranks
+   * before forking (bench.c, decide_device). */
   p->floors = calloc((size_t)p->nlocal, sizeof(*p->floors));
   if (p->floors == NULL) {
     fprintf(stderr, "braid bench: out of memory for the floor probe of %d ranks\n", p->nlocal);

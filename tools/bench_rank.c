@@ -203,9 +203,10 @@ static void gather_row(bench_proc_t *p, bench_row_t *row) {
       if (p->o->check) p->wrong_total += w;
     }
   }
-  row->floor_us = NAN;
-  for (int r = 0; p->o->floor && r < p->o->nranks; r++)
-    row->floor_us = fmax(r ? row->floor_us : -INFINITY, board_figs(p->run->board, p->row, r)[fig_floor()]);
+  double floor_us = -INFINITY;
+  for (int r = 0; r < p->o->nranks; r++)
+    floor_us = fmax(floor_us, board_figs(p->run->board, p->row, r)[fig_floor()]);
+  row->floor_us = p->o->floor ? floor_us : NAN;
 }
 
 /* Keeps a row's measured forms for the JSON and PNG files. */
