@@ -19,8 +19,9 @@
  *
  * Even so, that setup took a block about 3 us of an 8-byte all-reduce's 5.5. A launch that is latency alone
  * (one step of LL transfers, one piece per channel) takes a third entry point, braid_kernel_ll, at the end of
- * this file: its first warp finds the block's rings and counts in one trip, and every thread then moves its
- * lines of each transfer from start to end (ll.cuh) with no barrier in between.
+ * this file: its first warp finds the block's rings and counts in one trip and sends a small first transfer
+ * of this rank's data at once, and every thread then moves its lines of the other transfers from start to
+ * end (ll.cuh) with no barrier in between.
  *
  * Every spin loop looks at the clock every WAIT_CHECK_SPINS spins, and at the abort flag and the error word
  * (another block failed) every WAIT_HOST_SPINS (wait.cuh). The first block that fails records the error;
@@ -603,11 +604,20 @@ template <class W> __device__ __forceinline__ void kernel_run(const W &param) {
  *
  * A launch of one step whose transfers are all LL, each channel's part one piece, needs none of the general
  * kernel's machinery: no work copy, no lane scan, no ring table in shared memory, no per-piece barriers. Its
- * first warp finds the block's sides (a lane each), their rings and counts in one trip and waits for room
- * where the last reading of the head does not show it; then every thread moves its lines of each of the
- * block's transfers in list order (ll_piece), and after one barrier the first warp stores the counts. */
+ * first warp opens the block (ll_open): a lane per side of a transfer, it reads its transfer from the
+ * parameters, finds the side's ring and count and waits for room where the last reading of the head does not
+ * show it, all lanes at once; then each transfer's send lane writes the transfer's task for every thread
+ * (ll_task). The block's first transfer, when it only sends this rank's data and is at most LL_EARLY_BYTES,
+ * is sent by the first warp there and then, before the barrier: that line is what the peer waits for, and it
+ * need not wait for this block's barrier and dispatch. Then every thread moves its lines of the other
+ * transfers in list order (ll_piece), and after one barrier the first warp stores the counts.
+ *
+ * A single warp's serial code costs about as many cycles as its instructions take to complete one after
+ * another, so the way to the first line is kept short: the parameters are read once, in one trip; the rings,
+ * counts and heads in a second; nothing after the barrier reads the parameters again. */
 
-/* One side of a transfer on the block's channel, as the first warp found it. */
+/* One side of a transfer on the block's channel, as a lane of the first warp holds it from ll_open to
+ * ll_side_close. */
 struct ll_side {
   uint4 *lines;        /* the piece's slot */
   dev_ctrl_t *ctrl;    /* its ring's control block */
@@ -618,10 +628,17 @@ struct ll_side {
   uint32_t last;       /* the ring's last piece of the launch: this side stores the counts at the end */
 };
 
-/* Whether transfer x has a part on the block's lane and channel. */
-__device__ __forceinline__ bool ll_mine(const dev_xfer_t &x, uint32_t lane, uint32_t c) {
-  return x.lane == lane && c < x.nch && dev_part(x.bytes, x.nch, 0, c).len != 0;
-}
+/* One transfer of the launch as the first warp prepared it for the block (shared memory). */
+struct ll_task {
+  dev_xfer_t x; /* the transfer, read from the parameters once */
+  ll_io io;     /* the block's part of it: operands, lines and flags */
+  uint8_t run;  /* every thread moves the part after the barrier (0: no part here, or sent early) */
+  uint8_t sync; /* a block barrier first: its part differs in size or place from the previous one moved */
+};
+
+/* The largest part the first warp sends before the barrier: 4 lines per lane, loaded together. */
+#define LL_EARLY_LINES 4
+#define LL_EARLY_BYTES (32 * 8 * LL_EARLY_LINES)
 
 /* The launch has the shape this entry point runs (the host chose it for that; anything else is a bug,
  * reported as DEV_ERR_INVALID). */
@@ -633,26 +650,50 @@ __device__ bool ll_work_valid(const dev_work_small_t &w) {
          (gridDim.x == (uint32_t)w.step_lanes[0] * w.nch);
 }
 
-/* One lane of the first warp: side l % 2 (0: send) of transfer l / 2 on the block's channel. Each side's
+/* The first warp: sends `len` bytes of `local` (at most LL_EARLY_BYTES) in the lines at `out`, 4 lines per
+ * lane, every load before the first store. */
+__device__ __forceinline__ void ll_send_early(const char *local, uint4 *out, uint32_t flag, uint32_t len) {
+  const uint32_t l = threadIdx.x % 32, lines = (len + 7) / 8;
+  uint2 v[LL_EARLY_LINES];
+#pragma unroll
+  for (uint32_t j = 0; j < LL_EARLY_LINES; j++) {
+    if (l + 32 * j < lines) v[j] = load8(local, l + 32 * j, len);
+  }
+#pragma unroll
+  for (uint32_t j = 0; j < LL_EARLY_LINES; j++) {
+    const uint32_t i = l + 32 * j;
+    if (i >= lines) break;
+    store_line(out + i, make_uint4(v[j].x, flag, v[j].y, flag));
+  }
+}
+
+/* The first warp: lane l takes side l % 2 (0: send) of transfer l / 2 on the block's channel. Each side's
  * piece takes the next index of its ring after those of the sides before it in list order that share the
  * ring (match), and the last of them waits for room for all: the head must have passed every piece up to
  * DEV_LL_SLOTS before it (the host keeps a ring's pieces of one launch within DEV_LL_SLOTS, so room only
- * waits for earlier launches). False (in this lane) when the transfer is malformed or the wait failed. */
-__device__ bool ll_side_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, ll_side &sd) {
+ * waits for earlier launches). Then lane 2k writes task k, and the block's first transfer goes out early when
+ * it can. Returns the same in every lane: false when a transfer is malformed or a wait failed (nothing sent).
+ */
+__device__ bool ll_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, ll_side &sd, ll_task *tasks) {
+  const uint32_t all = 0xffffffffu;
   const dev_comm_t *comm = &w.comm;
-  const uint32_t l = threadIdx.x, k = l / 2;
-  const bool send = (l & 1) == 0;
-  const dev_xfer_t *x = k < w.nxfers ? &w.xfers[k] : NULL;
-  const int peer = x == NULL ? -1 : send ? x->send_peer : x->recv_peer;
-  const bool used = x != NULL && peer >= 0 && ll_mine(*x, lane, c);
-  const bool side_ll = x != NULL && (x->flags & (send ? DEV_XF_LL_SEND : DEV_XF_LL_RECV)) != 0;
-  bool bad = x != NULL && (!xfer_valid(*x, w) || !(x->flags & DEV_XF_LL) || (peer >= 0 && !side_ll) ||
-                           !dev_ll_one_piece(x->bytes, x->nch));
+  const uint32_t l = threadIdx.x, k = l / 2, below = (1u << l) - 1;
+  const bool send = (l & 1) == 0, have = k < w.nxfers;
+  dev_xfer_t x = {};
+  if (have) x = w.xfers[k]; /* every field in one trip; nothing below reads the parameters' list again */
+  x.recv_peer = have ? x.recv_peer : -1;
+  x.send_peer = have ? x.send_peer : -1;
+  const int peer = send ? x.send_peer : x.recv_peer;
+  const dev_span_t part = dev_part(x.bytes, x.nch > 0 ? x.nch : 1, 0, c);
+  const bool mine = have & (x.lane == lane) & (c < x.nch) & (part.len != 0);
+  const bool side_ll = (x.flags & (send ? DEV_XF_LL_SEND : DEV_XF_LL_RECV)) != 0;
+  bool bad = have && (!xfer_valid(x, w) | !(x.flags & DEV_XF_LL) | ((peer >= 0) & !side_ll) |
+                      !dev_ll_one_piece(x.bytes, x.nch));
+  const bool used = mine && peer >= 0 && !bad;
   const int idx = peer * DEV_LL_CHANNELS + (int)c;
   dev_ring_t ring = {NULL, NULL};
-  sd.home = sd.head_home = NULL;
-  sd.count = sd.head_seen = 0;
-  if (used && !bad) {
+  sd = ll_side{};
+  if (used) {
     ring = (send ? comm->ll_send : comm->ll_recv)[idx];
     sd.home = &(send ? comm->ll_sent : comm->ll_recvd)[idx];
     sd.count = __ldcg(sd.home);
@@ -663,18 +704,53 @@ __device__ bool ll_side_open(const dev_work_small_t &w, uint32_t lane, uint32_t 
     bad = ring.data == NULL || ring.ctrl == NULL;
   }
   const bool live = used && !bad;
-  const uint32_t same = __match_any_sync(0xffffffffu, live ? (unsigned long long)sd.home : 0ull);
-  sd.count += __popc(same & ((1u << l) - 1));
+  const uint32_t same = __match_any_sync(all, live ? (unsigned long long)sd.home : 0ull);
+  sd.count += __popc(same & below);
   sd.last = live && (same >> l) == 1;
   sd.ctrl = live ? ring.ctrl : NULL;
   sd.lines = live ? (uint4 *)(ring.data + (size_t)(sd.count % DEV_LL_SLOTS) * DEV_LL_SLOT_BYTES) : NULL;
+  bool ok = !bad;
   if (live && send && sd.last && sd.head_seen + DEV_LL_SLOTS <= sd.count) {
-    const wait_what what = {peer, (int)c, 1, w.seq + x->task};
-    if (!wait_at_least(comm, &ring.ctrl->head, sd.count + 1 - DEV_LL_SLOTS, what, &sd.head_seen))
-      return false;
+    const wait_what what = {peer, (int)c, 1, w.seq + x.task};
+    ok = wait_at_least(comm, &ring.ctrl->head, sd.count + 1 - DEV_LL_SLOTS, what, &sd.head_seen);
   }
   if (bad) error_record(comm, DEV_ERR_INVALID, peer, (int)c, send, w.seq, 0);
-  return !bad;
+  if (!__all_sync(all, ok)) return false;
+
+  /* Task k, by its send lane: the receive side's lines come from the next lane; the barrier rule compares
+   * the part with the previous one the block moves. */
+  const uint4 *in_lines = (const uint4 *)__shfl_down_sync(all, (unsigned long long)sd.lines, 1);
+  const uint32_t in_flag = (uint32_t)__shfl_down_sync(all, sd.count, 1) + 1;
+  const uint32_t movers = __ballot_sync(all, send && mine) & below;
+  const int prev = movers != 0 ? 31 - __clz(movers) : (int)l;
+  const uint64_t prev_bytes = __shfl_sync(all, x.bytes, prev);
+  const uint32_t prev_nch = __shfl_sync(all, (uint32_t)x.nch, prev);
+  const bool local_reduce = x.recv_peer < 0 && (x.flags & DEV_XF_REDUCE) != 0;
+  const ll_io io = {x.src != NULL ? x.src + part.off : NULL,
+                    x.recv_peer >= 0 ? in_lines : NULL,
+                    local_reduce && x.dst != NULL ? x.dst + part.off : NULL,
+                    x.dst != NULL ? x.dst + part.off : NULL,
+                    sd.lines,
+                    in_flag,
+                    (uint32_t)(sd.count + 1),
+                    (uint32_t)part.len};
+  /* The block's first part, when it only sends this rank's data, goes now, from the first warp. */
+  const bool early = send && mine && movers == 0 && ll_plain_send(x) && part.len <= LL_EARLY_BYTES;
+  const uint32_t early_lane = __ballot_sync(all, early);
+  if (early_lane != 0) {
+    const int e = __ffs(early_lane) - 1;
+    ll_send_early((const char *)__shfl_sync(all, (unsigned long long)io.local, e),
+                  (uint4 *)__shfl_sync(all, (unsigned long long)io.out, e), __shfl_sync(all, io.out_flag, e),
+                  __shfl_sync(all, io.len, e));
+  }
+  if (send && have) {
+    ll_task &t = tasks[k];
+    t.x = x;
+    t.io = io;
+    t.run = mine && !early;
+    t.sync = movers != 0 && (prev_bytes != x.bytes || prev_nch != x.nch);
+  }
+  return true;
 }
 
 /* The first warp, after every thread's last line: stores the counts of the rings whose last piece of the
@@ -690,53 +766,38 @@ __device__ void ll_side_close(const ll_side &sd) {
   }
 }
 
-/* Every thread: the block's transfers in list order, each piece by ll_piece. A barrier separates two whose
- * parts differ in size or place (then a thread's lines of one are not its lines of the other, and a later
- * transfer may read what an earlier one stored); transfers of one size and channels each touch the same
- * bytes in the same thread, in order, so they need none (a one-shot all-reduce in place sends its data and
- * then overwrites it with the result). */
-__device__ bool ll_lane_run(const dev_work_small_t &w, uint32_t lane, uint32_t c, const ll_side *sides) {
-  uint64_t prev_bytes = 0;
-  uint32_t prev_nch = 0;
+/* Every thread: the block's tasks in list order, each part by ll_piece. A barrier separates two whose parts
+ * differ in size or place (then a thread's lines of one are not its lines of the other, and a later transfer
+ * may read what an earlier one stored); parts of one size and channels each touch the same bytes in the same
+ * thread, in order, so they need none (a one-shot all-reduce in place sends its data and then overwrites it
+ * with the result). A part sent early by the first warp is ordered before the rest by the barrier after
+ * ll_open. */
+__device__ bool ll_run(const dev_work_small_t &w, uint32_t c, const ll_task *tasks) {
   bool ok = true; /* a thread whose wait failed still meets the others at each barrier */
   for (uint32_t k = 0; k < w.nxfers; k++) {
-    const dev_xfer_t &x = w.xfers[k];
-    if (!ll_mine(x, lane, c)) continue;
-    if (prev_nch != 0 && (x.bytes != prev_bytes || x.nch != prev_nch)) __syncthreads();
-    prev_bytes = x.bytes;
-    prev_nch = x.nch;
-    const dev_span_t part = dev_part(x.bytes, x.nch, 0, c);
-    const ll_side &rs = sides[2 * k + 1], &ss = sides[2 * k];
-    const bool local_reduce = x.recv_peer < 0 && (x.flags & DEV_XF_REDUCE);
-    const ll_io io = {x.src != NULL ? x.src + part.off : NULL,
-                      rs.lines,
-                      local_reduce && x.dst != NULL ? x.dst + part.off : NULL,
-                      x.dst != NULL ? x.dst + part.off : NULL,
-                      ss.lines,
-                      (uint32_t)(rs.count + 1),
-                      (uint32_t)(ss.count + 1),
-                      (uint32_t)part.len};
-    const wait_what what = {x.recv_peer, (int)c, 0, w.seq + x.task};
-    if (ok) ok = ll_piece(x, io, &w.comm, what);
+    const ll_task &t = tasks[k];
+    if (!t.run) continue;
+    if (t.sync) __syncthreads();
+    const wait_what what = {t.x.recv_peer, (int)c, 0, w.seq + t.x.task};
+    if (ok) ok = ll_piece(t.x, t.io, &w.comm, what);
   }
   return ok;
 }
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_ll(const __grid_constant__ dev_work_small_t work) {
-  __shared__ ll_side sides[2 * DEV_SMALL_XFERS];
+  __shared__ ll_task tasks[DEV_SMALL_XFERS];
   const uint32_t nch = work.nch > 0 ? work.nch : 1, lane = blockIdx.x / nch, c = blockIdx.x % nch;
+  ll_side sd = {};
   int failed = 0;
   if (threadIdx.x < 32) {
     const bool valid = __all_sync(0xffffffffu, ll_work_valid(work));
     if (!valid && threadIdx.x == 0) error_record(&work.comm, DEV_ERR_INVALID, -1, (int)c, 0, work.seq, 0);
-    ll_side sd = {};
-    failed = !valid || !__all_sync(0xffffffffu, ll_side_open(work, lane, c, sd));
-    if (threadIdx.x < 2 * DEV_SMALL_XFERS) sides[threadIdx.x] = sd;
+    failed = !valid || !ll_open(work, lane, c, sd, tasks);
   }
   if (__syncthreads_or(failed)) return;
-  const bool ok = ll_lane_run(work, lane, c, sides);
-  if (__syncthreads_or(!ok) == 0 && threadIdx.x < 2 * DEV_SMALL_XFERS) ll_side_close(sides[threadIdx.x]);
+  const bool ok = ll_run(work, c, tasks);
+  if (__syncthreads_or(!ok) == 0 && threadIdx.x < 32) ll_side_close(sd);
 }
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
