@@ -34,6 +34,7 @@
 #include "device/dev.h"
 #include "device/ll.cuh"
 #include "device/reduce.cuh"
+#include "device/trace.cuh"
 #include "device/wait.cuh"
 
 static_assert(sizeof(dev_work_t) <= 4096, "the work is passed in the kernel parameters (4 KiB at most)");
@@ -716,6 +717,7 @@ __device__ bool ll_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, ll
   }
   if (bad) error_record(comm, DEV_ERR_INVALID, peer, (int)c, send, w.seq, 0);
   if (!__all_sync(all, ok)) return false;
+  TRACE_AT(TRACE_SIDES);
 
   /* Task k, by its send lane: the receive side's lines come from the next lane; the barrier rule compares
    * the part with the previous one the block moves. */
@@ -739,9 +741,11 @@ __device__ bool ll_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, ll
   const uint32_t early_lane = __ballot_sync(all, early);
   if (early_lane != 0) {
     const int e = __ffs(early_lane) - 1;
+    TRACE_AT(TRACE_EARLY);
     ll_send_early((const char *)__shfl_sync(all, (unsigned long long)io.local, e),
                   (uint4 *)__shfl_sync(all, (unsigned long long)io.out, e), __shfl_sync(all, io.out_flag, e),
                   __shfl_sync(all, io.len, e));
+    TRACE_AT(TRACE_SENT);
   }
   if (send && have) {
     ll_task &t = tasks[k];
@@ -787,17 +791,24 @@ __device__ bool ll_run(const dev_work_small_t &w, uint32_t c, const ll_task *tas
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_ll(const __grid_constant__ dev_work_small_t work) {
   __shared__ ll_task tasks[DEV_SMALL_XFERS];
+  TRACE_BEGIN();
   const uint32_t nch = work.nch > 0 ? work.nch : 1, lane = blockIdx.x / nch, c = blockIdx.x % nch;
   ll_side sd = {};
   int failed = 0;
   if (threadIdx.x < 32) {
     const bool valid = __all_sync(0xffffffffu, ll_work_valid(work));
     if (!valid && threadIdx.x == 0) error_record(&work.comm, DEV_ERR_INVALID, -1, (int)c, 0, work.seq, 0);
+    TRACE_AT(TRACE_VALID);
     failed = !valid || !ll_open(work, lane, c, sd, tasks);
+    TRACE_AT(TRACE_OPENED);
   }
   if (__syncthreads_or(failed)) return;
+  TRACE_AT(TRACE_BARRIER);
   const bool ok = ll_run(work, c, tasks);
+  TRACE_AT(TRACE_RUN);
   if (__syncthreads_or(!ok) == 0 && threadIdx.x < 32) ll_side_close(sd);
+  TRACE_AT(TRACE_CLOSED);
+  TRACE_END(work.comm.rank, work.seq);
 }
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)

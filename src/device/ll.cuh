@@ -12,6 +12,7 @@
 
 #include "device/dev.h"
 #include "device/reduce.cuh"
+#include "device/trace.cuh"
 #include "device/wait.cuh"
 
 __device__ __forceinline__ uint4 load_line(const uint4 *p) {
@@ -169,7 +170,9 @@ __device__ __noinline__ bool ll_lines(const F fn, const ll_io io, const dev_comm
   for (uint32_t i = threadIdx.x; i < (io.len + 7) / 8; i += blockDim.x) {
     const uint2 l = io.local != NULL ? load8(io.local, i, io.len) : make_uint2(0, 0);
     uint2 in = io.mem != NULL ? load8(io.mem, i, io.len) : make_uint2(0, 0);
+    if (i == 0) TRACE_AT(TRACE_LINES);
     if (io.in != NULL && !ll_wait_line(comm, io.in + i, io.in_flag, what, &in)) return false;
+    if (i == 0) TRACE_AT(TRACE_ARRIVED);
     const uint2 v = fn(l, in);
     if (io.dst != NULL) store8(io.dst, i, io.len, v);
     if (io.out != NULL) store_line(io.out + i, make_uint4(v.x, io.out_flag, v.y, io.out_flag));

@@ -1,0 +1,97 @@
+/*
+ * Cycle checkpoints in the LL entry point (kernels.cu), for finding where a small call's time goes
+ * (docs/perf-notes.md). They exist only in a build configured with -DBRAID_TRACE_LL=ON, which defines
+ * BRAID_TRACE_LL for the kernels; in any other build every macro here is empty and the kernels are byte for
+ * byte those the file would give without them.
+ *
+ * Thread 0 of each block notes clock64() minus the block's start at each checkpoint it passes, in shared
+ * memory, and at the block's end prints one line for the launches whose sequence number (dev_work_t.seq) lies
+ * in [BRAID_TRACE_LL_SEQ, BRAID_TRACE_LL_SEQ + 3) (default 30: past the warm-up of `braid bench -n 20`):
+ *
+ *   TRACE rank R seq S block B: valid C sides C early C sent C opened C barrier C lines C arrived C run C
+ *   closed C cycles; N ns
+ *
+ * with -1 for a checkpoint the block did not pass. The clock runs at the SM's clock (about 2 cycles per ns on
+ * an H200 under load); N is the block's time by the global timer. `lines` is taken by the block's thread 0 at
+ * its first line of a part, after its operands are loaded and before it waits for the arriving line;
+ * `arrived` once that line is there.
+ */
+#ifndef BRAID_DEVICE_TRACE_CUH
+#define BRAID_DEVICE_TRACE_CUH
+
+#ifdef BRAID_TRACE_LL
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifndef BRAID_TRACE_LL_SEQ
+#define BRAID_TRACE_LL_SEQ 30
+#endif
+
+enum {
+  TRACE_VALID,   /* the launch checked (the first read of the parameters) */
+  TRACE_SIDES,   /* every side's transfer, ring, count and head found, room waited for */
+  TRACE_EARLY,   /* the first warp about to store an early part's lines */
+  TRACE_SENT,    /* those lines stored */
+  TRACE_OPENED,  /* ll_open returned (tasks written) */
+  TRACE_BARRIER, /* past the block barrier after ll_open */
+  TRACE_LINES,   /* first line of a part: operands loaded */
+  TRACE_ARRIVED, /* first line of a part: the arriving line seen */
+  TRACE_RUN,     /* every part moved */
+  TRACE_CLOSED,  /* counts stored */
+  TRACE_POINTS
+};
+
+__shared__ long long trace_cycles[TRACE_POINTS];
+__shared__ long long trace_start;
+__shared__ unsigned long long trace_ns;
+
+__device__ __forceinline__ unsigned long long trace_globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+#define TRACE_BEGIN()                                                                                        \
+  do {                                                                                                       \
+    if (threadIdx.x == 0) {                                                                                  \
+      trace_start = clock64();                                                                               \
+      trace_ns = trace_globaltimer();                                                                        \
+      for (int trace_i = 0; trace_i < TRACE_POINTS; trace_i++) trace_cycles[trace_i] = -1;                   \
+    }                                                                                                        \
+  } while (0)
+
+#define TRACE_AT(point)                                                                                      \
+  do {                                                                                                       \
+    if (threadIdx.x == 0) trace_cycles[point] = clock64() - trace_start;                                     \
+  } while (0)
+
+/* Thread 0, at the block's end: the line above, for the launches of the chosen sequence numbers. */
+__device__ __noinline__ void trace_print(int rank, uint64_t seq) {
+  if (threadIdx.x != 0 || seq < BRAID_TRACE_LL_SEQ || seq >= BRAID_TRACE_LL_SEQ + 3) return;
+  const long long *c = trace_cycles;
+  printf(
+      "TRACE rank %d seq %llu block %u: valid %lld sides %lld early %lld sent %lld opened %lld barrier %lld "
+      "lines %lld arrived %lld run %lld closed %lld cycles; %llu ns\n",
+      rank, (unsigned long long)seq, blockIdx.x, c[TRACE_VALID], c[TRACE_SIDES], c[TRACE_EARLY],
+      c[TRACE_SENT], c[TRACE_OPENED], c[TRACE_BARRIER], c[TRACE_LINES], c[TRACE_ARRIVED], c[TRACE_RUN],
+      c[TRACE_CLOSED], trace_globaltimer() - trace_ns);
+}
+
+#define TRACE_END(rank, seq) trace_print(rank, seq)
+
+#else
+
+#define TRACE_BEGIN()                                                                                        \
+  do {                                                                                                       \
+  } while (0)
+#define TRACE_AT(point)                                                                                      \
+  do {                                                                                                       \
+  } while (0)
+#define TRACE_END(rank, seq)                                                                                 \
+  do {                                                                                                       \
+  } while (0)
+
+#endif
+
+#endif
