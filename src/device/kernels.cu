@@ -782,6 +782,7 @@ __device__ bool ll_run(const dev_work_small_t &w, uint32_t c, const ll_task *tas
     const ll_task &t = tasks[k];
     if (!t.run) continue;
     if (t.sync) __syncthreads();
+    TRACE_AT(TRACE_TASK);
     const wait_what what = {t.x.recv_peer, (int)c, 0, w.seq + t.x.task};
     if (ok) ok = ll_piece(t.x, t.io, &w.comm, what);
   }

@@ -167,6 +167,7 @@ struct line_copy {
 template <class F>
 __device__ __noinline__ bool ll_lines(const F fn, const ll_io io, const dev_comm_t *comm,
                                       const wait_what what) {
+  TRACE_AT(TRACE_CALLED);
   for (uint32_t i = threadIdx.x; i < (io.len + 7) / 8; i += blockDim.x) {
     const uint2 l = io.local != NULL ? load8(io.local, i, io.len) : make_uint2(0, 0);
     uint2 in = io.mem != NULL ? load8(io.mem, i, io.len) : make_uint2(0, 0);
@@ -185,6 +186,7 @@ __device__ __noinline__ bool ll_lines(const F fn, const ll_io io, const dev_comm
  * scaling (PREMULSUM) or division (SUM_POSTDIV at LAST); otherwise a copy. */
 __device__ bool ll_piece(const dev_xfer_t &x, const ll_io &io, const dev_comm_t *comm,
                          const wait_what &what) {
+  TRACE_AT(TRACE_PIECE);
   const bool second = io.in != NULL || io.mem != NULL;
   bool ok = true;
   if (second && io.local != NULL && (x.flags & DEV_XF_REDUCE)) {

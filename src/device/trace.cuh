@@ -8,13 +8,14 @@
  * memory, and at the block's end prints one line for the launches whose sequence number (dev_work_t.seq) lies
  * in [BRAID_TRACE_LL_SEQ, BRAID_TRACE_LL_SEQ + 3) (default 30: past the warm-up of `braid bench -n 20`):
  *
- *   TRACE rank R seq S block B: valid C sides C early C sent C opened C barrier C lines C arrived C run C
- *   closed C cycles; N ns
+ *   TRACE rank R seq S block B: valid C sides C early C sent C opened C barrier C task C piece C called C
+ *   lines C arrived C run C closed C cycles; N ns
  *
  * with -1 for a checkpoint the block did not pass. The clock runs at the SM's clock (about 2 cycles per ns on
- * an H200 under load); N is the block's time by the global timer. `lines` is taken by the block's thread 0 at
- * its first line of a part, after its operands are loaded and before it waits for the arriving line;
- * `arrived` once that line is there.
+ * an H200 under load); N is the block's time by the global timer. The checkpoints from `task` to `arrived`
+ * are those of the block's last part moved after the barrier: its task read (ll_run), the dispatch entered
+ * (ll_piece), the line routine entered (ll_lines), thread 0's first line with its operands loaded, and the
+ * arriving line seen.
  */
 #ifndef BRAID_DEVICE_TRACE_CUH
 #define BRAID_DEVICE_TRACE_CUH
@@ -35,8 +36,11 @@ enum {
   TRACE_SENT,    /* those lines stored */
   TRACE_OPENED,  /* ll_open returned (tasks written) */
   TRACE_BARRIER, /* past the block barrier after ll_open */
-  TRACE_LINES,   /* first line of a part: operands loaded */
-  TRACE_ARRIVED, /* first line of a part: the arriving line seen */
+  TRACE_TASK,    /* a part's task read from shared memory */
+  TRACE_PIECE,   /* its dispatch entered */
+  TRACE_CALLED,  /* its line routine entered */
+  TRACE_LINES,   /* its first line: operands loaded */
+  TRACE_ARRIVED, /* its first line: the arriving line seen */
   TRACE_RUN,     /* every part moved */
   TRACE_CLOSED,  /* counts stored */
   TRACE_POINTS
@@ -72,10 +76,10 @@ __device__ __noinline__ void trace_print(int rank, uint64_t seq) {
   const long long *c = trace_cycles;
   printf(
       "TRACE rank %d seq %llu block %u: valid %lld sides %lld early %lld sent %lld opened %lld barrier %lld "
-      "lines %lld arrived %lld run %lld closed %lld cycles; %llu ns\n",
+      "task %lld piece %lld called %lld lines %lld arrived %lld run %lld closed %lld cycles; %llu ns\n",
       rank, (unsigned long long)seq, blockIdx.x, c[TRACE_VALID], c[TRACE_SIDES], c[TRACE_EARLY],
-      c[TRACE_SENT], c[TRACE_OPENED], c[TRACE_BARRIER], c[TRACE_LINES], c[TRACE_ARRIVED], c[TRACE_RUN],
-      c[TRACE_CLOSED], trace_globaltimer() - trace_ns);
+      c[TRACE_SENT], c[TRACE_OPENED], c[TRACE_BARRIER], c[TRACE_TASK], c[TRACE_PIECE], c[TRACE_CALLED],
+      c[TRACE_LINES], c[TRACE_ARRIVED], c[TRACE_RUN], c[TRACE_CLOSED], trace_globaltimer() - trace_ns);
 }
 
 #define TRACE_END(rank, seq) trace_print(rank, seq)
