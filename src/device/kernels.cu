@@ -672,9 +672,9 @@ __device__ __forceinline__ void ll_send_early(const char *local, uint4 *out, uin
  * piece takes the next index of its ring after those of the sides before it in list order that share the
  * ring (match), and the last of them waits for room for all: the head must have passed every piece up to
  * DEV_LL_SLOTS before it (the host keeps a ring's pieces of one launch within DEV_LL_SLOTS, so room only
- * waits for earlier launches). Then lane 2k writes task k, and the block's first transfer goes out early when
- * it can. Returns the same in every lane: false when a transfer is malformed or a wait failed (nothing sent).
- */
+ * waits for earlier launches). Then the block's first transfer goes out early when it can, and lane 2k
+ * writes task k. Returns the same in every lane: false when a transfer is malformed or a wait failed (nothing
+ * sent). */
 __device__ bool ll_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, ll_side &sd, ll_task *tasks) {
   const uint32_t all = 0xffffffffu;
   const dev_comm_t *comm = &w.comm;
