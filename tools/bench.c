@@ -86,13 +86,14 @@ static int braid_wants_host(void) {
 /* Settles the device and the rank count. Returns 0, or -1 after saying why the run cannot go ahead. */
 static int decide_device(bench_opts_t *o, bench_run_t *run) {
   probe_t pr = {.name = "none"};
-  int host = o->device == BENCH_DEVICE_HOST || (o->device == BENCH_DEVICE_AUTO && braid_wants_host());
+  int host = o->device == BENCH_DEVICE_HOST ||
+             (o->device == BENCH_DEVICE_AUTO && o->gpus == 0 && braid_wants_host());
   if (!host) probe_gpus(&pr);
-  int want = o->nranks_set ? o->nranks : pr.ndev;
-  if (!host && (o->device == BENCH_DEVICE_CUDA || (pr.ndev > 0 && pr.ndev >= want))) {
-    if (pr.ndev == 0 || pr.ndev < want) {
-      fprintf(stderr, "braid bench: --device cuda with %d ranks: %s\n", want,
-              pr.ndev == 0 ? pr.why : "the driver has fewer GPUs than ranks");
+  int want = o->nranks_set ? o->nranks : pr.ndev, gpus = o->gpus > 0 ? o->gpus : want;
+  if (!host && (o->device == BENCH_DEVICE_CUDA || o->gpus > 0 || (pr.ndev > 0 && pr.ndev >= gpus))) {
+    if (pr.ndev == 0 || pr.ndev < gpus) {
+      fprintf(stderr, "braid bench: --device cuda with %d ranks on %d GPUs: %s\n", want, gpus,
+              pr.ndev == 0 ? pr.why : "the driver has fewer GPUs");
       return -1;
     }
     run->gpu = 1;

@@ -55,6 +55,7 @@ typedef struct {
   size_t step_factor;
   int samples, batch, warmup, check, root, nranks; /* batch 0: chosen per size (stats_batch) */
   int nranks_set;                                  /* -g was given */
+  int gpus; /* --gpus: the ranks share the first `gpus` GPUs, rank r on GPU r % gpus; 0: one GPU each */
   bench_device_t device;
   int single;    /* one process drives every rank */
   int graph;     /* time replays of CUDA graphs */
@@ -70,6 +71,11 @@ typedef struct {
   char json_path[PATH_MAX]; /* "" without --json */
   char png_path[PATH_MAX];  /* "" without --png */
 } bench_opts_t;
+
+/* The GPU of `rank`: its own, or with --gpus one of the first o->gpus. */
+static inline int bench_gpu_of(const bench_opts_t *o, int rank) {
+  return o->gpus > 0 ? rank % o->gpus : rank;
+}
 
 /* What the parent decided and loaded before forking; the rank processes inherit it. */
 typedef struct {

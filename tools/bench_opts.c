@@ -25,7 +25,8 @@ enum {
   OPT_JSON,
   OPT_PNG,
   OPT_RESOURCES,
-  OPT_FLOOR
+  OPT_FLOOR,
+  OPT_GPUS
 };
 
 void bench_usage(FILE *out) {
@@ -46,6 +47,9 @@ void bench_usage(FILE *out) {
       "  -g, --nranks N      ranks (default: one per GPU; 4 on the host)\n"
       "      --device D      cuda or host (default: cuda when the driver has -g GPUs, else host)\n"
       "      --single        one process drives every rank (ncclCommInitAll, grouped calls)\n"
+      "      --gpus N        the ranks share the first N GPUs, rank r on GPU r %% N (kernel traces and\n"
+      "                      checks on fewer GPUs than ranks; no figure of the links, and NCCL refuses\n"
+      "                      two ranks on one GPU)\n"
       "  -G, --graph         time replays of CUDA graphs of each sample's iterations\n"
       "      --lib PATH      library A (default: ../lib/libnccl.so.2 beside braid)\n"
       "      --vs PATH       library B, measured beside A (another libnccl.so.2)\n"
@@ -182,6 +186,8 @@ static int apply_long_option(int ch, const char *arg, bench_opts_t *o) {
     return 0;
   case OPT_BATCH:
     return parse_int(arg, 1, 1 << 20, &o->batch);
+  case OPT_GPUS:
+    return parse_int(arg, 1, 1024, &o->gpus);
   default:
     return -1;
   }
@@ -244,9 +250,23 @@ static int validate(bench_opts_t *o) {
     fprintf(stderr, "braid bench: -G (CUDA graphs) needs --device cuda\n");
     return -1;
   }
+  if (o->single && o->graph && o->gpus > 0) {
+    fprintf(stderr,
+            "braid bench: -G with --single and --gpus: one process's captures of two ranks on one GPU "
+            "fail to instantiate (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); drop --single\n");
+    return -1;
+  }
+  if (o->resources && o->gpus > 0) {
+    fprintf(stderr, "braid bench: --resources measures each GPU's memory: one rank per GPU (no --gpus)\n");
+    return -1;
+  }
   if (o->resources && (o->graph || o->png_path[0] != '\0' || o->floor)) {
     fprintf(stderr, "braid bench: --resources measures eager calls and draws nothing (no -G, no --png, no "
                     "--floor)\n");
+    return -1;
+  }
+  if (o->gpus > 0 && o->device == BENCH_DEVICE_HOST) {
+    fprintf(stderr, "braid bench: --gpus places ranks on GPUs: it needs --device cuda\n");
     return -1;
   }
   if (o->floor && o->device == BENCH_DEVICE_HOST) {
@@ -287,6 +307,7 @@ int bench_parse(int argc, char **argv, bench_opts_t *opts_p) {
                                            {"png", required_argument, NULL, OPT_PNG},
                                            {"resources", no_argument, NULL, OPT_RESOURCES},
                                            {"floor", no_argument, NULL, OPT_FLOOR},
+                                           {"gpus", required_argument, NULL, OPT_GPUS},
                                            {"list", no_argument, NULL, 'a'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};

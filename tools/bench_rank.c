@@ -57,8 +57,30 @@ static ncclResult_t init_ranks(bench_proc_t *p) {
   return ncclSuccess;
 }
 
+/* One process for every rank on GPUs that ranks share (--gpus): ncclCommInitAll takes each GPU once, so one
+ * group of ncclCommInitRank calls, each with its rank's GPU current. */
+static ncclResult_t init_shared(bench_proc_t *p) {
+  for (int l = 0; l < p->run->nlibs; l++) {
+    const nccl_lib_t *lib = &p->run->libs[l];
+    ncclUniqueId id;
+    CHECK(bench_called(p, l, 0, NULL, "ncclGetUniqueId", lib->GetUniqueId(&id)));
+    CHECK(bench_called(p, l, 0, NULL, "ncclGroupStart", lib->GroupStart()));
+    ncclResult_t res = ncclSuccess;
+    for (int i = 0; res == ncclSuccess && i < p->nlocal; i++) {
+      res = dev_enter(&p->ranks[i]);
+      if (res == ncclSuccess)
+        res = bench_called(p, l, i, NULL, "ncclCommInitRank",
+                           lib->CommInitRank(&p->ranks[i].comms[l], p->o->nranks, id, i));
+    }
+    ncclResult_t end = bench_called(p, l, 0, NULL, "ncclGroupEnd", lib->GroupEnd());
+    CHECK(res != ncclSuccess ? res : end);
+  }
+  return ncclSuccess;
+}
+
 /* One process for every rank: ncclCommInitAll over devices 0 to n-1 (ranks' indices on the host). */
 static ncclResult_t init_all(bench_proc_t *p) {
+  if (p->o->gpus > 0) return init_shared(p);
   int n = p->nlocal;
   ncclComm_t *comms = calloc((size_t)n, sizeof(*comms));
   int *devs = calloc((size_t)n, sizeof(*devs));
@@ -306,6 +328,7 @@ static void describe_run(const bench_proc_t *p, report_info_t *in) {
                         .batch = o->batch,
                         .check = o->check,
                         .floor = o->floor,
+                        .gpus = run->gpu ? o->gpus : 0,
                         .nlibs = run->nlibs};
   for (int l = 0; l < run->nlibs; l++)
     in->libs[l] = (report_lib_t){.path = run->libs[l].path, .version = run->versions[l]};
@@ -323,14 +346,16 @@ static ncclResult_t setup(bench_proc_t *p) {
   for (int i = 0; i < p->nlocal; i++) p->ranks[i] = (dev_rank_t){.dev = -1};
   int ndev = 0;
   char why[160];
-  if (p->run->gpu && (drv_open(&ndev, why, sizeof(why)) != ncclSuccess || ndev < p->o->nranks)) {
-    fprintf(stderr, "braid bench: rank %d: the CUDA driver has %d GPUs for %d ranks%s%s\n", p->first_rank,
-            ndev, p->o->nranks, ndev == 0 ? ": " : "", ndev == 0 ? why : "");
+  const int need = p->o->gpus > 0 ? p->o->gpus : p->o->nranks;
+  if (p->run->gpu && (drv_open(&ndev, why, sizeof(why)) != ncclSuccess || ndev < need)) {
+    fprintf(stderr, "braid bench: rank %d: the CUDA driver has %d GPUs, %d wanted%s%s\n", p->first_rank, ndev,
+            need, ndev == 0 ? ": " : "", ndev == 0 ? why : "");
     return ncclSystemError;
   }
   for (int i = 0; i < p->nlocal; i++) {
     int rank = p->first_rank + i;
-    CHECK(dev_setup(&p->ranks[i], rank, p->run->gpu ? rank : -1, p->o->max_bytes, p->o->samples + 1));
+    const int dev = p->run->gpu ? bench_gpu_of(p->o, rank) : -1;
+    CHECK(dev_setup(&p->ranks[i], rank, dev, p->o->max_bytes, p->o->samples + 1));
   }
   return ncclSuccess;
 }

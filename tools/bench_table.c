@@ -29,6 +29,9 @@ static const char *layout_name(const bench_opts_t *o, const bench_run_t *run) {
 void table_run_header(const bench_opts_t *o, const bench_run_t *run) {
   printf("# Braid bench: %d ranks, %s, %s; GPU: %s; %s\n", o->nranks, layout_name(o, run),
          o->graph ? "CUDA graphs" : "eager", run->gpu_name, run->date);
+  if (run->gpu && o->gpus > 0)
+    printf("# --gpus %d: rank r on GPU r %% %d; ranks that share a GPU do not cross a link\n", o->gpus,
+           o->gpus);
   for (int l = 0; l < run->nlibs; l++)
     printf("# %c: %s, NCCL version %d\n", 'A' + l, run->libs[l].path, run->versions[l]);
   char batch[64];

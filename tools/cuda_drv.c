@@ -315,7 +315,8 @@ ncclResult_t drv_ipc_close(void *ptr) {
 }
 
 ncclResult_t drv_peer_access(int dev, int peer) {
-  ncclResult_t res = drv_use_device(peer); /* retains the peer's primary context */
+  if (dev == peer) return drv_use_device(dev); /* a device reaches its own memory */
+  ncclResult_t res = drv_use_device(peer);     /* retains the peer's primary context */
   if (res == ncclSuccess) res = drv_use_device(dev);
   if (res != ncclSuccess) return res;
   CUresult r = drv.cuCtxEnablePeerAccess(ctxs[peer], 0);

@@ -83,8 +83,8 @@ static void put_info(FILE *f, const report_info_t *in) {
     fprintf(f, "%d", in->batch);
   else
     fputs("\"auto\"", f);
-  fprintf(f, ", \"check\": %s, \"floor\": %s},\n  \"libraries\": [", in->check ? "true" : "false",
-          in->floor ? "true" : "false");
+  fprintf(f, ", \"check\": %s, \"floor\": %s, \"gpus\": %d},\n  \"libraries\": [",
+          in->check ? "true" : "false", in->floor ? "true" : "false", in->gpus);
   for (int l = 0; l < in->nlibs; l++) {
     fprintf(f, "%s\n    {\"name\": \"%c\", \"path\": ", l ? "," : "", 'A' + l);
     report_json_string(f, in->libs[l].path);

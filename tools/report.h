@@ -27,6 +27,7 @@ typedef struct {
   int graphs;         /* timed iterations replayed from CUDA graphs */
   int nranks, samples, warmup, batch, check; /* batch 0: chosen per size */
   int floor;                                 /* rows carry the floor kernel's time */
+  int gpus;                                  /* --gpus: ranks share this many GPUs; 0: one GPU per rank */
   int nlibs;
   report_lib_t libs[REPORT_MAX_LIBS];
 } report_info_t;

@@ -72,7 +72,22 @@ BRAID_DEVICE=host mock_run "--floor, graphs, --single" "one process drives every
 mock_run "default rank count" "4 ranks, cuda" all_reduce
 mock_run "more ranks than GPUs" "8 ranks, host backend" -g 8 all_reduce
 "$braid" bench --device cuda -g 8 all_reduce >"$tmp/out" 2>&1
-[ $? -eq 2 ] && grep -q "fewer GPUs than ranks" "$tmp/out" || fail "--device cuda -g 8 with 4 GPUs was not refused"
+[ $? -eq 2 ] && grep -q "fewer GPUs" "$tmp/out" || fail "--device cuda -g 8 with 4 GPUs was not refused"
+
+# --gpus: more ranks than GPUs, sharing them (rank r on GPU r % N), eagerly and from graphs, in both layouts
+# (--single: a group of ncclCommInitRank, as ncclCommInitAll takes each GPU once), with the floor's pages on
+# a shared GPU; more GPUs than the driver has is refused.
+BRAID_DEVICE=host mock_run "--gpus" "8 ranks, cuda, one process per GPU" -g 8 --gpus 4 --floor all_reduce &&
+  { grep -q '^# --gpus 4: rank r on GPU r % 4' "$tmp/out" || fail "--gpus: no line in the header"; }
+BRAID_DEVICE=host mock_run "--gpus, graphs" "2 ranks, cuda, one process per GPU, CUDA graphs" -g 2 \
+  --gpus 1 -G --floor --json "$tmp/g.json" all_reduce sendrecv &&
+  { grep -q '"gpus": 1' "$tmp/g.json" || fail "--gpus: not in the JSON file"; }
+"$braid" bench -g 2 --gpus 8 all_reduce >"$tmp/out" 2>&1
+[ $? -eq 2 ] && grep -q "on 8 GPUs" "$tmp/out" || fail "--gpus 8 with 4 GPUs was not refused"
+BRAID_DEVICE=host mock_run "--gpus, --single" "3 ranks, cuda, one process drives every GPU" -g 3 --gpus 2 \
+  --single --floor --vs "$tmp/libnccl.so.2" all_reduce reduce_scatter
+"$braid" bench -g 2 --gpus 1 --single -G all_reduce >"$tmp/out" 2>&1
+[ $? -eq 2 ] && grep -q "drop --single" "$tmp/out" || fail "--gpus --single -G was not refused"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
