@@ -79,7 +79,7 @@ static inline int bench_gpu_of(const bench_opts_t *o, int rank) {
 
 /* What the parent decided and loaded before forking; the rank processes inherit it. */
 typedef struct {
-  int gpu;   /* 1: buffers in CUDA device memory, rank r on device r; 0: host memory */
+  int gpu;   /* 1: buffers in CUDA device memory, rank r on device bench_gpu_of(r); 0: host memory */
   int nlibs; /* 1, or 2 with --vs */
   nccl_lib_t libs[BENCH_MAX_LIBS];
   int versions[BENCH_MAX_LIBS];

@@ -82,8 +82,8 @@ BRAID_DEVICE=host mock_run "--gpus" "8 ranks, cuda, one process per GPU" -g 8 --
 BRAID_DEVICE=host mock_run "--gpus, graphs" "2 ranks, cuda, one process per GPU, CUDA graphs" -g 2 \
   --gpus 1 -G --floor --json "$tmp/g.json" all_reduce sendrecv &&
   { grep -q '"gpus": 1' "$tmp/g.json" || fail "--gpus: not in the JSON file"; }
-"$braid" bench -g 2 --gpus 8 all_reduce >"$tmp/out" 2>&1
-[ $? -eq 2 ] && grep -q "on 8 GPUs" "$tmp/out" || fail "--gpus 8 with 4 GPUs was not refused"
+"$braid" bench -g 8 --gpus 6 all_reduce >"$tmp/out" 2>&1
+[ $? -eq 2 ] && grep -q "on 6 GPUs" "$tmp/out" || fail "--gpus 6 with 4 GPUs was not refused"
 BRAID_DEVICE=host mock_run "--gpus, --single" "3 ranks, cuda, one process drives every GPU" -g 3 --gpus 2 \
   --single --floor --vs "$tmp/libnccl.so.2" all_reduce reduce_scatter
 "$braid" bench -g 2 --gpus 1 --single -G all_reduce >"$tmp/out" 2>&1
