@@ -89,7 +89,7 @@ static int decide_device(bench_opts_t *o, bench_run_t *run) {
   int host = o->device == BENCH_DEVICE_HOST ||
              (o->device == BENCH_DEVICE_AUTO && o->gpus == 0 && braid_wants_host());
   if (!host) probe_gpus(&pr);
-  int want = o->nranks_set ? o->nranks : pr.ndev, gpus = o->gpus > 0 && o->gpus < want ? o->gpus : want;
+  int want = o->nranks_set ? o->nranks : pr.ndev, gpus = bench_gpus_used(o, want);
   if (!host && (o->device == BENCH_DEVICE_CUDA || o->gpus > 0 || (pr.ndev > 0 && pr.ndev >= gpus))) {
     if (pr.ndev == 0 || pr.ndev < gpus) {
       fprintf(stderr, "braid bench: --device cuda with %d ranks on %d GPUs: %s\n", want, gpus,

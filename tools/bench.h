@@ -77,6 +77,11 @@ static inline int bench_gpu_of(const bench_opts_t *o, int rank) {
   return o->gpus > 0 ? rank % o->gpus : rank;
 }
 
+/* How many GPUs `nranks` ranks land on (bench_gpu_of): the driver must have at least that many. */
+static inline int bench_gpus_used(const bench_opts_t *o, int nranks) {
+  return o->gpus > 0 && o->gpus < nranks ? o->gpus : nranks;
+}
+
 /* What the parent decided and loaded before forking; the rank processes inherit it. */
 typedef struct {
   int gpu;   /* 1: buffers in CUDA device memory, rank r on device bench_gpu_of(r); 0: host memory */

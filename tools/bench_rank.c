@@ -346,7 +346,7 @@ static ncclResult_t setup(bench_proc_t *p) {
   for (int i = 0; i < p->nlocal; i++) p->ranks[i] = (dev_rank_t){.dev = -1};
   int ndev = 0;
   char why[160];
-  const int need = p->o->gpus > 0 && p->o->gpus < p->o->nranks ? p->o->gpus : p->o->nranks;
+  const int need = bench_gpus_used(p->o, p->o->nranks);
   if (p->run->gpu && (drv_open(&ndev, why, sizeof(why)) != ncclSuccess || ndev < need)) {
     fprintf(stderr, "braid bench: rank %d: the CUDA driver has %d GPUs, %d wanted%s%s\n", p->first_rank, ndev,
             need, ndev == 0 ? ": " : "", ndev == 0 ? why : "");
