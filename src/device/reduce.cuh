@@ -349,20 +349,21 @@ struct piece_t {
   uint32_t bytes;
 };
 
-/* Moves `count` items of R = raw_of<B> from index `first` on: each thread takes items tid, tid + NT, ... in
- * groups of U whose loads are all issued before any store. `fn(l, in)` computes an item. `aligned` says
- * whether `local`, `dst` and `in` are aligned for R (`in` is a slot or the LL staging, or `dst` itself for a
- * local reduction); `out` is always a slot or the LL staging. Whether `in` (or `a`) and `out` are the
- * staging in shared memory is decided once per loop. */
-template <int B, int U, class F>
-__device__ __forceinline__ void items_loop(const piece_t &pc, uint32_t first, uint32_t count, bool two,
-                                           bool aligned, const F &fn) {
+/* Moves `count` items of R = raw_of<B> from index `first` on, among NT threads (a block's DEV_THREADS, or a
+ * warp's 32 in the bulk entry point), `tid` being this thread's index among them: each thread takes items
+ * tid, tid + NT, ... in groups of U whose loads are all issued before any store. `fn(l, in)` computes an
+ * item. `aligned` says whether `local`, `dst` and `in` are aligned for R (`in` is a slot or the LL staging,
+ * or `dst` itself for a local reduction); `out` is always a slot or the LL staging. Whether `in` (or `a`) and
+ * `out` are the staging in shared memory is decided once per loop. */
+template <int B, int U, int NT, class F>
+__device__ __forceinline__ void items_loop(const piece_t &pc, uint32_t tid, uint32_t first, uint32_t count,
+                                           bool two, bool aligned, const F &fn) {
   typedef typename raw_of<B>::T R;
-  const uint32_t nt = DEV_THREADS, end = first + count;
+  const uint32_t nt = NT, end = first + count;
   const char *a = two ? pc.local : (pc.local != NULL ? pc.local : pc.in);
   const bool a_sh = __isShared(a), in_sh = two && __isShared(pc.in),
              out_sh = pc.out != NULL && __isShared(pc.out);
-  uint32_t i = first + threadIdx.x;
+  uint32_t i = first + tid;
   for (; i + (U - 1) * nt < end; i += U * nt) {
     /* One base per operand and constant offsets, so the addresses cost no registers per item. */
     const size_t at = (size_t)i * B;
@@ -396,37 +397,38 @@ struct copy_fn {
 };
 
 /* Copies a piece from `local` (or `in` when local is NULL) with the widest accesses the pointers allow (the
- * slots are 16-byte aligned; the user's buffers may not be), then the bytes past the last whole access. */
-__device__ __noinline__ void copy_piece(const piece_t pc) {
+ * slots are 16-byte aligned; the user's buffers may not be), then the bytes past the last whole access; NT
+ * threads share it (items_loop). */
+template <int NT> __device__ __noinline__ void copy_piece(const piece_t pc, uint32_t tid) {
   const char *from = pc.local != NULL ? pc.local : pc.in;
   const uint32_t mis = (uint32_t)(((uintptr_t)from | (uintptr_t)pc.dst) & 15), n = pc.bytes;
   uint32_t head = 0; /* bytes moved by wide accesses */
   if (mis == 0) {
     head = n / 16 * 16;
-    items_loop<16, RED_UNROLL>(pc, 0, n / 16, false, true, copy_fn());
+    items_loop<16, RED_UNROLL, NT>(pc, tid, 0, n / 16, false, true, copy_fn());
   } else if (mis % 8 == 0) {
     head = n / 8 * 8;
-    items_loop<8, RED_UNROLL>(pc, 0, n / 8, false, true, copy_fn());
+    items_loop<8, RED_UNROLL, NT>(pc, tid, 0, n / 8, false, true, copy_fn());
   } else if (mis % 4 == 0) {
     head = n / 4 * 4;
-    items_loop<4, RED_UNROLL>(pc, 0, n / 4, false, true, copy_fn());
+    items_loop<4, RED_UNROLL, NT>(pc, tid, 0, n / 4, false, true, copy_fn());
   }
-  items_loop<1, RED_UNROLL>(pc, head, n - head, false, true, copy_fn());
+  items_loop<1, RED_UNROLL, NT>(pc, tid, head, n - head, false, true, copy_fn());
 }
 
 /* Combines a piece with fn: 16-byte packs when aligned, then elements. Each (num, op) is a function of its
  * own, called once per piece: the compiler allocates registers for each separately, which keeps the build
  * fast, and the arguments travel by value, in registers rather than on a stack. */
-template <class N, int OP>
-__device__ __noinline__ void reduce_piece(const red_fn<N, OP> fn, const piece_t pc) {
+template <class N, int OP, int NT>
+__device__ __noinline__ void reduce_piece(const red_fn<N, OP> fn, const piece_t pc, uint32_t tid) {
   typedef red_fn<N, OP> fn_t;
   typedef typename raw_of<sizeof(typename N::S)>::T E;
   const uint32_t es = sizeof(typename N::S), nelem = pc.bytes / es;
   const uintptr_t ptrs = (uintptr_t)pc.local | (uintptr_t)pc.dst;
   uint32_t done = 0;
   if (ptrs % 16 == 0) {
-    items_loop<16, unroll_of<OP>::U>(pc, 0, pc.bytes / 16, fn_t::binary, true,
-                                     [&](uint4 l, uint4 in) { return fn.apply_pack(l, in); });
+    items_loop<16, unroll_of<OP>::U, NT>(pc, tid, 0, pc.bytes / 16, fn_t::binary, true,
+                                         [&](uint4 l, uint4 in) { return fn.apply_pack(l, in); });
     done = pc.bytes / 16 * (16 / es);
   }
   piece_t rest = pc;
@@ -434,7 +436,7 @@ __device__ __noinline__ void reduce_piece(const red_fn<N, OP> fn, const piece_t 
   if (rest.in != NULL) rest.in += done * es;
   if (rest.dst != NULL) rest.dst += done * es;
   if (rest.out != NULL) rest.out += done * es;
-  items_loop<sizeof(E), 1>(rest, 0, nelem - done, fn_t::binary, ptrs % es == 0, [&](E l, E in) {
+  items_loop<sizeof(E), 1, NT>(rest, tid, 0, nelem - done, fn_t::binary, ptrs % es == 0, [&](E l, E in) {
     return bits_as<E>(fn.apply_elem(bits_as<typename N::S>(l), bits_as<typename N::S>(in)));
   });
 }
@@ -505,11 +507,14 @@ template <class F> __device__ __forceinline__ void with_binary_op(const dev_xfer
 /* Computes one piece of transfer x (dev.h): with something received and REDUCE, prepare(local) (+) in,
  * divided at the LAST combine of SUM_POSTDIV; received only, a copy; otherwise local, prepared when PREPARE
  * asks (PREMULSUM scales; SUM_POSTDIV divides at LAST). The type and operation were validated. Each (num,
- * op) reads its factor or divisor from the transfer once (red_fn) and runs reduce_piece. */
-__device__ __forceinline__ void piece_combine(const dev_xfer_t &x, const piece_t &pc) {
+ * op) reads its factor or divisor from the transfer once (red_fn) and runs reduce_piece. NT threads share
+ * the piece, `tid` being this one's index among them: by default the whole block. */
+template <int NT = DEV_THREADS>
+__device__ __forceinline__ void piece_combine(const dev_xfer_t &x, const piece_t &pc,
+                                              uint32_t tid = threadIdx.x) {
   const auto run = [&](auto op, auto n) {
     typedef typename decltype(n)::type N;
-    reduce_piece<N, decltype(op)::value>(red_fn<N, decltype(op)::value>(x), pc);
+    reduce_piece<N, decltype(op)::value, NT>(red_fn<N, decltype(op)::value>(x), pc, tid);
   };
   if (pc.in != NULL && pc.local != NULL && (x.flags & DEV_XF_REDUCE)) return with_binary_op(x, run);
   if (pc.in == NULL && (x.flags & DEV_XF_PREPARE)) {
@@ -519,7 +524,7 @@ __device__ __forceinline__ void piece_combine(const dev_xfer_t &x, const piece_t
   }
   piece_t from = pc;
   if (pc.in != NULL) from.local = NULL;
-  copy_piece(from);
+  copy_piece<NT>(from, tid);
 }
 
 #endif
