@@ -62,6 +62,22 @@ typedef struct {
 /* Bytes of one ring in memory: its control block then its slots. */
 #define DEV_RING_BYTES ((uint64_t)sizeof(dev_ctrl_t) + (uint64_t)DEV_SLOTS * DEV_SLOT_BYTES)
 
+/* Marks: the Simple rings of a connection whose sender maps the receiver's memory (p2p) also say, chunk by
+ * chunk, which bytes of a slot have landed, so that a receiver can start on a slot's first chunks while its
+ * last ones are still on the link. A slot is DEV_MARKS chunks of DEV_CHUNK_BYTES; the ring's marks are
+ * DEV_SLOTS * DEV_MARKS words in the receiver's memory, word [slot * DEV_MARKS + q] for chunk q of that slot.
+ * The sender of the piece with index s on the ring (its count of slots produced before it) stores s + 1 in
+ * the mark of each chunk that holds data, after the chunk's bytes and with a system-scope release: the bytes
+ * are stored, a warp or block barrier, then one thread fences and stores the mark. A receiver that saw the
+ * value (acquire, then a warp barrier) may read the chunk. Values only grow, as pieces do, so an old mark is
+ * never mistaken for a new one, and zeroed memory holds none. The marks come on top of the protocol above,
+ * not instead of it: every sender also stores the slot's size and the tail, and every receiver stores head,
+ * so a receiver may wait on either, and each kernel of a launch may be one kind or the other. Rings of other
+ * transports have no marks (dev_ring_t.marks NULL). */
+#define DEV_CHUNK_BYTES 4096
+#define DEV_MARKS       (DEV_SLOT_BYTES / DEV_CHUNK_BYTES)
+#define DEV_MARKS_BYTES ((uint64_t)DEV_SLOTS * DEV_MARKS * sizeof(uint64_t)) /* a ring's marks */
+
 /* The low-latency (LL) protocol, for small transfers on connections whose receiver's memory the sender maps
  * (p2p). A connection has DEV_LL_CHANNELS LL rings besides its `nch` rings, back to back DEV_LL_RING_BYTES
  * apart. An LL ring is DEV_LL_SLOTS slots in the receiver's memory, each carrying one piece of at most
@@ -102,6 +118,7 @@ typedef struct {
 typedef struct {
   char *data;       /* DEV_SLOTS * DEV_SLOT_BYTES; NULL: not connected */
   dev_ctrl_t *ctrl; /* its control block */
+  uint64_t *marks;  /* DEV_SLOTS * DEV_MARKS chunk marks (above), or NULL: the ring has none */
 } dev_ring_t;
 
 /* Error codes a kernel reports (dev_error_t.code). */

@@ -36,6 +36,7 @@
 #include "device/reduce.cuh"
 #include "device/trace.cuh"
 #include "device/wait.cuh"
+#include "device/xfer.cuh"
 
 static_assert(sizeof(dev_work_t) <= 4096, "the work is passed in the kernel parameters (4 KiB at most)");
 static_assert(offsetof(dev_work_t, xfers) == offsetof(dev_work_small_t, xfers),
@@ -56,6 +57,7 @@ template <class W> __device__ __forceinline__ const dev_xfer_t &xfer_at(const W 
 struct ring_use {
   char *data;
   dev_ctrl_t *ctrl;
+  uint64_t *marks;     /* chunk marks (dev.h), or NULL */
   uint64_t *home;      /* where the count lives between lanes: an entry of comm->sent or comm->recvd */
   uint64_t *head_home; /* send rings: where head_seen lives between lanes (comm->heads); NULL otherwise */
   uint64_t head_seen;  /* send rings: the consumer's head as last read (a lower bound of it) */
@@ -167,18 +169,6 @@ template <class W> __device__ bool work_valid(const W &w) {
   return __all_sync(0xffffffffu, !bad);
 }
 
-/* A transfer is well formed: channels (within the launch's blocks per lane, so every part has a block),
- * type, operation and peers in range, and something to move; a local reduction has both operands. */
-template <class W> __device__ bool xfer_valid(const dev_xfer_t &x, const W &w) {
-  /* every field read at once, the conditions combined without short cuts (see work_valid) */
-  const int nranks = w.comm.nranks, recv_peer = x.recv_peer, send_peer = x.send_peer;
-  const bool local_reduce = recv_peer < 0 && (x.flags & DEV_XF_REDUCE) != 0;
-  const bool bad = (x.nch < 1) | (x.nch > w.nch) | (x.type >= ncclNumTypes) | (x.red > DEV_RED_SUM_POSTDIV) |
-                   (recv_peer < -1) | (recv_peer >= nranks) | (send_peer < -1) | (send_peer >= nranks) |
-                   (local_reduce & (x.dst == NULL)) | ((recv_peer < 0) & (x.src == NULL));
-  return !bad;
-}
-
 /* ---- Lanes ---- */
 
 /* One side (send or receive) of a transfer of the lane as a lane of the first warp finds it (lane_open): its
@@ -254,6 +244,7 @@ template <class W> __device__ bool lane_open(const W &w, block_state &st) {
       ring_use &u = st.rings[r];
       u.data = f.ring.data;
       u.ctrl = f.ring.ctrl;
+      u.marks = f.ring.marks;
       u.home = f.home;
       u.count = f.count;
       u.head_home = f.head_home;
@@ -306,11 +297,21 @@ __device__ uint32_t batch_wait(const W &w, const dev_xfer_t &x, uint32_t xi, uin
   return want;
 }
 
+/* Thread 0, after the system fence that follows a batch of nb pieces starting at byte `done` of a part of
+ * `len` bytes on ring r: the marks of every chunk of those pieces that holds data (dev.h). */
+__device__ void batch_mark(const ring_use &r, uint32_t done, uint32_t nb, uint32_t len) {
+  for (uint32_t i = 0, at = done; i < nb; i++, at += DEV_SLOT_BYTES) {
+    const uint32_t bytes = len - at < DEV_SLOT_BYTES ? len - at : DEV_SLOT_BYTES;
+    volatile uint64_t *m = r.marks + (size_t)((r.count + i) % DEV_SLOTS) * DEV_MARKS;
+    for (uint32_t q = 0; q * DEV_CHUNK_BYTES < bytes; q++) m[q] = r.count + i + 1;
+  }
+}
+
 /* Thread 0, after the block barrier that ends a batch of nb pieces starting at byte `done` of a part of
  * `len` bytes. Send: the slots' sizes, a system fence (the whole block's slot stores, ordered before it by
- * the barrier, become visible first), then tail; an LL send only counts (its lines carry their flags).
- * Receive: head, once every thread has read its share (the barrier; the reads have completed since their
- * values were stored). */
+ * the barrier, become visible first), then the chunk marks where the ring has them, and tail; an LL send
+ * only counts (its lines carry their flags). Receive: head, once every thread has read its share (the
+ * barrier; the reads have completed since their values were stored). */
 __device__ void batch_publish(const dev_xfer_t &x, uint32_t xi, uint32_t done, uint32_t nb, uint32_t len,
                               block_state &st) {
   if (x.send_peer >= 0 && st.rings[st.send_ring[xi]].ll) {
@@ -321,6 +322,7 @@ __device__ void batch_publish(const dev_xfer_t &x, uint32_t xi, uint32_t done, u
       r.ctrl->sizes[(r.count + i) % DEV_SLOTS] = len - at < DEV_SLOT_BYTES ? len - at : DEV_SLOT_BYTES;
     }
     __threadfence_system();
+    if (r.marks != NULL) batch_mark(r, done, nb, len);
     r.count += nb;
     r.ctrl->tail = r.count;
   }
@@ -692,7 +694,7 @@ __device__ bool ll_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, ll
                       !dev_ll_one_piece(x.bytes, x.nch));
   const bool used = mine && peer >= 0 && !bad;
   const int idx = peer * DEV_LL_CHANNELS + (int)c;
-  dev_ring_t ring = {NULL, NULL};
+  dev_ring_t ring = {NULL, NULL, NULL};
   sd = ll_side{};
   if (used) {
     ring = (send ? comm->ll_send : comm->ll_recv)[idx];

@@ -2,9 +2,9 @@
  * The p2p transport: a connection's rings live in the receiving GPU's memory and the sending GPU writes into
  * them directly (NVLink or PCIe), for two GPUs of one host that can map each other's memory.
  *
- * The receiver's listen allocates all `nch` rings of the connection and its LL ring (device/dev.h: the LL
- * protocol needs a sender that stores into the receiver's memory, which p2p has) in one zeroed device
- * allocation and
+ * The receiver's listen allocates all `nch` rings of the connection, its LL rings and the rings' chunk marks
+ * (device/dev.h: the LL protocol and the marks need a sender that stores into the receiver's memory, which
+ * p2p has) in one zeroed device allocation and
  * describes it in the blob: its address when the sender is a rank of the same process (the sender then
  * enables peer access and uses the pointer as it is), else an export handle the sender imports onto its own
  * device. Nothing moves through the host afterwards: the kernels read and write the rings and their counters
@@ -41,8 +41,14 @@ typedef struct {
   char what[48];  /* "p2p connection from rank N", for messages */
 } p2p_conn_t;
 
-/* The allocation of a connection's rings: nch rings, then the LL rings. */
+/* The allocation of a connection's rings: nch rings, then the LL rings, then the nch rings' chunk marks. */
 static uint64_t p2p_bytes(int nch) {
+  return (uint64_t)nch * DEV_RING_BYTES + (uint64_t)DEV_LL_CHANNELS * DEV_LL_RING_BYTES +
+         (uint64_t)nch * DEV_MARKS_BYTES;
+}
+
+/* Where the marks start in that allocation. */
+static uint64_t p2p_marks_at(int nch) {
   return (uint64_t)nch * DEV_RING_BYTES + (uint64_t)DEV_LL_CHANNELS * DEV_LL_RING_BYTES;
 }
 
@@ -81,6 +87,7 @@ static ncclResult_t make_rings(p2p_conn_t *c, const tp_config_t *cfg, p2p_blob_t
   tp_charge_dev(&c->base, gpu_mem_size(c->mem), "p2p rings");
   CHECK(tp_conn_set_rings(&c->base, cfg->nch, gpu_mem_ptr(c->mem)));
   tp_conn_set_ll(&c->base, (char *)gpu_mem_ptr(c->mem) + (size_t)cfg->nch * DEV_RING_BYTES);
+  tp_conn_set_marks(&c->base, (char *)gpu_mem_ptr(c->mem) + p2p_marks_at(cfg->nch));
   b->addr = (uint64_t)(uintptr_t)gpu_mem_ptr(c->mem);
   b->bytes = bytes;
   if (cfg->peers[c->base.peer].pid != (int32_t)getpid()) {
@@ -138,6 +145,7 @@ static ncclResult_t map_rings(p2p_conn_t *c, const tp_config_t *cfg, const p2p_b
   }
   CHECK(tp_conn_set_rings(&c->base, b->nch, base));
   tp_conn_set_ll(&c->base, base + (size_t)b->nch * DEV_RING_BYTES);
+  tp_conn_set_marks(&c->base, base + p2p_marks_at(b->nch));
   return ncclSuccess;
 }
 

@@ -143,6 +143,11 @@ void tp_conn_set_ll(tp_conn_t *conn, char *base) {
   }
 }
 
+void tp_conn_set_marks(tp_conn_t *conn, char *base) {
+  for (int c = 0; c < conn->nrings; c++)
+    conn->rings[c].marks = (uint64_t *)(base + (uint64_t)c * DEV_MARKS_BYTES);
+}
+
 void tp_conn_free_rings(tp_conn_t *conn) {
   mem_free(conn->acct, conn->rings, sizeof *conn->rings * (size_t)conn->nrings);
   conn->rings = NULL;

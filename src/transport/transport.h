@@ -77,6 +77,9 @@ ncclResult_t tp_conn_set_rings(tp_conn_t *conn, int nch, char *base);
  * laid out back to back from `base` (ring c at base + c * DEV_LL_RING_BYTES: its dev_ctrl_t, then
  * DEV_LL_SLOTS slots; zeroed by the receiver). */
 void tp_conn_set_ll(tp_conn_t *conn, char *base);
+/* GPU transports whose sender maps the receiver's memory: gives the rings of tp_conn_set_rings their chunk
+ * marks (device/dev.h), DEV_MARKS_BYTES each, laid out back to back from `base` (zeroed by the receiver). */
+void tp_conn_set_marks(tp_conn_t *conn, char *base);
 /* Frees the array of tp_conn_set_rings. */
 void tp_conn_free_rings(tp_conn_t *conn);
 /* GPU transports, sending end: logs once per connection which transport carries it, in NCCL's style

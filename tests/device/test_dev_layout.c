@@ -18,7 +18,8 @@ static void test_struct_sizes(void) {
   EXPECT(offsetof(dev_ctrl_t, tail) == 0);
   EXPECT(offsetof(dev_ctrl_t, head) == 128, "head shares no cache line with tail");
   EXPECT(offsetof(dev_ctrl_t, sizes) == 256);
-  EXPECT(sizeof(dev_ring_t) == 16);
+  EXPECT(sizeof(dev_ring_t) == 24);
+  EXPECT(offsetof(dev_ring_t, marks) == 16);
   EXPECT(sizeof(dev_error_t) == 32, "dev_error_t is %zu bytes", sizeof(dev_error_t));
   EXPECT(sizeof(dev_comm_t) == 128, "dev_comm_t is %zu bytes", sizeof(dev_comm_t));
   EXPECT(sizeof(dev_xfer_t) == 56, "dev_xfer_t is %zu bytes", sizeof(dev_xfer_t));
@@ -49,6 +50,10 @@ static void test_constants(void) {
   /* LL: a line is 16 bytes carrying 8 of data; a slot holds one piece; a piece is whole lines */
   EXPECT(DEV_LL_SLOT_BYTES == 2 * DEV_LL_PIECE && DEV_LL_PIECE % 8 == 0);
   EXPECT(DEV_LL_RING_BYTES == sizeof(dev_ctrl_t) + (uint64_t)DEV_LL_SLOTS * DEV_LL_SLOT_BYTES);
+  /* marks: a slot is whole chunks, a chunk whole 16-byte packs, and a warp's share of one fits its loops */
+  EXPECT(DEV_SLOT_BYTES % DEV_CHUNK_BYTES == 0 && DEV_CHUNK_BYTES % 16 == 0);
+  EXPECT(DEV_MARKS == DEV_SLOT_BYTES / DEV_CHUNK_BYTES);
+  EXPECT(DEV_MARKS_BYTES == (uint64_t)DEV_SLOTS * DEV_MARKS * 8);
   const int planner = DEV_XF_REDUCE | DEV_XF_PREPARE | DEV_XF_LAST | DEV_XF_SEQ | DEV_XF_PREPARED;
   const int ll = DEV_XF_LL | DEV_XF_LL_SEND | DEV_XF_LL_RECV;
   EXPECT((ll & planner) == 0 && ll <= 0xff, "the LL marks take bits of dev_xfer_t.flags the planner leaves");
