@@ -66,12 +66,14 @@ struct gx {
   gpu_func_t *func;          /* braid_kernel */
   gpu_func_t *func_small;    /* braid_kernel_small, for launches of at most DEV_SMALL_XFERS transfers */
   gpu_func_t *func_ll;       /* braid_kernel_ll, for small launches of LL transfers only (ll_only) */
+  gpu_func_t *func_bulk;     /* braid_kernel_bulk, for one-slice Simple launches over p2p (bulk_only) */
   int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
+  int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
   uint64_t ll_part;          /* an LL transfer takes a channel per this many bytes (BRAID_LL_CHANNEL_BYTES) */
   int ll_nch;                /* and at most this many: DEV_LL_CHANNELS, or fewer when nch is */
   uint64_t ch_bytes;         /* a Simple transfer takes a channel per this many bytes (BRAID_CHANNEL_BYTES) */
-  uint8_t *ll_peer;          /* [nranks] LL_TO: the connection to the peer has an LL ring; LL_FROM: from it */
+  uint8_t *peer_caps;        /* [nranks] PEER_* bits: what the connections to and from each peer have */
   gpu_mem_t *mem;            /* the ring tables, counters and barrier dcomm points at */
   dev_comm_t dcomm;          /* the kernels' view, passed by value in every launch's work */
   flags_t *flags;            /* host address of the host-mapped flags */
@@ -102,8 +104,9 @@ struct gx {
   gx_t *retired_next;
 };
 
-/* gx_t.ll_peer's bits. */
-enum { LL_TO = 1, LL_FROM = 2 };
+/* gx_t.peer_caps' bits: the connection to (from) the peer has LL rings; its Simple rings have chunk marks
+ * (dev.h). A transport has all its LL rings or none, and marks on all its rings or none. */
+enum { PEER_LL_TO = 1, PEER_LL_FROM = 2, PEER_MARKS_TO = 4, PEER_MARKS_FROM = 8 };
 
 /* Channels per connection unless BRAID_CHANNELS says otherwise (fewer when many ranks share the SMs). */
 enum { GX_CHANNELS_DEFAULT = 40 };
@@ -186,13 +189,14 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
       if (s != NULL) ll_send[p * DEV_LL_CHANNELS + c] = s->ll[c];
       if (r != NULL) ll_recv[p * DEV_LL_CHANNELS + c] = r->ll[c];
     }
-    /* a transport has all its LL rings or none */
-    gx->ll_peer[p] = (uint8_t)((ll_send[p * DEV_LL_CHANNELS].data != NULL ? LL_TO : 0) |
-                               (ll_recv[p * DEV_LL_CHANNELS].data != NULL ? LL_FROM : 0));
     for (int c = 0; c < gx->nch; c++) {
       if (s != NULL && c < s->nrings) send[p * gx->nch + c] = s->rings[c];
       if (r != NULL && c < r->nrings) recv[p * gx->nch + c] = r->rings[c];
     }
+    gx->peer_caps[p] = (uint8_t)((ll_send[p * DEV_LL_CHANNELS].data != NULL ? PEER_LL_TO : 0) |
+                                 (ll_recv[p * DEV_LL_CHANNELS].data != NULL ? PEER_LL_FROM : 0) |
+                                 (send[p * gx->nch].marks != NULL ? PEER_MARKS_TO : 0) |
+                                 (recv[p * gx->nch].marks != NULL ? PEER_MARKS_FROM : 0));
   }
   void *flags_dev = NULL;
   ncclResult_t res = gpu_host_alloc(sizeof(flags_t), (void **)&gx->flags, &flags_dev);
@@ -246,14 +250,16 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_NAME, &gx->func), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_SMALL_NAME, &gx->func_small), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_LL_NAME, &gx->func_ll), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_BULK_NAME, &gx->func_bulk), res, fail);
   gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
+  gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
   gx->ll_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
   /* every channel's part within half a ring: at most GX_LL_PART_MAX per channel, on at most ll_nch */
   uint64_t ll_cap = (uint64_t)gx->ll_nch * GX_LL_PART_MAX;
   gx->ll_max = plan_tuning()->ll_max < ll_cap ? plan_tuning()->ll_max : ll_cap;
   gx->ll_part = plan_tuning()->ll_part < GX_LL_PART_MAX ? plan_tuning()->ll_part : GX_LL_PART_MAX;
   gx->ch_bytes = plan_tuning()->ch_bytes;
-  CHECK_GOTO(MEM_CALLOC(acct, gx->ll_peer, (size_t)nranks, "GPU executor: LL rings per peer"), res, fail);
+  CHECK_GOTO(MEM_CALLOC(acct, gx->peer_caps, (size_t)nranks, "GPU executor: rings per peer"), res, fail);
   CHECK_GOTO(gpu_dev_alloc(dev, layout(nranks, nch).total, &gx->mem), res, fail);
   mem_charge(acct, gpu_mem_size(gx->mem), 1, "kernel view of the communicator");
   CHECK_GOTO(upload(gx, links), res, fail);
@@ -263,10 +269,11 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes, LL protocol for "
        "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES), a channel per "
        "%llu bytes of one, up to %d (BRAID_LL_CHANNEL_BYTES), launches of LL transfers alone through %s "
-       "(BRAID_LL_KERNEL); a Simple transfer takes a channel per %llu bytes (BRAID_CHANNEL_BYTES)",
+       "(BRAID_LL_KERNEL); a Simple transfer takes a channel per %llu bytes (BRAID_CHANNEL_BYTES), launches "
+       "of one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap, (unsigned long long)gx->ll_max,
        (unsigned long long)gx->ll_part, gx->ll_nch, gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
-       (unsigned long long)gx->ch_bytes);
+       (unsigned long long)gx->ch_bytes, gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel");
   *gx_p = gx;
   return ncclSuccess;
 fail:
@@ -505,8 +512,8 @@ static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_
   int flags = (int)in->flags;
   if (ll) {
     flags |= DEV_XF_LL;
-    if (in->send_peer >= 0 && (gx->ll_peer[in->send_peer] & LL_TO)) flags |= DEV_XF_LL_SEND;
-    if (in->recv_peer >= 0 && (gx->ll_peer[in->recv_peer] & LL_FROM)) flags |= DEV_XF_LL_RECV;
+    if (in->send_peer >= 0 && (gx->peer_caps[in->send_peer] & PEER_LL_TO)) flags |= DEV_XF_LL_SEND;
+    if (in->recv_peer >= 0 && (gx->peer_caps[in->recv_peer] & PEER_LL_FROM)) flags |= DEV_XF_LL_RECV;
   }
   uint64_t nch =
       ll ? (in->bytes + gx->ll_part - 1) / gx->ll_part : (in->bytes + gx->ch_bytes - 1) / gx->ch_bytes;
@@ -695,6 +702,50 @@ static unsigned ll_threads(const dev_work_t *w) {
   return threads < DEV_THREADS ? (unsigned)threads : DEV_THREADS;
 }
 
+/* Pieces (slots) the launch moves on the ring of transfer i's send (or receive) side on channel 0, whose part
+ * is the largest. */
+static uint64_t ring_pieces(const dev_work_t *w, int i, int send) {
+  const int peer = send ? w->xfers[i].send_peer : w->xfers[i].recv_peer;
+  uint64_t pieces = 0;
+  for (int k = 0; k < w->nxfers; k++) {
+    const dev_xfer_t *x = &w->xfers[k];
+    if ((send ? x->send_peer : x->recv_peer) == peer)
+      pieces += dev_npieces(dev_part(x->bytes, x->nch, 0, 0).len);
+  }
+  return pieces;
+}
+
+/* Whether the work (one step, its list in the parameters) can take braid_kernel_bulk (dev.h): every transfer
+ * Simple and in one slice, each side that has a peer on a connection whose rings have chunk marks, and no
+ * ring carrying more than DEV_SLOTS of the launch's pieces, so that room to send only waits for earlier
+ * launches. */
+static int bulk_only(const gx_t *gx, const dev_work_t *w) {
+  if (!gx->bulk_kernel || w->nsteps != 1 || w->nxfers > DEV_SMALL_XFERS) return 0;
+  for (int i = 0; i < w->nxfers; i++) {
+    const dev_xfer_t *x = &w->xfers[i];
+    if ((x->flags & DEV_XF_LL) || dev_nslices(x->bytes, x->nch) > 1) return 0;
+    if (x->send_peer >= 0 &&
+        (!(gx->peer_caps[x->send_peer] & PEER_MARKS_TO) || ring_pieces(w, i, 1) > DEV_SLOTS))
+      return 0;
+    if (x->recv_peer >= 0 &&
+        (!(gx->peer_caps[x->recv_peer] & PEER_MARKS_FROM) || ring_pieces(w, i, 0) > DEV_SLOTS))
+      return 0;
+  }
+  return 1;
+}
+
+/* Threads per block of a braid_kernel_bulk launch: a warp per chunk of the largest part, at most
+ * DEV_THREADS. */
+static unsigned bulk_threads(const dev_work_t *w) {
+  uint64_t chunks = 1;
+  for (int i = 0; i < w->nxfers; i++) {
+    uint64_t part = dev_part(w->xfers[i].bytes, w->xfers[i].nch, 0, 0).len;
+    if ((part + DEV_CHUNK_BYTES - 1) / DEV_CHUNK_BYTES > chunks)
+      chunks = (part + DEV_CHUNK_BYTES - 1) / DEV_CHUNK_BYTES;
+  }
+  return chunks * 32 < DEV_THREADS ? (unsigned)chunks * 32 : DEV_THREADS;
+}
+
 /* Launches the work built so far (if any) and starts a new one. */
 static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
   dev_work_t *w = &gx->work;
@@ -718,12 +769,15 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
       CHECK(capture_place(gx, lc, spill));
     /* a grid only as wide as the channels the launch's transfers use (w->nch, at least 1 per transfer); a
      * launch of a few transfers passes only the head of the work (dev_work_small_t), to braid_kernel_ll when
-     * it is LL alone */
+     * it is LL alone, to braid_kernel_bulk when it is Simple in one slice over p2p */
     int small = spill == 0 && w->nxfers <= DEV_SMALL_XFERS;
-    gpu_func_t *f = !small ? gx->func : ll_only(gx, w) ? gx->func_ll : gx->func_small;
-    ncclResult_t res =
-        gpu_launch(f, (unsigned)(widest * w->nch), f == gx->func_ll ? ll_threads(w) : DEV_THREADS, w,
-                   small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
+    gpu_func_t *f = !small             ? gx->func
+                    : ll_only(gx, w)   ? gx->func_ll
+                    : bulk_only(gx, w) ? gx->func_bulk
+                                       : gx->func_small;
+    unsigned threads = f == gx->func_ll ? ll_threads(w) : f == gx->func_bulk ? bulk_threads(w) : DEV_THREADS;
+    ncclResult_t res = gpu_launch(f, (unsigned)(widest * w->nch), threads, w,
+                                  small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
     if (res != ncclSuccess) {
       wq_cancel(&gx->wq, &slot); /* it never reached the GPU */
       return res;
@@ -940,7 +994,7 @@ ncclResult_t gx_destroy(gx_t *gx) {
   }
   wq_free(&gx->wq);
   free(gx->xf);
-  mem_free(gx->acct, gx->ll_peer, (size_t)gx->nranks);
+  mem_free(gx->acct, gx->peer_caps, (size_t)gx->nranks);
   if (entered) gpu_leave(&scope);
   mem_free(gx->acct, gx, sizeof *gx);
   return ncclSuccess;

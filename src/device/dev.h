@@ -47,6 +47,7 @@
 #define DEV_KERNEL_NAME       "braid_kernel"
 #define DEV_KERNEL_SMALL_NAME "braid_kernel_small"
 #define DEV_KERNEL_LL_NAME    "braid_kernel_ll"
+#define DEV_KERNEL_BULK_NAME  "braid_kernel_bulk"
 
 /* The control block of one ring; 128-byte fields keep the two writers' counters on separate lines. */
 typedef struct {

@@ -21,7 +21,9 @@
  * (one step of LL transfers, one piece per channel) takes a third entry point, braid_kernel_ll, at the end of
  * this file: its first warp finds the block's rings and counts in one trip and sends a small first transfer
  * of this rank's data at once, and every thread then moves its lines of the other transfers from start to
- * end (ll.cuh) with no barrier in between.
+ * end (ll.cuh) with no barrier in between. A launch of Simple transfers that each fit one slice, over p2p
+ * connections, takes a fourth, braid_kernel_bulk (bulk.cuh), whose warps move chunks of the part on their
+ * own, each announced by its mark (dev.h).
  *
  * Every spin loop looks at the clock every WAIT_CHECK_SPINS spins, and at the abort flag and the error word
  * (another block failed) every WAIT_HOST_SPINS (wait.cuh). The first block that fails records the error;
@@ -31,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device/bulk.cuh"
 #include "device/dev.h"
 #include "device/ll.cuh"
 #include "device/reduce.cuh"

@@ -149,27 +149,68 @@ static int last_launch_ll(const mock_cuda_stats_t *s, int ll, int nch, int *n) {
   return w->nxfers > 0;
 }
 
+/* The entry point of the last launch: 'l' (LL), 'b' (bulk), 's' (small) or 'f' (full). */
+static char last_entry(const mock_cuda_stats_t *s) {
+  return s->last_ll ? 'l' : s->last_bulk ? 'b' : s->last_small ? 's' : 'f';
+}
+
+/* A group of `calls` sends and as many receives of `count` floats each, to and from `peer`. */
+static void send_recv_group(void *buf, size_t count, int calls, int peer, ncclComm_t comm) {
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < calls; i++) {
+    EXPECT_OK(ncclSend(buf, count, ncclFloat, peer, comm, NULL));
+    EXPECT_OK(ncclRecv(buf, count, ncclFloat, peer, comm, NULL));
+  }
+  EXPECT_OK(ncclGroupEnd());
+}
+
+/* Which entry point one-step launches of Simple transfers take: the bulk one while every transfer fits one
+ * slice and no ring carries more than DEV_SLOTS of the launch's pieces, else the small one. */
+static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_t comm) {
+  void *buf = (void *)(uintptr_t)0x10000000;
+  const char simple = bulk ? 'b' : 's';
+  /* 16 MiB: one-shot on two ranks, 40 channels of 419,440 bytes (4 pieces each), a warp per 4 KiB chunk */
+  EXPECT_OK(ncclAllReduce(buf, buf, 4u << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_entry(s) == simple && (!bulk || s->last_block == DEV_THREADS),
+         "a 16 MiB all-reduce: entry point %c, %u threads", last_entry(s), s->last_block);
+  /* four 1 MiB sends and receives: 32 channels, one piece each per ring and transfer */
+  send_recv_group(buf, 1u << 18, 4, peer, comm);
+  EXPECT(last_entry(s) == simple && (!bulk || s->last_block == 256),
+         "4 sends and receives of 1 MiB: entry point %c, %u threads", last_entry(s), s->last_block);
+  /* 8 MiB each: 2 pieces per channel, 8 per ring; 12 MiB: 3 pieces, 12 per ring, more than the slots */
+  send_recv_group(buf, 2u << 20, 4, peer, comm);
+  EXPECT(last_entry(s) == simple, "4 sends and receives of 8 MiB: entry point %c", last_entry(s));
+  send_recv_group(buf, 3u << 20, 4, peer, comm);
+  EXPECT(last_entry(s) == 's', "4 sends and receives of 12 MiB: entry point %c", last_entry(s));
+  /* 64 MiB: the ring all-reduce, more than one slice */
+  EXPECT_OK(ncclAllReduce(buf, buf, 16u << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_entry(s) != 'b', "a 64 MiB all-reduce: entry point %c", last_entry(s));
+}
+
 static void protocol_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
   param_reload();
   ncclComm_t comm;
   EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
   mock_cuda_stats_t *s = mock_stats();
-  const int simple = getenv("NCCL_PROTO") != NULL, ll_kernel = !simple && getenv("BRAID_LL_KERNEL") == NULL;
+  const int simple = getenv("NCCL_PROTO") != NULL, ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0 && !simple;
+  const int bulk = param_int(P_BRAID_BULK_KERNEL) != 0;
   void *buf = (void *)(uintptr_t)0x10000000;
   int n;
   EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(ll_kernel ? s->last_ll && !s->last_small : s->last_small && !s->last_ll,
-         "an 8-byte all-reduce takes the %s entry point", ll_kernel ? "LL" : "small");
-  EXPECT(s->last_block == (ll_kernel ? 32u : DEV_THREADS), "an 8-byte all-reduce: %u threads per block",
+  const char tiny = ll_kernel ? 'l' : simple && bulk ? 'b' : 's';
+  EXPECT(last_entry(s) == tiny, "an 8-byte all-reduce takes entry point %c, not %c", tiny, last_entry(s));
+  EXPECT(s->last_block == (tiny != 's' ? 32u : DEV_THREADS), "an 8-byte all-reduce: %u threads per block",
          s->last_block);
   EXPECT(last_launch_ll(s, !simple, 1, &n), "8-byte all-reduce (%d transfers): LL %s expected", n,
          simple ? "off" : "on");
   /* an LL transfer takes a channel per 4 KiB by default, up to 32 */
   EXPECT_OK(ncclAllReduce(buf, buf, 1025, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 2, &n), "4 KiB + 4: two LL channels");
-  EXPECT(s->last_block == (ll_kernel ? 288u : DEV_THREADS), "4 KiB + 4: parts of 2064 bytes, %u threads",
-         s->last_block);
+  EXPECT(s->last_block == (ll_kernel        ? 288u
+                           : simple && bulk ? 64u
+                                            : DEV_THREADS),
+         "4 KiB + 4: parts of 2064 bytes (LL) or one of 4112 (Simple), %u threads", s->last_block);
   EXPECT_OK(ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 4, &n), "16 KiB: four LL channels");
   EXPECT(((const dev_work_t *)s->last_work)->nch == (simple ? 1 : 4), "16 KiB: blocks per lane");
@@ -177,63 +218,68 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   EXPECT(last_launch_ll(s, !simple, 16, &n), "64 KiB: LL on 16 channels");
   EXPECT_OK(ncclAllReduce(buf, buf, 65536, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 32, &n), "256 KiB: LL on 32 channels");
-  EXPECT(s->last_ll == ll_kernel && s->last_block == DEV_THREADS, "256 KiB: parts of 8 KiB, %u threads",
-         s->last_block);
+  EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
+         "256 KiB: parts of 8 KiB (LL) or 32 KiB (Simple, a warp per 4 KiB), %u threads", s->last_block);
   EXPECT_OK(ncclAllReduce(buf, buf, 131072, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 32, &n), "512 KiB: the largest LL transfer by default, on 32 channels");
-  EXPECT(s->last_ll == ll_kernel && s->last_block == DEV_THREADS, "512 KiB: one LL piece per channel%s",
-         ll_kernel ? ", the LL entry point" : "");
+  EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
+         "512 KiB: one LL piece per channel%s, %u threads", ll_kernel ? ", the LL entry point" : "",
+         s->last_block);
   EXPECT_OK(ncclAllReduce(buf, buf, 131073, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, 0, 0, &n), "512 KiB + 4: Simple");
-  EXPECT(s->last_small && !s->last_ll, "512 KiB + 4: Simple through the small entry point");
+  EXPECT(last_entry(s) == (bulk ? 'b' : 's'), "512 KiB + 4: Simple through the %s entry point",
+         bulk ? "bulk" : "small");
+  EXPECT(!bulk || s->last_block == 256, "512 KiB + 4: 17 parts of 30,848 bytes, %u threads", s->last_block);
   /* the LL entry point takes a one-step launch of up to 8 transfers: a group of 4 sends and 4 receives, not
    * of 5 and 5, nor two all-reduces (a step each) */
   const int peer = 1 - rank;
   for (int calls = 4; calls <= 5; calls++) {
-    EXPECT_OK(ncclGroupStart());
-    for (int i = 0; i < calls; i++) {
-      EXPECT_OK(ncclSend(buf, 2, ncclFloat, peer, comm, NULL));
-      EXPECT_OK(ncclRecv(buf, 2, ncclFloat, peer, comm, NULL));
-    }
-    EXPECT_OK(ncclGroupEnd());
+    send_recv_group(buf, 2, calls, peer, comm);
     EXPECT(last_launch_ll(s, !simple, 1, &n) && n == 2 * calls, "%d sends and receives: %d transfers", calls,
            n);
-    EXPECT(s->last_ll == (ll_kernel && calls == 4) && s->last_small == (calls == 4 && !ll_kernel),
-           "%d sends and receives: entry point (LL %d, small %d)", calls, s->last_ll, s->last_small);
+    EXPECT(last_entry(s) == (calls == 4 ? tiny : 'f'), "%d sends and receives: entry point %c", calls,
+           last_entry(s));
   }
   EXPECT_OK(ncclGroupStart());
   for (int i = 0; i < 2; i++) EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
-  EXPECT(s->last_small && !s->last_ll, "two all-reduces in a group: two steps, the small entry point");
+  EXPECT(last_entry(s) == 's', "two all-reduces in a group: two steps, the small entry point");
   EXPECT_OK(ncclGroupStart());
   for (int i = 0; i < 10; i++) EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
   EXPECT(((const dev_work_t *)s->last_work)->done == NULL,
          "a launch whose list fits the parameters has no queue entry to report");
-  EXPECT(!s->last_small && !s->last_ll && last_launch_ll(s, !simple, 1, &n) && n == 20,
-         "a group of 10 all-reduces: 20 transfers through the full entry point (got %d, small %d)", n,
-         s->last_small);
+  EXPECT(last_entry(s) == 'f' && last_launch_ll(s, !simple, 1, &n) && n == 20,
+         "a group of 10 all-reduces: 20 transfers through the full entry point (got %d, entry %c)", n,
+         last_entry(s));
+  bulk_entry(s, bulk, peer, comm);
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
-/* Which entry point a launch takes, and which transfers the executor marks LL, as NCCL_PROTO and
- * BRAID_LL_KERNEL say. */
+/* Which entry point a launch takes, and which transfers the executor marks LL, as NCCL_PROTO,
+ * BRAID_LL_KERNEL and BRAID_BULK_KERNEL say (the bulk kernel both on and off, whatever its default). */
 static void protocol_marks(void) {
-  static const char *const modes[] = {"defaults", "NCCL_PROTO=Simple", "BRAID_LL_KERNEL=0"};
+  static const char *const modes[] = {"defaults", "NCCL_PROTO=Simple", "BRAID_LL_KERNEL=0",
+                                      "NCCL_PROTO=Simple BRAID_BULK_KERNEL=0", "BRAID_BULK_KERNEL=1",
+                                      "NCCL_PROTO=Simple BRAID_BULK_KERNEL=1"};
   setenv("BRAID_DEVICE", "cuda", 1);
   unsetenv("MOCK_CUDA_STUCK");
   unsetenv("NCCL_WORK_FIFO_BYTES");
-  for (int mode = 0; mode < 3; mode++) {
-    if (mode == 1) setenv("NCCL_PROTO", "Simple", 1);
-    if (mode == 2) {
-      unsetenv("NCCL_PROTO");
-      setenv("BRAID_LL_KERNEL", "0", 1);
-    }
+  for (int mode = 0; mode < 6; mode++) {
+    unsetenv("NCCL_PROTO");
+    unsetenv("BRAID_LL_KERNEL");
+    unsetenv("BRAID_BULK_KERNEL");
+    if (mode == 1 || mode == 3 || mode == 5) setenv("NCCL_PROTO", "Simple", 1);
+    if (mode == 2) setenv("BRAID_LL_KERNEL", "0", 1);
+    if (mode == 3) setenv("BRAID_BULK_KERNEL", "0", 1);
+    if (mode >= 4) setenv("BRAID_BULK_KERNEL", "1", 1);
     shared_t sh;
     EXPECT_OK(ncclGetUniqueId(&sh.id));
     EXPECT(run_ranks(2, 60, protocol_rank, &sh) == 0, "a rank failed (%s)", modes[mode]);
   }
+  unsetenv("NCCL_PROTO");
   unsetenv("BRAID_LL_KERNEL");
+  unsetenv("BRAID_BULK_KERNEL");
 }
 
 /* Channels per connection: the widest launch (2 * nranks - 1 lanes) fits ten elevenths of the GPU's SMs,

@@ -61,7 +61,7 @@ int mock_cuda_graph_destroy(void) {
   mock_graph.nobjs = 0;
   return n;
 }
-static struct CUfunc_st kernel, kernel_small, kernel_ll;
+static struct CUfunc_st kernel, kernel_small, kernel_ll, kernel_bulk;
 static _Thread_local CUcontext current;
 
 /* cuMemAlloc allocations (own and opened through IPC), backed by POSIX shared memory. */
@@ -535,6 +535,8 @@ static CUresult mock_cuModuleGetFunction(CUfunction *f, CUmodule mod, const char
     *f = &kernel_small;
   } else if (strcmp(name, MOCK_CUDA_KERNEL_LL) == 0) {
     *f = &kernel_ll;
+  } else if (strcmp(name, MOCK_CUDA_KERNEL_BULK) == 0) {
+    *f = &kernel_bulk;
   } else {
     return CUDA_ERROR_NOT_FOUND;
   }
@@ -544,7 +546,7 @@ static CUresult mock_cuModuleGetFunction(CUfunction *f, CUmodule mod, const char
 static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                                     CUstream stream, void **params, void **extra) {
-  const int small_work = f == &kernel_small || f == &kernel_ll;
+  const int small_work = f == &kernel_small || f == &kernel_ll || f == &kernel_bulk;
   if ((f != &kernel && !small_work) || gy != 1 || gz != 1 || by != 1 || bz != 1 || params == NULL ||
       extra != NULL)
     return CUDA_ERROR_INVALID_VALUE;
@@ -552,10 +554,12 @@ static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
   mock_cuda_stats.last_grid = gx;
   mock_cuda_stats.last_small = f == &kernel_small;
   mock_cuda_stats.last_ll = f == &kernel_ll;
+  mock_cuda_stats.last_bulk = f == &kernel_bulk;
   memset(mock_cuda_stats.last_work, 0, sizeof mock_cuda_stats.last_work);
   memcpy(mock_cuda_stats.last_work, params[0], small_work ? sizeof(dev_work_small_t) : sizeof(dev_work_t));
   if (f == &kernel_small) mock_cuda_stats.small_launches++;
   if (f == &kernel_ll) mock_cuda_stats.ll_launches++;
+  if (f == &kernel_bulk) mock_cuda_stats.bulk_launches++;
   mock_cuda_stats.last_block = bx;
   mock_cuda_stats.launches++;
   return CUDA_SUCCESS;

@@ -20,6 +20,7 @@
 #define MOCK_CUDA_KERNEL       "braid_kernel"     /* the kernels every module holds */
 #define MOCK_CUDA_KERNEL_SMALL "braid_kernel_small"
 #define MOCK_CUDA_KERNEL_LL    "braid_kernel_ll"
+#define MOCK_CUDA_KERNEL_BULK  "braid_kernel_bulk"
 #define MOCK_CUDA_GARBAGE      0xAB /* fresh device and pinned memory is filled with this */
 #define MOCK_CUDA_MAX_OBJS     64   /* user objects the capturing stream's one graph can hold */
 
@@ -36,6 +37,8 @@ typedef struct {
   uint64_t small_launches;       /* launches of MOCK_CUDA_KERNEL_SMALL */
   int last_ll;                   /* the last launch was of MOCK_CUDA_KERNEL_LL (it takes the small work) */
   uint64_t ll_launches;          /* launches of MOCK_CUDA_KERNEL_LL */
+  int last_bulk;                 /* the last launch was of MOCK_CUDA_KERNEL_BULK (it takes the small work) */
+  uint64_t bulk_launches;        /* launches of MOCK_CUDA_KERNEL_BULK */
   int last_access_devices;       /* devices granted access by the last cuMemSetAccess */
   int last_create_device;        /* location of the last cuMemCreate */
   int live_handles;              /* cuMem handles created or imported, not released */

@@ -1,0 +1,250 @@
+/*
+ * The bulk entry point, braid_kernel_bulk (dev.h): launches of one step whose transfers are all Simple, each
+ * in one slice, over connections whose rings have chunk marks (p2p). That is most of a mid-sized call (a
+ * one-shot all-reduce from 512 KiB to 16 MiB on two GPUs, a send/receive, an all-gather up to 20 MiB): the
+ * slots hold the whole part of each channel, so nothing in the launch waits for a slot to be freed, and the
+ * general kernel's machinery (work copy, lane scan, ring tables, a batch of pieces between two block
+ * barriers, one thread fencing each slot before the receiver may touch any of it) is what such a call would
+ * pay for.
+ *
+ * A block serves one lane on one channel, as in the general kernel. Its first warp opens it (bulk_open): a
+ * lane per side of a transfer, it reads its transfer from the parameters, finds the side's ring, count and
+ * marks, gives sides that share a ring consecutive pieces and waits for room where the last reading of the
+ * head does not show it (room only ever waits for earlier launches: the host keeps a ring's pieces of one
+ * launch within DEV_SLOTS). Then every warp moves chunks of DEV_CHUNK_BYTES on its own (bulk_run): chunk q of
+ * a part goes to warp q % warps, which waits for the chunk's mark when it receives, combines the chunk
+ * (piece_combine over the warp's 32 threads) and, when it sends, fences and stores the chunk's mark, so a
+ * receiver starts on the first chunks while the last are on the link, and a fence holds up one warp, not the
+ * block. After one block barrier the first warp stores the counts, frees the received slots (head) and
+ * publishes the sent ones as the Simple protocol does (sizes, a fence, tail), so that a general kernel on the
+ * other side reads them alike.
+ */
+#ifndef BRAID_DEVICE_BULK_CUH
+#define BRAID_DEVICE_BULK_CUH
+
+#include <stdint.h>
+
+#include "device/dev.h"
+#include "device/reduce.cuh"
+#include "device/wait.cuh"
+#include "device/xfer.cuh"
+
+/* One side of a transfer on the block's channel, as a lane of the first warp holds it from bulk_open to
+ * bulk_close. */
+struct bulk_side {
+  dev_ctrl_t *ctrl;    /* its ring's control block */
+  uint64_t *home;      /* the ring's count in dev_comm_t.sent / recvd */
+  uint64_t *head_home; /* send sides: the head's last reading in dev_comm_t.heads; else NULL */
+  uint64_t count;      /* the index on the ring of the side's first piece */
+  uint64_t head_seen;  /* send sides: the consumer's head as last read */
+  uint32_t len;        /* bytes of the side's part */
+  uint32_t last;       /* the ring's last side of the launch: this lane stores the counts at the end */
+};
+
+/* One side's ring as a task reads it: the slots, their marks, and the index of the side's first piece. */
+struct bulk_ring {
+  char *data;
+  uint64_t *marks;
+  uint64_t count;
+};
+
+/* One transfer of the launch as the first warp prepared it for the block (shared memory). */
+struct bulk_task {
+  dev_xfer_t x; /* the transfer, read from the parameters once */
+  uint64_t off; /* the block's part of it: [off, off + len) */
+  uint32_t len;
+  bulk_ring in;  /* the receive side's ring (data NULL: none) */
+  bulk_ring out; /* the send side's ring (data NULL: none) */
+  uint8_t run;   /* the block has a part of it */
+  uint8_t sync;  /* a block barrier first: its part differs in size or place from the previous one moved */
+};
+
+/* The launch has the shape this entry point runs (the host chose it for that; anything else is a bug,
+ * reported as DEV_ERR_INVALID). */
+__device__ bool bulk_work_valid(const dev_work_small_t &w) {
+  const dev_comm_t *comm = &w.comm;
+  return (comm->nch_max >= 1) & (w.nch >= 1) & (w.nch <= (uint32_t)comm->nch_max) & (blockDim.x % 32 == 0) &
+         (blockDim.x <= DEV_THREADS) & (w.ext == NULL) & (w.nsteps == 1) & (w.nxfers <= DEV_SMALL_XFERS) &
+         (w.step_end[0] == w.nxfers) & (gridDim.x == (uint32_t)w.step_lanes[0] * w.nch);
+}
+
+/* Where chunk q of a part lies on its ring: piece q / DEV_MARKS of the side, chunk q % DEV_MARKS of the
+ * piece's slot. */
+__device__ __forceinline__ char *bulk_chunk(const bulk_ring &r, uint32_t q) {
+  const uint64_t slot = (r.count + q / DEV_MARKS) % DEV_SLOTS;
+  return r.data + (size_t)slot * DEV_SLOT_BYTES + (size_t)(q % DEV_MARKS) * DEV_CHUNK_BYTES;
+}
+
+__device__ __forceinline__ volatile uint64_t *bulk_mark(const bulk_ring &r, uint32_t q) {
+  const uint64_t slot = (r.count + q / DEV_MARKS) % DEV_SLOTS;
+  return r.marks + (size_t)slot * DEV_MARKS + q % DEV_MARKS;
+}
+
+/* The value of chunk q's mark once it has landed: its piece's index on the ring, plus one. */
+__device__ __forceinline__ uint64_t bulk_mark_value(const bulk_ring &r, uint32_t q) {
+  return r.count + q / DEV_MARKS + 1;
+}
+
+/* The first warp: lane l takes side l % 2 (0: send) of transfer l / 2 on the block's channel. Sides that
+ * share a ring (match) take consecutive pieces in list order, and the last of them waits for room for all:
+ * the head must have passed every piece up to DEV_SLOTS before the launch's last. Lane 2k then writes task k.
+ * Returns the same in every lane: false when a transfer is malformed or the wait failed (nothing moved). */
+__device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, bulk_side &sd,
+                          bulk_task *tasks) {
+  const uint32_t all = 0xffffffffu;
+  const dev_comm_t *comm = &w.comm;
+  const uint32_t l = threadIdx.x, k = l / 2;
+  const side_xfer s = side_xfer_read(w, lane, c); /* the parameters' list is read here only */
+  const dev_xfer_t &x = s.x;
+  const dev_span_t &part = s.part;
+  const int peer = s.peer;
+  const bool send = s.send, have = s.have, mine = s.mine;
+  bool bad = have && (!xfer_valid(x, w) | ((x.flags & DEV_XF_LL) != 0) |
+                      (dev_nslices(x.bytes, x.nch > 0 ? x.nch : 1) > 1));
+  const bool used = mine && peer >= 0 && !bad;
+  const int idx = peer * comm->nch_max + (int)c;
+  dev_ring_t ring = {NULL, NULL, NULL};
+  sd = bulk_side{};
+  if (used) {
+    ring = (send ? comm->send : comm->recv)[idx];
+    sd.home = &(send ? comm->sent : comm->recvd)[idx];
+    sd.count = __ldcg(sd.home);
+    if (send) {
+      sd.head_home = &comm->heads[idx];
+      sd.head_seen = __ldcg(sd.head_home);
+    }
+    bad = ring.data == NULL || ring.ctrl == NULL || ring.marks == NULL;
+  }
+  const bool live = used && !bad;
+  const uint32_t pieces = live ? dev_npieces(part.len) : 0;
+  const uint32_t same = __match_any_sync(all, live ? (unsigned long long)sd.home : 0ull);
+  uint32_t before = 0, total = 0; /* pieces of the ring's sides before this one, and of all of them */
+  for (uint32_t j = 0; j < 2 * w.nxfers; j++) {
+    const uint32_t pj = __shfl_sync(all, pieces, j);
+    if (live && ((same >> j) & 1)) {
+      total += pj;
+      before += j < l ? pj : 0;
+    }
+  }
+  sd.count += before;
+  sd.len = live ? (uint32_t)part.len : 0;
+  sd.last = live && (same >> l) == 1;
+  sd.ctrl = live ? ring.ctrl : NULL;
+  if (live && total > DEV_SLOTS) bad = true; /* room would wait for this launch itself */
+  bool ok = !bad;
+  const uint64_t end = sd.count + pieces; /* for the last side: the ring's count after the launch */
+  if (live && !bad && send && sd.last && sd.head_seen + DEV_SLOTS < end) {
+    const wait_what what = {peer, (int)c, 1, w.seq + x.task};
+    ok = wait_at_least(comm, &ring.ctrl->head, end - DEV_SLOTS, what, &sd.head_seen);
+  }
+  if (bad) error_record(comm, DEV_ERR_INVALID, peer, (int)c, send, w.seq, 0);
+  if (!__all_sync(all, ok)) return false;
+
+  /* Task k, by its send lane: the receive side's ring comes from the next lane; the barrier rule compares
+   * the part with the previous one the block moves. */
+  const bulk_ring mine_ring = {live ? ring.data : NULL, live ? ring.marks : NULL, sd.count};
+  const bulk_ring in = {(char *)__shfl_down_sync(all, (unsigned long long)mine_ring.data, 1),
+                        (uint64_t *)__shfl_down_sync(all, (unsigned long long)mine_ring.marks, 1),
+                        __shfl_down_sync(all, mine_ring.count, 1)};
+  const bool sync = side_xfer_sync(s, side_xfer_movers(s));
+  if (send && have) {
+    bulk_task &t = tasks[k];
+    t.x = x;
+    t.off = part.off;
+    t.len = (uint32_t)part.len;
+    t.in = in;
+    t.out = mine_ring;
+    t.run = mine;
+    t.sync = sync;
+  }
+  return true;
+}
+
+/* Every thread: the block's tasks in list order, each part in chunks, chunk q by warp q % warps. Parts of one
+ * size and channels give each warp the same chunks, in order, so consecutive ones need only a warp barrier
+ * (a later transfer may read what an earlier one stored: a one-shot reduction's running result, or the data
+ * an in-place all-reduce sends and then overwrites); a part that differs needs a block barrier first. A
+ * received chunk is read once its mark shows it (lane 0 waits with acquire order, then a warp barrier); a
+ * sent chunk's mark follows its bytes (a warp barrier, then lane 0 fences at system scope and stores it).
+ * False when a wait failed; the warp then skips its remaining chunks but still meets every block barrier. */
+__device__ bool bulk_run(const dev_work_small_t &w, uint32_t c, const bulk_task *tasks) {
+  const uint32_t all = 0xffffffffu, wid = threadIdx.x / 32, nw = blockDim.x / 32, l = threadIdx.x % 32;
+  bool ok = true;
+  for (uint32_t k = 0; k < w.nxfers; k++) {
+    const bulk_task &t = tasks[k];
+    if (!t.run) continue;
+    if (t.sync) __syncthreads();
+    __syncwarp();
+    const wait_what what = {t.x.recv_peer, (int)c, 0, w.seq + t.x.task};
+    const uint32_t chunks = (t.len + DEV_CHUNK_BYTES - 1) / DEV_CHUNK_BYTES;
+    for (uint32_t q = wid; ok && q < chunks; q += nw) {
+      const uint32_t at = q * DEV_CHUNK_BYTES;
+      piece_t pc;
+      pc.local = t.x.src != NULL ? t.x.src + t.off + at : NULL;
+      pc.dst = t.x.dst != NULL ? t.x.dst + t.off + at : NULL;
+      pc.in = NULL;
+      pc.out = t.out.data != NULL ? bulk_chunk(t.out, q) : NULL;
+      pc.bytes = t.len - at < DEV_CHUNK_BYTES ? t.len - at : DEV_CHUNK_BYTES;
+      if (t.in.data != NULL) {
+        uint64_t v;
+        if (l == 0) ok = wait_at_least(&w.comm, bulk_mark(t.in, q), bulk_mark_value(t.in, q), what, &v);
+        ok = __shfl_sync(all, ok, 0);
+        __syncwarp(); /* lane 0's acquire orders every lane's reads of the chunk */
+        if (!ok) break;
+        pc.in = bulk_chunk(t.in, q);
+      } else if (t.x.flags & DEV_XF_REDUCE) {
+        pc.in = pc.dst; /* a local reduction: the running result an earlier transfer stored */
+      }
+      piece_combine<32>(t.x, pc, l);
+      if (pc.out != NULL) {
+        __syncwarp(); /* every lane's stores of the chunk before lane 0's fence */
+        if (l == 0) {
+          __threadfence_system();
+          *bulk_mark(t.out, q) = bulk_mark_value(t.out, q);
+        }
+      }
+    }
+  }
+  return ok;
+}
+
+/* The first warp, after every warp's last chunk: stores the counts of the rings whose last side of the launch
+ * its lane holds. A receive frees its slots (head; the barrier before this ordered every warp's reads
+ * first). A send stores its pieces' sizes, and the last side of the ring, after a system fence, the tail:
+ * what a general kernel receiving on the ring waits for. */
+__device__ void bulk_close(const bulk_side &sd) {
+  if (sd.ctrl != NULL && sd.head_home != NULL) {
+    for (uint32_t i = 0, at = 0; at < sd.len; i++, at += DEV_SLOT_BYTES)
+      sd.ctrl->sizes[(sd.count + i) % DEV_SLOTS] =
+          sd.len - at < DEV_SLOT_BYTES ? sd.len - at : DEV_SLOT_BYTES;
+  }
+  __syncwarp(); /* every side's sizes before the fence of the ring's last side */
+  if (!sd.last) return;
+  const uint64_t end = sd.count + dev_npieces(sd.len);
+  __stcg(sd.home, end);
+  if (sd.head_home != NULL) {
+    __stcg(sd.head_home, sd.head_seen);
+    __threadfence_system();
+    sd.ctrl->tail = end;
+  } else {
+    sd.ctrl->head = end;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
+    braid_kernel_bulk(const __grid_constant__ dev_work_small_t work) {
+  __shared__ bulk_task tasks[DEV_SMALL_XFERS];
+  const uint32_t nch = work.nch > 0 ? work.nch : 1, lane = blockIdx.x / nch, c = blockIdx.x % nch;
+  bulk_side sd = {};
+  int failed = 0;
+  if (threadIdx.x < 32) {
+    const bool valid = __all_sync(0xffffffffu, bulk_work_valid(work));
+    if (!valid && threadIdx.x == 0) error_record(&work.comm, DEV_ERR_INVALID, -1, (int)c, 0, work.seq, 0);
+    failed = !valid || !bulk_open(work, lane, c, sd, tasks);
+  }
+  if (__syncthreads_or(failed)) return;
+  const bool ok = bulk_run(work, c, tasks);
+  if (__syncthreads_or(!ok) == 0 && threadIdx.x < 32) bulk_close(sd);
+}
+
+#endif
