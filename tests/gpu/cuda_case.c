@@ -17,6 +17,7 @@
 
 int cuda_host;
 int cuda_nranks = 2;
+int cuda_ndevs;
 size_t cuda_count_arg;
 static int n_threads = 1;
 
@@ -68,7 +69,7 @@ static int probe_devices(void) {
 }
 
 static void usage(const char *prog) {
-  fprintf(stderr, "usage: %s [--host] [--gpus N] [--count N] [case...]\n", prog);
+  fprintf(stderr, "usage: %s [--host] [--gpus N] [--devices D] [--count N] [case...]\n", prog);
   exit(2);
 }
 
@@ -79,20 +80,23 @@ void cuda_init(int argc, char **argv) {
       cuda_host = 1;
     else if (strcmp(argv[i], "--gpus") == 0 && i + 1 < argc)
       cuda_nranks = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--devices") == 0 && i + 1 < argc)
+      cuda_ndevs = atoi(argv[++i]);
     else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
       cuda_count_arg = strtoull(argv[++i], NULL, 0);
     else
       usage(argv[0]);
   }
-  if (cuda_nranks < 1 || cuda_nranks > 8) usage(argv[0]);
+  if (cuda_ndevs == 0) cuda_ndevs = cuda_nranks;
+  if (cuda_nranks < 1 || cuda_nranks > 8 || cuda_ndevs < 1 || cuda_ndevs > cuda_nranks) usage(argv[0]);
   test_filter(argc - i, argv + i);
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   if (cuda_host) {
     setenv("BRAID_DEVICE", "host", 1);
   } else {
     int count = probe_devices();
-    if (count < cuda_nranks) {
-      printf("SKIP: %d usable CUDA device(s); this test needs %d\n", count, cuda_nranks);
+    if (count < cuda_ndevs) {
+      printf("SKIP: %d usable CUDA device(s); this test needs %d\n", count, cuda_ndevs);
       exit(CUDA_SKIP);
     }
   }
@@ -104,8 +108,31 @@ void cuda_init(int argc, char **argv) {
 
 /* ---- Pools and copies ---- */
 
-void cuda_rank_open(cuda_rank_t *r, int dev, size_t dcap, size_t hcap, void *dbase) {
+int cuda_dev_of(int rank) {
+  return rank % cuda_ndevs;
+}
+
+ncclResult_t cuda_comm_init_all(ncclComm_t *comms, int n) {
+  if (cuda_ndevs >= n) {
+    int devs[8];
+    for (int i = 0; i < n; i++) devs[i] = i;
+    return ncclCommInitAll(comms, n, devs);
+  }
+  ncclUniqueId id;
+  ncclResult_t res = ncclGetUniqueId(&id);
+  if (res != ncclSuccess) return res;
+  ncclGroupStart();
+  for (int i = 0; i < n && res == ncclSuccess; i++) {
+    if (!cuda_host) CUDA_OK(cudaSetDevice(cuda_dev_of(i)));
+    res = ncclCommInitRank(&comms[i], n, id, i);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  return res != ncclSuccess ? res : end;
+}
+
+void cuda_rank_open(cuda_rank_t *r, int rank, size_t dcap, size_t hcap, void *dbase) {
   memset(r, 0, sizeof *r);
+  const int dev = cuda_dev_of(rank);
   r->dev = dev;
   r->dcap = dcap;
   r->hcap = hcap;
@@ -240,7 +267,7 @@ static void rank_child(int rank, int n, int fds[2],
     read_full(fds[0], &id, sizeof id);
     close(fds[0]);
   }
-  if (!cuda_host) CUDA_OK(cudaSetDevice(rank));
+  if (!cuda_host) CUDA_OK(cudaSetDevice(cuda_dev_of(rank)));
   fn(rank, n, &id, arg);
   fflush(stdout);
   fflush(stderr);

@@ -13,6 +13,9 @@
  *   --host     run on host memory through the host backend (BRAID_DEVICE=host): no GPU is needed, which
  *              checks the tests themselves on a machine without one;
  *   --gpus N   ranks (GPUs) to use (default 2; fewer GPUs than that is a skip);
+ *   --devices D  the ranks share the first D GPUs instead, rank r on GPU r % D (1 <= D <= N): a check of the
+ *              kernels on a machine with fewer GPUs than ranks (the data then crosses no link, and the
+ *              processes' kernels take turns on a GPU, so it is slow);
  *   --count N  the test's large element count (see each test).
  * With too few GPUs (or none, or no driver) a program prints why and exits with 77, which ctest reports as a
  * skip. NCCL_NVLS_ENABLE=0 is set for every program: NVLink multicast is never used.
@@ -32,11 +35,12 @@
 /* Options, set by cuda_init. */
 extern int cuda_host;         /* --host: host memory and the host backend */
 extern int cuda_nranks;       /* --gpus */
+extern int cuda_ndevs;        /* --devices: GPUs the ranks share (cuda_nranks unless given) */
 extern size_t cuda_count_arg; /* --count, 0 when not given */
 
-/* Parses the options, selects the named cases, and exits with CUDA_SKIP when fewer than --gpus devices are
- * usable. It probes the devices in a child process, so the caller itself has touched no CUDA state and may
- * still fork rank processes. */
+/* Parses the options, selects the named cases, and exits with CUDA_SKIP when fewer than --devices (or --gpus)
+ * devices are usable. It probes the devices in a child process, so the caller itself has touched no CUDA
+ * state and may still fork rank processes. */
 void cuda_init(int argc, char **argv);
 
 /* Fails the test when a CUDA runtime call did not return cudaSuccess. */
@@ -61,9 +65,15 @@ typedef struct {
   size_t hcap, hused;
 } cuda_rank_t;
 
-/* Makes `dev` current, creates a stream and pools of dcap device bytes (or uses `dbase`, which the caller
- * owns, when it is not NULL) and hcap host bytes. */
-void cuda_rank_open(cuda_rank_t *r, int dev, size_t dcap, size_t hcap, void *dbase);
+/* The GPU of rank `rank`: rank % cuda_ndevs. */
+int cuda_dev_of(int rank);
+/* Makes rank `rank`'s GPU current, creates a stream and pools of dcap device bytes (or uses `dbase`, which
+ * the caller owns, when it is not NULL) and hcap host bytes. */
+void cuda_rank_open(cuda_rank_t *r, int rank, size_t dcap, size_t hcap, void *dbase);
+/* Makes the communicators of ranks 0 .. n-1, one per rank of one process: ncclCommInitAll over GPUs 0 .. n-1
+ * when every rank has a GPU of its own, else one group of ncclCommInitRank calls, each on its rank's GPU
+ * (ncclCommInitAll takes each GPU once). */
+ncclResult_t cuda_comm_init_all(ncclComm_t *comms, int n);
 void cuda_rank_close(cuda_rank_t *r);
 /* Bytes from the pools, 256-aligned; the test fails when a pool is too small (a sizing mistake). */
 void *cuda_dalloc(cuda_rank_t *r, size_t bytes);

@@ -214,12 +214,10 @@ static void single_case(const coll_case_t *c, void *arg) {
 static void run_single(tier_t tier) {
   static single_t s;
   s.n = cuda_nranks;
-  int devs[8];
-  for (int i = 0; i < s.n; i++) devs[i] = i;
   size_t pool = tier_pool_bytes(tier, s.n);
   for (int i = 0; i < s.n; i++) cuda_rank_open(&s.r[i], i, pool, 2 * pool, NULL);
   cuda_watch("ncclCommInitAll", CASE_TIMEOUT_S);
-  EXPECT_OK(ncclCommInitAll(s.comms, s.n, devs));
+  EXPECT_OK(cuda_comm_init_all(s.comms, s.n));
   cuda_unwatch();
   for_tier(tier, s.n, single_case, &s);
   /* Destroy without finalize: one thread cannot finalize several ranks one after the other (each waits for

@@ -329,18 +329,17 @@ static void groups_repro(void) {
 enum { OT_ITERS = 20000, OT_REPLAY_EVERY = 1000, OT_CHECK_EVERY = 2000 };
 
 static void one_thread(void) {
-  int n = cuda_nranks, devs[8];
+  int n = cuda_nranks;
   static ncclComm_t comms[8];
   static cuda_rank_t rs[8];
   static cuda_case_t big[8], small[8], cap[8];
   cuda_rank_t *rp[8];
   for (int i = 0; i < n; i++) {
-    devs[i] = i;
     rp[i] = &rs[i];
     cuda_rank_open(&rs[i], i, POOL, POOL, NULL);
   }
   cuda_watch("ncclCommInitAll", GRAPH_INIT_S);
-  NCCL_OK(ncclCommInitAll(comms, n, devs), "ncclCommInitAll", NULL);
+  NCCL_OK(cuda_comm_init_all(comms, n), "ncclCommInitAll", NULL);
   for (int i = 0; i < n; i++) {
     coll_case_t cb = graph_coll(K_ALLREDUCE, ncclBfloat16, BIG, 31),
                 cs = graph_coll(K_ALLREDUCE, ncclBfloat16, SMALL, 32),

@@ -146,15 +146,14 @@ static void procs_group_streams(void) {
 /* ---- One thread for every GPU ---- */
 
 static void single_group_mix(void) {
-  int n = cuda_nranks, devs[8];
+  int n = cuda_nranks;
   static ncclComm_t comms[8];
   static cuda_rank_t rs[8];
   static cuda_case_t k[8][N_MIX];
   static self_t self[8];
-  for (int i = 0; i < n; i++) devs[i] = i;
   for (int i = 0; i < n; i++) cuda_rank_open(&rs[i], i, POOL, 2 * POOL, NULL);
   cuda_watch("ncclCommInitAll", TIMEOUT_S);
-  EXPECT_OK(ncclCommInitAll(comms, n, devs));
+  EXPECT_OK(cuda_comm_init_all(comms, n));
   const char *what = "[single] every rank's mixed calls in one group";
   cuda_watch(what, TIMEOUT_S);
   for (int i = 0; i < n; i++) mix_prepare(k[i], &self[i], comms[i], &rs[i], 1, n, i, "single, one group");
