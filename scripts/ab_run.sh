@@ -15,7 +15,7 @@
 # Environment: OUT (default ./ab-out), REF_NCCL_HOME (default: the NCCL of Python's nvidia-nccl package),
 # NGPUS (default 2), TESTS ("binary:case ..." of build/bin/test_cuda_*, an empty case for all of a binary's;
 # default the large cases of test_cuda_coll; "" for none), SWEEP, TYPES_SWEEP, CHECKED, BENCH (one bench's
-# arguments per line), BUDGET_S (seconds for everything after the build, default 420: what does not fit is
+# arguments per line; "" for none), BUDGET_S (seconds for everything after the build, default 420: what does not fit is
 # reported as skipped), SHARE (D: the ranks share the first D GPUs, `braid bench --gpus D` and the tests'
 # `--devices D`, for checks on a machine with fewer GPUs than ranks; the benches then run Braid alone, since
 # NCCL refuses ranks that share a GPU).
@@ -32,7 +32,7 @@ budget=${BUDGET_S:-420}
 sweep=${SWEEP:--b 8 -e 64M -f 4}
 types_sweep=${TYPES_SWEEP:--b 1M -e 16M -f 4}
 tests=${TESTS-test_cuda_coll:procs_large test_cuda_coll:single_large}
-bench=${BENCH:-"-b 8 -e 64M -f 2 all_reduce
+bench=${BENCH-"-b 8 -e 64M -f 2 all_reduce
 -G -b 8 -e 64M -f 2 all_reduce
 -b 256K -e 64M -f 4"}
 variants=("$@")
