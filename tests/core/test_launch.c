@@ -259,8 +259,11 @@ static void protocol_rank(int rank, int nranks, void *arg) {
 /* Which entry point a launch takes, and which transfers the executor marks LL, as NCCL_PROTO,
  * BRAID_LL_KERNEL and BRAID_BULK_KERNEL say (the bulk kernel both on and off, whatever its default). */
 static void protocol_marks(void) {
-  static const char *const modes[] = {"defaults", "NCCL_PROTO=Simple", "BRAID_LL_KERNEL=0",
-                                      "NCCL_PROTO=Simple BRAID_BULK_KERNEL=0", "BRAID_BULK_KERNEL=1",
+  static const char *const modes[] = {"defaults",
+                                      "NCCL_PROTO=Simple",
+                                      "BRAID_LL_KERNEL=0",
+                                      "NCCL_PROTO=Simple BRAID_BULK_KERNEL=0",
+                                      "BRAID_BULK_KERNEL=1",
                                       "NCCL_PROTO=Simple BRAID_BULK_KERNEL=1"};
   setenv("BRAID_DEVICE", "cuda", 1);
   unsetenv("MOCK_CUDA_STUCK");
