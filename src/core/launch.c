@@ -740,8 +740,8 @@ static unsigned bulk_threads(const dev_work_t *w) {
   uint64_t chunks = 1;
   for (int i = 0; i < w->nxfers; i++) {
     uint64_t part = dev_part(w->xfers[i].bytes, w->xfers[i].nch, 0, 0).len;
-    if ((part + DEV_CHUNK_BYTES - 1) / DEV_CHUNK_BYTES > chunks)
-      chunks = (part + DEV_CHUNK_BYTES - 1) / DEV_CHUNK_BYTES;
+    uint64_t n = (part + DEV_CHUNK_BYTES - 1) / DEV_CHUNK_BYTES;
+    if (n > chunks) chunks = n;
   }
   return chunks * 32 < DEV_THREADS ? (unsigned)chunks * 32 : DEV_THREADS;
 }

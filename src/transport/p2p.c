@@ -41,15 +41,14 @@ typedef struct {
   char what[48];  /* "p2p connection from rank N", for messages */
 } p2p_conn_t;
 
-/* The allocation of a connection's rings: nch rings, then the LL rings, then the nch rings' chunk marks. */
-static uint64_t p2p_bytes(int nch) {
-  return (uint64_t)nch * DEV_RING_BYTES + (uint64_t)DEV_LL_CHANNELS * DEV_LL_RING_BYTES +
-         (uint64_t)nch * DEV_MARKS_BYTES;
-}
-
-/* Where the marks start in that allocation. */
+/* A connection's allocation: nch rings, then the LL rings, then (from p2p_marks_at) the nch rings' chunk
+ * marks. */
 static uint64_t p2p_marks_at(int nch) {
   return (uint64_t)nch * DEV_RING_BYTES + (uint64_t)DEV_LL_CHANNELS * DEV_LL_RING_BYTES;
+}
+
+static uint64_t p2p_bytes(int nch) {
+  return p2p_marks_at(nch) + (uint64_t)nch * DEV_MARKS_BYTES;
 }
 
 static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, p2p_conn_t **conn_p) {

@@ -50,10 +50,8 @@ static void test_constants(void) {
   /* LL: a line is 16 bytes carrying 8 of data; a slot holds one piece; a piece is whole lines */
   EXPECT(DEV_LL_SLOT_BYTES == 2 * DEV_LL_PIECE && DEV_LL_PIECE % 8 == 0);
   EXPECT(DEV_LL_RING_BYTES == sizeof(dev_ctrl_t) + (uint64_t)DEV_LL_SLOTS * DEV_LL_SLOT_BYTES);
-  /* marks: a slot is whole chunks, a chunk whole 16-byte packs, and a warp's share of one fits its loops */
+  /* marks: a slot is whole chunks, and a chunk whole 16-byte packs */
   EXPECT(DEV_SLOT_BYTES % DEV_CHUNK_BYTES == 0 && DEV_CHUNK_BYTES % 16 == 0);
-  EXPECT(DEV_MARKS == DEV_SLOT_BYTES / DEV_CHUNK_BYTES);
-  EXPECT(DEV_MARKS_BYTES == (uint64_t)DEV_SLOTS * DEV_MARKS * 8);
   const int planner = DEV_XF_REDUCE | DEV_XF_PREPARE | DEV_XF_LAST | DEV_XF_SEQ | DEV_XF_PREPARED;
   const int ll = DEV_XF_LL | DEV_XF_LL_SEND | DEV_XF_LL_RECV;
   EXPECT((ll & planner) == 0 && ll <= 0xff, "the LL marks take bits of dev_xfer_t.flags the planner leaves");
