@@ -8,13 +8,16 @@
 #   3. measures every variant against a reference NCCL with `braid bench --vs`, one run per line of BENCH
 #      and per variant, in the same call;
 #   4. runs the GPU test cases named in TESTS with what is left of the budget.
-# A variant is a list of environment assignments ("" for none), given as arguments:
+# A variant is a list of environment assignments ("" for none), given as arguments; LIB=PATH among them runs
+# that build of Braid (another libnccl.so.2, passed to the bench's --lib) instead of BUILD's:
 #
 #   scripts/ab_run.sh [VARIANT ...]     e.g. scripts/ab_run.sh BRAID_BULK_KERNEL=0 BRAID_BULK_KERNEL=1
+#   scripts/ab_run.sh "" LIB=build-new/lib/libnccl.so.2
 #
 # Environment: OUT (default ./ab-out), REF_NCCL_HOME (default: the NCCL of Python's nvidia-nccl package),
 # NGPUS (default 2), TESTS ("binary:case ..." of build/bin/test_cuda_*, an empty case for all of a binary's;
-# default the large cases of test_cuda_coll; "" for none), SWEEP, TYPES_SWEEP, CHECKED, BENCH (one bench's
+# default the large cases of test_cuda_coll; "" for none), TEST_LIB_DIR (the folder of the libnccl.so.2 the
+# tests load; default BUILD's lib/), SWEEP, TYPES_SWEEP, CHECKED, BENCH (one bench's
 # arguments per line; "" for none), BUDGET_S (seconds for everything after the build, default 420: what does not fit is
 # reported as skipped), SHARE (D: the ranks share the first D GPUs, `braid bench --gpus D` and the tests'
 # `--devices D`, for checks on a machine with fewer GPUs than ranks; the benches then run Braid alone, since
@@ -88,13 +91,24 @@ step() {
   echo "$name: exit $rc, $((SECONDS - t)) s${wrong:+, $wrong}: $*" | tee -a "$summary"
 }
 
-B=$build/bin/braid
+# bench_cmd I: sets cmd to the bench command of variant I (its environment, and its library where it names one).
+bench_cmd() {
+  local a envs=() lib=()
+  for a in ${variants[$1]}; do
+    case $a in
+    LIB=*) lib=(--lib "${a#LIB=}") ;;
+    *) envs+=("$a") ;;
+    esac
+  done
+  cmd=(env "${envs[@]}" "$build/bin/braid" bench "${lib[@]}")
+}
+
 for i in $checked; do
-  v=${variants[$i]}
-  step "check$i-eager" 90 env $v $B bench -g "$ngpus" $bopt -c 1 -n 2 -w 1 $sweep
-  step "check$i-graphs" 90 env $v $B bench -g "$ngpus" $bopt -c 1 -n 2 -w 1 -G $sweep
-  step "check$i-single" 90 env $v $B bench -g "$ngpus" $bopt -c 1 -n 2 -w 1 --single $sweep
-  step "check$i-types" 120 env $v $B bench -g "$ngpus" $bopt -c 1 -n 1 -w 1 -d all -o all $types_sweep \
+  bench_cmd "$i"
+  step "check$i-eager" 90 "${cmd[@]}" -g "$ngpus" $bopt -c 1 -n 2 -w 1 $sweep
+  step "check$i-graphs" 90 "${cmd[@]}" -g "$ngpus" $bopt -c 1 -n 2 -w 1 -G $sweep
+  step "check$i-single" 90 "${cmd[@]}" -g "$ngpus" $bopt -c 1 -n 2 -w 1 --single $sweep
+  step "check$i-types" 120 "${cmd[@]}" -g "$ngpus" $bopt -c 1 -n 1 -w 1 -d all -o all $types_sweep \
     all_reduce reduce_scatter reduce
 done
 
@@ -102,8 +116,8 @@ n=0
 while IFS= read -r args; do
   [ -z "$args" ] && continue
   for i in "${!variants[@]}"; do
-    v=${variants[$i]}
-    step "bench$n-v$i" 150 env $v $B bench ${vs:+--vs "$ref/lib/libnccl.so.2"} -g "$ngpus" $bopt -c 0 $args \
+    bench_cmd "$i"
+    step "bench$n-v$i" 150 "${cmd[@]}" ${vs:+--vs "$ref/lib/libnccl.so.2"} -g "$ngpus" $bopt -c 0 $args \
       --json "$logs/bench$n-v$i.json"
   done
   n=$((n + 1))
@@ -112,7 +126,7 @@ done <<<"$bench"
 # The GPU tests link the CUDA runtime: where this machine keeps it, if the loader does not know.
 cudart=$(ldconfig -p 2>/dev/null | awk '/libcudart\.so\.13 / {print $NF; exit}')
 [ -z "$cudart" ] && cudart=$(find /usr/local/cuda*/ /opt -name 'libcudart.so.13' 2>/dev/null | head -1)
-libs=$PWD/$build/lib${cudart:+:$(dirname "$cudart")}
+libs=${TEST_LIB_DIR:-$PWD/$build/lib}${cudart:+:$(dirname "$cudart")}
 for t in $tests; do
   bin=${t%%:*} case=${t#*:}
   step "test-$bin-${case:-all}" 200 env LD_LIBRARY_PATH="$libs" "$build/bin/$bin" ${share:+--devices $share} $case
