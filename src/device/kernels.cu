@@ -324,7 +324,7 @@ __device__ void batch_publish(const dev_xfer_t &x, uint32_t xi, uint32_t done, u
     for (uint32_t i = 0, at = done; i < nb; i++, at += DEV_SLOT_BYTES) {
       r.ctrl->sizes[(r.count + i) % DEV_SLOTS] = len - at < DEV_SLOT_BYTES ? len - at : DEV_SLOT_BYTES;
     }
-    __threadfence_system();
+    fence_acq_rel_sys();
     if (r.marks != NULL) batch_mark(r, done, nb, len);
     r.count += nb;
     r.ctrl->tail = r.count;
