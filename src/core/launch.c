@@ -69,6 +69,7 @@ struct gx {
   gpu_func_t *func_bulk;     /* braid_kernel_bulk, for one-slice Simple launches over p2p (bulk_only) */
   int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
   int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
+  int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
   uint64_t ll_part;          /* an LL transfer takes a channel per this many bytes (BRAID_LL_CHANNEL_BYTES) */
   int ll_nch;                /* and at most this many: DEV_LL_CHANNELS, or fewer when nch is */
@@ -174,6 +175,14 @@ static layout_t layout(int nranks, int nch) {
   return l;
 }
 
+/* BRAID_BATCH_PIECES where it is set, held to what a ring has (DEV_SLOTS; 0 and the ring's size both mean no
+ * cap); -1 where it is not: each launch then takes launch_batch's. */
+static int32_t batch_pieces(void) {
+  if (!param_is_set(P_BRAID_BATCH_PIECES)) return -1;
+  int64_t v = param_int(P_BRAID_BATCH_PIECES);
+  return v <= 0 || v >= DEV_SLOTS ? 0 : (int32_t)v;
+}
+
 /* The kernels' view of the communicator: its tables written once to device memory, the dev_comm_t that
  * points at them kept for the launches. */
 static ncclResult_t upload(gx_t *gx, links_t *links) {
@@ -253,6 +262,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_BULK_NAME, &gx->func_bulk), res, fail);
   gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
   gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
+  gx->batch_pieces = batch_pieces();
   gx->ll_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
   /* every channel's part within half a ring: at most GX_LL_PART_MAX per channel, on at most ll_nch */
   uint64_t ll_cap = (uint64_t)gx->ll_nch * GX_LL_PART_MAX;
@@ -715,12 +725,43 @@ static uint64_t ring_pieces(const dev_work_t *w, int i, int send) {
   return pieces;
 }
 
+/* Whether a launch moves data both ways at once: one step, at least two lanes, and both a send and a receive
+ * (an all-reduce out of place, a reduce-scatter, an all-gather, an all-to-all, a send/receive); not a
+ * broadcast, a reduce, a gather, a scatter nor an all-reduce in place, whose blocks only send, only
+ * receive, or do one after the other. On two H100s the two kinds differed in what sped them up
+ * (docs/perf-notes.md, 42): the bulk kernel and short batches made duplex launches up to 15% faster and the
+ * others up to 20% slower. */
+static int duplex(const gx_t *gx, const dev_work_t *w) {
+  if (w->nsteps != 1 || w->step_lanes[0] < 2) return 0;
+  int sends = 0, recvs = 0;
+  for (int i = 0; i < w->nxfers; i++) {
+    sends |= gx->xf[i].send_peer >= 0;
+    recvs |= gx->xf[i].recv_peer >= 0;
+  }
+  return sends && recvs;
+}
+
+/* The largest batch (pieces between two signals to the peer, dev_comm_t.batch_pieces) of a duplex launch
+ * whose transfers are at most GX_DUPLEX_BATCH_MAX bytes: the sender signals every 256 KiB instead of once its
+ * share of the ring (1 MiB) is full, so the peer's receiving blocks work while it sends. Larger transfers
+ * (1 GiB) ran 1-3% slower so. */
+#define GX_DUPLEX_BATCH     2
+#define GX_DUPLEX_BATCH_MAX (128ull << 20)
+
+static int32_t launch_batch(const gx_t *gx, const dev_work_t *w, int dup) {
+  if (gx->batch_pieces >= 0) return gx->batch_pieces;
+  if (!dup) return 0;
+  for (int i = 0; i < w->nxfers; i++)
+    if (gx->xf[i].bytes > GX_DUPLEX_BATCH_MAX) return 0;
+  return GX_DUPLEX_BATCH;
+}
+
 /* Whether the work (one step, its list in the parameters) can take braid_kernel_bulk (dev.h): every transfer
  * Simple and in one slice, each side that has a peer on a connection whose rings have chunk marks, and no
  * ring carrying more than DEV_SLOTS of the launch's pieces, so that room to send only waits for earlier
- * launches. */
-static int bulk_only(const gx_t *gx, const dev_work_t *w) {
-  if (!gx->bulk_kernel || w->nsteps != 1 || w->nxfers > DEV_SMALL_XFERS) return 0;
+ * launches; and a duplex launch (duplex). */
+static int bulk_only(const gx_t *gx, const dev_work_t *w, int dup) {
+  if (!gx->bulk_kernel || !dup || w->nxfers > DEV_SMALL_XFERS) return 0;
   for (int i = 0; i < w->nxfers; i++) {
     const dev_xfer_t *x = &w->xfers[i];
     if ((x->flags & DEV_XF_LL) || dev_nslices(x->bytes, x->nch) > 1) return 0;
@@ -754,7 +795,9 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
     for (int i = 0; i < w->nsteps; i++)
       if (w->step_lanes[i] > widest) widest = w->step_lanes[i];
     uint64_t spill = w->nxfers > DEV_MAX_XFERS ? (uint64_t)w->nxfers * sizeof(dev_xfer_t) : 0;
+    const int dup = duplex(gx, w);
     w->comm = gx->dcomm;
+    w->comm.batch_pieces = launch_batch(gx, w, dup);
     w->ext = NULL;
     w->done = NULL;
     w->tag = 0;
@@ -771,10 +814,10 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
      * launch of a few transfers passes only the head of the work (dev_work_small_t), to braid_kernel_ll when
      * it is LL alone, to braid_kernel_bulk when it is Simple in one slice over p2p */
     int small = spill == 0 && w->nxfers <= DEV_SMALL_XFERS;
-    gpu_func_t *f = !small             ? gx->func
-                    : ll_only(gx, w)   ? gx->func_ll
-                    : bulk_only(gx, w) ? gx->func_bulk
-                                       : gx->func_small;
+    gpu_func_t *f = !small                  ? gx->func
+                    : ll_only(gx, w)        ? gx->func_ll
+                    : bulk_only(gx, w, dup) ? gx->func_bulk
+                                            : gx->func_small;
     unsigned threads = f == gx->func_ll ? ll_threads(w) : f == gx->func_bulk ? bulk_threads(w) : DEV_THREADS;
     ncclResult_t res = gpu_launch(f, (unsigned)(widest * w->nch), threads, w,
                                   small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);

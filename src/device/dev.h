@@ -140,15 +140,15 @@ typedef struct {
  * (dev_work_t.comm); the tables and counters it points at live in device memory. */
 typedef struct {
   int32_t rank, nranks;
-  int32_t nch_max; /* rings per connection */
-  int32_t pad;
-  dev_ring_t *send; /* [nranks * nch_max]: ring c towards peer p at p * nch_max + c */
-  dev_ring_t *recv; /* [nranks * nch_max]: ring c from peer p */
-  uint64_t *sent;   /* [nranks * nch_max] slots this rank produced on each send ring */
-  uint64_t *recvd;  /* [nranks * nch_max] slots this rank consumed on each recv ring */
-  uint64_t *heads;  /* [nranks * nch_max] the consumer's head this rank last read on each send ring: a lower
-                     * bound of the real one (counters only grow), so a send that the cached value already
-                     * allows skips the read across the link */
+  int32_t nch_max;      /* rings per connection */
+  int32_t batch_pieces; /* a Simple batch moves at most this many pieces (0: what the ring allows) */
+  dev_ring_t *send;     /* [nranks * nch_max]: ring c towards peer p at p * nch_max + c */
+  dev_ring_t *recv;     /* [nranks * nch_max]: ring c from peer p */
+  uint64_t *sent;       /* [nranks * nch_max] slots this rank produced on each send ring */
+  uint64_t *recvd;      /* [nranks * nch_max] slots this rank consumed on each recv ring */
+  uint64_t *heads; /* [nranks * nch_max] the consumer's head this rank last read on each send ring: a lower
+                    * bound of the real one (counters only grow), so a send that the cached value already
+                    * allows skips the read across the link */
   dev_ring_t *ll_send; /* [nranks * DEV_LL_CHANNELS]: LL ring c towards peer p at p * DEV_LL_CHANNELS + c
                         * (data NULL: none, Simple only) */
   dev_ring_t *ll_recv; /* [nranks * DEV_LL_CHANNELS] LL ring c from peer p */

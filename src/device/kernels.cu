@@ -274,11 +274,13 @@ __device__ void lane_close(block_state &st) {
 }
 
 /* Thread 0: waits until the next piece of the part can move and returns how many of the `want` next pieces
- * can (0: the wait failed). A receive needs tail > count (an LL receive waits on the lines themselves, in
- * every thread: ll_read); a send needs head + nslots > count. */
+ * can, at most dev_comm_t.batch_pieces where it is set (0: the wait failed). A receive needs tail > count (an
+ * LL receive waits on the lines themselves, in every thread: ll_read); a send needs head + nslots > count. */
 template <class W>
 __device__ uint32_t batch_wait(const W &w, const dev_xfer_t &x, uint32_t xi, uint32_t want, block_state &st) {
   uint64_t v;
+  const uint32_t cap = (uint32_t)w.comm.batch_pieces;
+  if (cap != 0 && want > cap) want = cap;
   if (x.recv_peer >= 0 && !st.rings[st.recv_ring[xi]].ll) {
     ring_use &r = st.rings[st.recv_ring[xi]];
     const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};

@@ -164,15 +164,31 @@ static void send_recv_group(void *buf, size_t count, int calls, int peer, ncclCo
   EXPECT_OK(ncclGroupEnd());
 }
 
+/* The cap on Simple batches the last launch passed its kernel (dev_comm_t.batch_pieces). */
+static int last_batch(const mock_cuda_stats_t *s) {
+  return ((const dev_work_t *)s->last_work)->comm.batch_pieces;
+}
+
 /* Which entry point one-step launches of Simple transfers take: the bulk one while every transfer fits one
- * slice and no ring carries more than DEV_SLOTS of the launch's pieces, else the small one. */
+ * slice, no ring carries more than DEV_SLOTS of the launch's pieces and the launch moves data both ways in
+ * two lanes or more, else the small one; and the cap on batches, 2 pieces in such launches. The all-reduces
+ * are out of place (sends and reduction in lanes of their own) where the bulk one may take them. */
 static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_t comm) {
-  void *buf = (void *)(uintptr_t)0x10000000;
+  void *buf = (void *)(uintptr_t)0x10000000, *out = (void *)(uintptr_t)0x20000000;
   const char simple = bulk ? 'b' : 's';
   /* 16 MiB: one-shot on two ranks, 40 channels of 419,440 bytes (4 pieces each), a warp per 4 KiB chunk */
-  EXPECT_OK(ncclAllReduce(buf, buf, 4u << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclAllReduce(buf, out, 4u << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_entry(s) == simple && (!bulk || s->last_block == DEV_THREADS),
          "a 16 MiB all-reduce: entry point %c, %u threads", last_entry(s), s->last_block);
+  EXPECT(last_batch(s) == 2, "a 16 MiB all-reduce: batches of %d pieces", last_batch(s));
+  /* in place the sends share the reduction's lane: one lane, the small entry point, no cap on batches */
+  EXPECT_OK(ncclAllReduce(buf, buf, 4u << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_entry(s) == 's' && last_batch(s) == 0, "a 16 MiB all-reduce in place: entry point %c, batch %d",
+         last_entry(s), last_batch(s));
+  /* a broadcast's root only sends (its copy and its send in two lanes), the other rank only receives */
+  EXPECT_OK(ncclBroadcast(buf, out, 4u << 20, ncclFloat, 0, comm, NULL));
+  EXPECT(last_entry(s) == 's' && last_batch(s) == 0, "a 16 MiB broadcast: entry point %c, batch %d",
+         last_entry(s), last_batch(s));
   /* four 1 MiB sends and receives: 32 channels, one piece each per ring and transfer */
   send_recv_group(buf, 1u << 18, 4, peer, comm);
   EXPECT(last_entry(s) == simple && (!bulk || s->last_block == 256),
@@ -183,8 +199,9 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
   send_recv_group(buf, 3u << 20, 4, peer, comm);
   EXPECT(last_entry(s) == 's', "4 sends and receives of 12 MiB: entry point %c", last_entry(s));
   /* 64 MiB: the ring all-reduce, more than one slice */
-  EXPECT_OK(ncclAllReduce(buf, buf, 16u << 20, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_entry(s) != 'b', "a 64 MiB all-reduce: entry point %c", last_entry(s));
+  EXPECT_OK(ncclAllReduce(buf, out, 16u << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_entry(s) != 'b' && last_batch(s) == 0, "a 64 MiB all-reduce: entry point %c, batch %d",
+         last_entry(s), last_batch(s));
 }
 
 static void protocol_rank(int rank, int nranks, void *arg) {
@@ -195,9 +212,9 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   mock_cuda_stats_t *s = mock_stats();
   const int simple = getenv("NCCL_PROTO") != NULL, ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0 && !simple;
   const int bulk = param_int(P_BRAID_BULK_KERNEL) != 0;
-  void *buf = (void *)(uintptr_t)0x10000000;
+  void *buf = (void *)(uintptr_t)0x10000000, *out = (void *)(uintptr_t)0x20000000;
   int n;
-  EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, ncclSum, comm, NULL));
   const char tiny = ll_kernel ? 'l' : simple && bulk ? 'b' : 's';
   EXPECT(last_entry(s) == tiny, "an 8-byte all-reduce takes entry point %c, not %c", tiny, last_entry(s));
   EXPECT(s->last_block == (tiny != 's' ? 32u : DEV_THREADS), "an 8-byte all-reduce: %u threads per block",
@@ -205,27 +222,27 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   EXPECT(last_launch_ll(s, !simple, 1, &n), "8-byte all-reduce (%d transfers): LL %s expected", n,
          simple ? "off" : "on");
   /* an LL transfer takes a channel per 4 KiB by default, up to 32 */
-  EXPECT_OK(ncclAllReduce(buf, buf, 1025, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclAllReduce(buf, out, 1025, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 2, &n), "4 KiB + 4: two LL channels");
   EXPECT(s->last_block == (ll_kernel        ? 288u
                            : simple && bulk ? 64u
                                             : DEV_THREADS),
          "4 KiB + 4: parts of 2064 bytes (LL) or one of 4112 (Simple), %u threads", s->last_block);
-  EXPECT_OK(ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclAllReduce(buf, out, 4096, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 4, &n), "16 KiB: four LL channels");
   EXPECT(((const dev_work_t *)s->last_work)->nch == (simple ? 1 : 4), "16 KiB: blocks per lane");
-  EXPECT_OK(ncclAllReduce(buf, buf, 16384, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclAllReduce(buf, out, 16384, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 16, &n), "64 KiB: LL on 16 channels");
-  EXPECT_OK(ncclAllReduce(buf, buf, 65536, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclAllReduce(buf, out, 65536, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 32, &n), "256 KiB: LL on 32 channels");
   EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
          "256 KiB: parts of 8 KiB (LL) or 32 KiB (Simple, a warp per 4 KiB), %u threads", s->last_block);
-  EXPECT_OK(ncclAllReduce(buf, buf, 131072, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclAllReduce(buf, out, 131072, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 32, &n), "512 KiB: the largest LL transfer by default, on 32 channels");
   EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
          "512 KiB: one LL piece per channel%s, %u threads", ll_kernel ? ", the LL entry point" : "",
          s->last_block);
-  EXPECT_OK(ncclAllReduce(buf, buf, 131073, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclAllReduce(buf, out, 131073, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, 0, 0, &n), "512 KiB + 4: Simple");
   EXPECT(last_entry(s) == (bulk ? 'b' : 's'), "512 KiB + 4: Simple through the %s entry point",
          bulk ? "bulk" : "small");
@@ -241,11 +258,11 @@ static void protocol_rank(int rank, int nranks, void *arg) {
            last_entry(s));
   }
   EXPECT_OK(ncclGroupStart());
-  for (int i = 0; i < 2; i++) EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, ncclSum, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
   EXPECT(last_entry(s) == 's', "two all-reduces in a group: two steps, the small entry point");
   EXPECT_OK(ncclGroupStart());
-  for (int i = 0; i < 10; i++) EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
+  for (int i = 0; i < 10; i++) EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, ncclSum, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
   EXPECT(((const dev_work_t *)s->last_work)->done == NULL,
          "a launch whose list fits the parameters has no queue entry to report");
