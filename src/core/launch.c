@@ -70,6 +70,7 @@ struct gx {
   int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
   int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
+  int spread;                /* BRAID_SPREAD: launches of one lane on every other block (dev_comm_t.spread) */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
   uint64_t ll_part;          /* an LL transfer takes a channel per this many bytes (BRAID_LL_CHANNEL_BYTES) */
   int ll_nch;                /* and at most this many: DEV_LL_CHANNELS, or fewer when nch is */
@@ -263,6 +264,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
   gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
   gx->batch_pieces = batch_pieces();
+  gx->spread = param_int(P_BRAID_SPREAD) != 0;
   gx->ll_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
   /* every channel's part within half a ring: at most GX_LL_PART_MAX per channel, on at most ll_nch */
   uint64_t ll_cap = (uint64_t)gx->ll_nch * GX_LL_PART_MAX;
@@ -797,7 +799,7 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
     uint64_t spill = w->nxfers > DEV_MAX_XFERS ? (uint64_t)w->nxfers * sizeof(dev_xfer_t) : 0;
     const int dup = duplex(gx, w);
     w->comm = gx->dcomm;
-    w->comm.batch_pieces = launch_batch(gx, w, dup);
+    w->comm.batch_pieces = (int16_t)launch_batch(gx, w, dup);
     w->ext = NULL;
     w->done = NULL;
     w->tag = 0;
@@ -819,6 +821,12 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
                     : bulk_only(gx, w, dup) ? gx->func_bulk
                                             : gx->func_small;
     unsigned threads = f == gx->func_ll ? ll_threads(w) : f == gx->func_bulk ? bulk_threads(w) : DEV_THREADS;
+    /* a launch of one lane on the even blocks of a grid twice as wide (dev.h, block_place): a block alone
+     * in its pair of SMs moved 4-7% more from 64 MiB up on two H100s (docs/perf-notes.md, 47) */
+    if (gx->spread && widest == 1 && f != gx->func_ll && f != gx->func_bulk) {
+      widest = 2;
+      w->comm.interleave = 2;
+    }
     ncclResult_t res = gpu_launch(f, (unsigned)(widest * w->nch), threads, w,
                                   small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
     if (res != ncclSuccess) {

@@ -141,7 +141,8 @@ typedef struct {
 typedef struct {
   int32_t rank, nranks;
   int32_t nch_max;      /* rings per connection */
-  int32_t batch_pieces; /* a Simple batch moves at most this many pieces (0: what the ring allows) */
+  int16_t batch_pieces; /* a Simple batch moves at most this many pieces (0: what the ring allows) */
+  int16_t interleave;   /* > 1: block b serves lane b % interleave, channel b / interleave (block_place) */
   dev_ring_t *send;     /* [nranks * nch_max]: ring c towards peer p at p * nch_max + c */
   dev_ring_t *recv;     /* [nranks * nch_max]: ring c from peer p */
   uint64_t *sent;       /* [nranks * nch_max] slots this rank produced on each send ring */
@@ -283,8 +284,10 @@ DEV_INLINE uint32_t dev_npieces(uint64_t len) {
 
 /* The kernel: extern "C" __global__ void braid_kernel(dev_work_t work), launched with
  * grid = max(step_lanes) * work.nch blocks of DEV_THREADS threads; block b serves lane b / work.nch, channel
- * b % work.nch (rings are still indexed peer * nch_max + channel). The embedded fatbin that holds it (made
- * by nvcc from src/device) is reached through these symbols; dev_fatbin_size is 0 in a build without CUDA. */
+ * b % work.nch, or, when comm.interleave > 1, lane b % interleave, channel b / interleave (a launch of one
+ * lane then has a grid of 2 * work.nch, whose odd blocks serve no lane); rings are still indexed
+ * peer * nch_max + channel. The embedded fatbin that holds it (made by nvcc from src/device) is reached
+ * through these symbols; dev_fatbin_size is 0 in a build without CUDA. */
 extern const unsigned char dev_fatbin[];
 extern const unsigned long long dev_fatbin_size;
 

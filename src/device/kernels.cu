@@ -589,8 +589,10 @@ template <class W> __device__ __forceinline__ void kernel_run(const W &param) {
     failed = !work_valid(w);
     if (threadIdx.x == 0) {
       if (!failed) {
-        st.lane = blockIdx.x / (uint32_t)w.nch;
-        st.channel = blockIdx.x % (uint32_t)w.nch;
+        uint32_t lane, c;
+        block_place(w, (uint32_t)w.nch, lane, c);
+        st.lane = lane;
+        st.channel = c;
         st.step = 0;
       } else {
         error_record(&w.comm, DEV_ERR_INVALID, -1, -1, 0, w.seq, 0);

@@ -180,15 +180,26 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
   EXPECT_OK(ncclAllReduce(buf, out, 4u << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_entry(s) == simple && (!bulk || s->last_block == DEV_THREADS),
          "a 16 MiB all-reduce: entry point %c, %u threads", last_entry(s), s->last_block);
-  EXPECT(last_batch(s) == 2, "a 16 MiB all-reduce: batches of %d pieces", last_batch(s));
+  EXPECT(last_batch(s) == 2 && ((const dev_work_t *)s->last_work)->comm.interleave == 0,
+         "a 16 MiB all-reduce: batches of %d pieces, two lanes side by side", last_batch(s));
   /* in place the sends share the reduction's lane: one lane, the small entry point, no cap on batches */
   EXPECT_OK(ncclAllReduce(buf, buf, 4u << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_entry(s) == 's' && last_batch(s) == 0, "a 16 MiB all-reduce in place: entry point %c, batch %d",
          last_entry(s), last_batch(s));
+  /* one lane: with BRAID_SPREAD (the default) on the even blocks of a grid twice as wide */
+  const int spread = param_int(P_BRAID_SPREAD) != 0;
+  const dev_work_t *lw = (const dev_work_t *)s->last_work;
+  EXPECT(lw->comm.interleave == (spread ? 2 : 0) && s->last_grid == (spread ? 2u : 1u) * lw->nch,
+         "in place: one lane of %u channels on %u blocks, interleave %d", (unsigned)lw->nch, s->last_grid,
+         lw->comm.interleave);
   /* a broadcast's root only sends (its copy and its send in two lanes), the other rank only receives */
   EXPECT_OK(ncclBroadcast(buf, out, 4u << 20, ncclFloat, 0, comm, NULL));
   EXPECT(last_entry(s) == 's' && last_batch(s) == 0, "a 16 MiB broadcast: entry point %c, batch %d",
          last_entry(s), last_batch(s));
+  EXPECT(lw->comm.interleave == (peer == 1 || !spread ? 0 : 2) &&
+             s->last_grid == (peer == 1 || spread ? 2u : 1u) * lw->nch,
+         "a 16 MiB broadcast: two lanes on the root, one spread on the other rank (%u blocks, interleave %d)",
+         s->last_grid, lw->comm.interleave);
   /* four 1 MiB sends and receives: 32 channels, one piece each per ring and transfer */
   send_recv_group(buf, 1u << 18, 4, peer, comm);
   EXPECT(last_entry(s) == simple && (!bulk || s->last_block == 256),
@@ -274,12 +285,13 @@ static void protocol_rank(int rank, int nranks, void *arg) {
 }
 
 /* Which entry point a launch takes, and which transfers the executor marks LL, as NCCL_PROTO,
- * BRAID_LL_KERNEL and BRAID_BULK_KERNEL say (the bulk kernel both on and off, whatever its default). */
+ * BRAID_LL_KERNEL and BRAID_BULK_KERNEL say (the bulk kernel both on and off, whatever its default), and
+ * how BRAID_SPREAD places a launch of one lane. */
 static void protocol_marks(void) {
   static const char *const modes[] = {"defaults",
                                       "NCCL_PROTO=Simple",
                                       "BRAID_LL_KERNEL=0",
-                                      "NCCL_PROTO=Simple BRAID_BULK_KERNEL=0",
+                                      "NCCL_PROTO=Simple BRAID_BULK_KERNEL=0 BRAID_SPREAD=0",
                                       "BRAID_BULK_KERNEL=1",
                                       "NCCL_PROTO=Simple BRAID_BULK_KERNEL=1"};
   setenv("BRAID_DEVICE", "cuda", 1);
@@ -289,9 +301,11 @@ static void protocol_marks(void) {
     unsetenv("NCCL_PROTO");
     unsetenv("BRAID_LL_KERNEL");
     unsetenv("BRAID_BULK_KERNEL");
+    unsetenv("BRAID_SPREAD");
     if (mode == 1 || mode == 3 || mode == 5) setenv("NCCL_PROTO", "Simple", 1);
     if (mode == 2) setenv("BRAID_LL_KERNEL", "0", 1);
     if (mode == 3) setenv("BRAID_BULK_KERNEL", "0", 1);
+    if (mode == 3) setenv("BRAID_SPREAD", "0", 1);
     if (mode >= 4) setenv("BRAID_BULK_KERNEL", "1", 1);
     shared_t sh;
     EXPECT_OK(ncclGetUniqueId(&sh.id));
@@ -300,6 +314,7 @@ static void protocol_marks(void) {
   unsetenv("NCCL_PROTO");
   unsetenv("BRAID_LL_KERNEL");
   unsetenv("BRAID_BULK_KERNEL");
+  unsetenv("BRAID_SPREAD");
 }
 
 /* Channels per connection: the widest launch (2 * nranks - 1 lanes) fits ten elevenths of the GPU's SMs,
