@@ -70,7 +70,7 @@ struct gx {
   int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
   int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
-  int spread;                /* BRAID_SPREAD: launches of one lane on every other block (dev_comm_t.spread) */
+  int spread;                /* BRAID_SPREAD: one-lane launches on even blocks (dev_comm_t.interleave) */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
   uint64_t ll_part;          /* an LL transfer takes a channel per this many bytes (BRAID_LL_CHANNEL_BYTES) */
   int ll_nch;                /* and at most this many: DEV_LL_CHANNELS, or fewer when nch is */
@@ -731,7 +731,7 @@ static uint64_t ring_pieces(const dev_work_t *w, int i, int send) {
  * (an all-reduce out of place, a reduce-scatter, an all-gather, an all-to-all, a send/receive); not a
  * broadcast, a reduce, a gather, a scatter nor an all-reduce in place, whose blocks only send, only
  * receive, or do one after the other. On two H100s the two kinds differed in what sped them up
- * (docs/perf-notes.md, 42): the bulk kernel and short batches made duplex launches up to 15% faster and the
+ * (docs/perf-notes.md, 45): the bulk kernel and short batches made duplex launches up to 15% faster and the
  * others up to 20% slower. */
 static int duplex(const gx_t *gx, const dev_work_t *w) {
   if (w->nsteps != 1 || w->step_lanes[0] < 2) return 0;

@@ -234,9 +234,7 @@ __device__ void bulk_close(const bulk_side &sd) {
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_bulk(const __grid_constant__ dev_work_small_t work) {
   __shared__ bulk_task tasks[DEV_SMALL_XFERS];
-  const uint32_t nch = work.nch > 0 ? work.nch : 1;
-  uint32_t lane, c;
-  block_place(work, nch, lane, c);
+  const uint32_t nch = work.nch > 0 ? work.nch : 1, lane = blockIdx.x / nch, c = blockIdx.x % nch;
   bulk_side sd = {};
   int failed = 0;
   if (threadIdx.x < 32) {

@@ -575,6 +575,18 @@ template <class W> __device__ __forceinline__ void work_copy(const W &param, W &
   __syncthreads();
 }
 
+/* The block's lane and channel: block b serves lane b / nch and channel b % nch, or, where the host
+ * interleaved the lanes (dev_comm_t.interleave, the grid's lanes), lane b % interleave and channel
+ * b / interleave, so that neighbouring blocks serve different lanes. A launch of one lane is so spread over
+ * a grid twice as wide, whose odd blocks form a lane the work does not have: they only meet the grid
+ * barriers. */
+template <class W>
+__device__ __forceinline__ void block_place(const W &w, uint32_t nch, uint32_t &lane, uint32_t &c) {
+  const uint32_t k = (uint32_t)w.comm.interleave;
+  lane = k > 1 ? blockIdx.x % k : blockIdx.x / nch;
+  c = k > 1 ? blockIdx.x / k : blockIdx.x % nch;
+}
+
 /* The kernel (dev.h), for either entry point. The work is read from its copy in shared memory. A block's
  * position in the work (lane, channel, step, the lane's transfers) lives in shared memory too: thread 0 moves
  * it on between barriers, and keeping it out of registers leaves them to the reduction loops, whose calls

@@ -1,7 +1,7 @@
 /*
  * What every kernel entry point checks of a transfer before it moves a byte (kernels.cu, bulk.cuh): the host
  * builds the work, so a transfer that fails here is a bug, reported as DEV_ERR_INVALID rather than a wild
- * access. And where a block sits in the work (block_place).
+ * access.
  */
 #ifndef BRAID_DEVICE_XFER_CUH
 #define BRAID_DEVICE_XFER_CUH
@@ -61,18 +61,6 @@ __device__ __forceinline__ bool side_xfer_sync(const side_xfer &s, uint32_t move
   const uint64_t prev_bytes = __shfl_sync(all, s.x.bytes, prev);
   const uint32_t prev_nch = __shfl_sync(all, (uint32_t)s.x.nch, prev);
   return movers != 0 && (prev_bytes != s.x.bytes || prev_nch != s.x.nch);
-}
-
-/* The block's lane and channel: block b serves lane b / nch and channel b % nch, or, where the host
- * interleaved the lanes (dev_comm_t.interleave, the grid's lanes), lane b % interleave and channel
- * b / interleave, so that neighbouring blocks serve different lanes. A launch of one lane is so spread over
- * a grid twice as wide, whose odd blocks form a lane the work does not have: they only meet the grid
- * barriers. */
-template <class W>
-__device__ __forceinline__ void block_place(const W &w, uint32_t nch, uint32_t &lane, uint32_t &c) {
-  const uint32_t k = (uint32_t)w.comm.interleave;
-  lane = k > 1 ? blockIdx.x % k : blockIdx.x / nch;
-  c = k > 1 ? blockIdx.x / k : blockIdx.x % nch;
 }
 
 #endif
