@@ -70,7 +70,8 @@ struct gx {
   int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
   int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
-  int spread;                /* BRAID_SPREAD: one-lane launches on even blocks (dev_comm_t.interleave) */
+  int spread;                /* lanes of the widest step (BRAID_SPREAD): narrower launches spread their blocks
+                              * over a grid of that many lanes (dev_comm_t.interleave); 0: never */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
   uint64_t ll_part;          /* an LL transfer takes a channel per this many bytes (BRAID_LL_CHANNEL_BYTES) */
   int ll_nch;                /* and at most this many: DEV_LL_CHANNELS, or fewer when nch is */
@@ -138,8 +139,13 @@ _Static_assert(PLAN_LL_MAX <= (uint64_t)DEV_LL_CHANNELS * GX_LL_PART_MAX &&
 _Static_assert(2 * (PLAN_ONESHOT_MAX_RANKS - 1) <= DEV_LANE_RINGS,
                "one-shot lanes exceed the kernel's rings");
 
+/* The most lanes a step can have: a send to every peer, a receive from every peer and one local. */
+static int lanes_max(int nranks) {
+  return nranks > 1 ? 2 * nranks - 1 : 1;
+}
+
 int gx_channels(int nranks, int sms) {
-  int lanes = nranks > 1 ? 2 * nranks - 1 : 1; /* the most lanes a step can have */
+  int lanes = lanes_max(nranks);
   /* a launch's blocks wait for each other, so they must all run at once, one per SM (the kernel takes a
    * whole SM's registers): the widest launch stays within ten elevenths of the SMs (120 of 132) */
   int fit = sms * 10 / 11 / lanes;
@@ -247,6 +253,17 @@ static ncclResult_t queue_init(gx_t *gx) {
   return ncclSuccess;
 }
 
+/* The grid, in lanes, that launches narrower than it spread their blocks over: the most lanes a step can
+ * have (gx_channels sized the channels so that this many lanes of them fit the GPU), at most BRAID_SPREAD
+ * when that is 2 or more; 0 (no spreading) when BRAID_SPREAD is 0 or a step has one lane at most. */
+static int spread_lanes(int nranks) {
+  int lanes = lanes_max(nranks);
+  int64_t want = param_int(P_BRAID_SPREAD);
+  if (want <= 0) return 0;
+  if (want >= 2 && want < lanes) lanes = (int)want;
+  return lanes >= 2 ? lanes : 0;
+}
+
 ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, alloc_acct_t *acct,
                      const char *name, gx_t **gx_p) {
   ncclResult_t res;
@@ -264,7 +281,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
   gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
   gx->batch_pieces = batch_pieces();
-  gx->spread = param_int(P_BRAID_SPREAD) != 0;
+  gx->spread = spread_lanes(nranks);
   gx->ll_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
   /* every channel's part within half a ring: at most GX_LL_PART_MAX per channel, on at most ll_nch */
   uint64_t ll_cap = (uint64_t)gx->ll_nch * GX_LL_PART_MAX;
@@ -789,6 +806,19 @@ static unsigned bulk_threads(const dev_work_t *w) {
   return chunks * 32 < DEV_THREADS ? (unsigned)chunks * 32 : DEV_THREADS;
 }
 
+/* Whether the launch's blocks spread over the widest step's grid rather than two lanes' (flush): where a
+ * transfer (gx->xf) moves more than a ring's DEV_SLOTS pieces per channel, so that its senders wait for
+ * their receivers to free slots, and none receives and forwards (a ring all-reduce). */
+static int spread_widest(const gx_t *gx) {
+  int cycles = 0;
+  for (int i = 0; i < gx->work.nxfers; i++) {
+    const dev_xfer_t *x = &gx->xf[i];
+    if (x->send_peer >= 0 && x->recv_peer >= 0) return 0;
+    if (x->bytes > (uint64_t)x->nch * DEV_SLOTS * DEV_SLOT_BYTES) cycles = 1;
+  }
+  return cycles;
+}
+
 /* Launches the work built so far (if any) and starts a new one. */
 static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
   dev_work_t *w = &gx->work;
@@ -821,11 +851,15 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
                     : bulk_only(gx, w, dup) ? gx->func_bulk
                                             : gx->func_small;
     unsigned threads = f == gx->func_ll ? ll_threads(w) : f == gx->func_bulk ? bulk_threads(w) : DEV_THREADS;
-    /* a launch of one lane on the even blocks of a grid twice as wide (dev.h, block_place): a block alone
-     * in its pair of SMs moved 4-7% more from 64 MiB up on two H100s (docs/perf-notes.md, 47) */
-    if (gx->spread && widest == 1 && f != gx->func_ll && f != gx->func_bulk) {
-      widest = 2;
-      w->comm.interleave = 2;
+    /* a launch of fewer lanes than the widest step can have spreads its blocks over a wider grid (dev.h,
+     * block_place): on two H100s a one-lane launch moved 4-7% more from 64 MiB up on every second block
+     * than side by side, and a launch whose transfers cycle their rings 3-5% more from 256 MiB up on every
+     * third; every third cost smaller launches up to 1 us and a ring all-reduce 3% at 256 MiB
+     * (docs/perf-notes.md, 47 and 48) */
+    int k = gx->spread > 2 && !spread_widest(gx) ? 2 : gx->spread;
+    if (k > widest && f != gx->func_ll && f != gx->func_bulk) {
+      widest = k;
+      w->comm.interleave = (int16_t)k;
     }
     ncclResult_t res = gpu_launch(f, (unsigned)(widest * w->nch), threads, w,
                                   small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);

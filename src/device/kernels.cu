@@ -577,9 +577,8 @@ template <class W> __device__ __forceinline__ void work_copy(const W &param, W &
 
 /* The block's lane and channel: block b serves lane b / nch and channel b % nch, or, where the host
  * interleaved the lanes (dev_comm_t.interleave, the grid's lanes), lane b % interleave and channel
- * b / interleave, so that neighbouring blocks serve different lanes. A launch of one lane is so spread over
- * a grid twice as wide, whose odd blocks form a lane the work does not have: they only meet the grid
- * barriers. */
+ * b / interleave, so that neighbouring blocks serve different lanes. A launch of fewer lanes than that is so
+ * spread over a wider grid: the blocks of lanes it does not have only meet the grid barriers. */
 template <class W>
 __device__ __forceinline__ void block_place(const W &w, uint32_t nch, uint32_t &lane, uint32_t &c) {
   const uint32_t k = (uint32_t)w.comm.interleave;

@@ -186,7 +186,8 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
   EXPECT_OK(ncclAllReduce(buf, buf, 4u << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_entry(s) == 's' && last_batch(s) == 0, "a 16 MiB all-reduce in place: entry point %c, batch %d",
          last_entry(s), last_batch(s));
-  /* one lane: with BRAID_SPREAD (the default) on the even blocks of a grid twice as wide */
+  /* one lane of parts within a ring: with BRAID_SPREAD (the default) on the even blocks of a grid twice as
+   * wide */
   const int spread = param_int(P_BRAID_SPREAD) != 0;
   const dev_work_t *lw = (const dev_work_t *)s->last_work;
   EXPECT(lw->comm.interleave == (spread ? 2 : 0) && s->last_grid == (spread ? 2u : 1u) * lw->nch,
@@ -200,6 +201,17 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
              s->last_grid == (peer == 1 || spread ? 2u : 1u) * lw->nch,
          "a 16 MiB broadcast: two lanes on the root, one spread on the other rank (%u blocks, interleave %d)",
          s->last_grid, lw->comm.interleave);
+  /* 64 MiB: 1.6 MiB per channel, more than a ring holds; both ranks' blocks on every third of a grid of
+   * three lanes (the widest step two ranks can have) */
+  EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
+  EXPECT(lw->comm.interleave == (spread ? 3 : 0) && s->last_grid == (spread ? 3u : peer == 1 ? 2u : 1u) * lw->nch,
+         "a 64 MiB broadcast: %u blocks for %u channels, interleave %d", s->last_grid, (unsigned)lw->nch,
+         lw->comm.interleave);
+  /* but a ring all-reduce, whose lane receives and forwards, keeps two lanes' grid */
+  EXPECT_OK(ncclAllReduce(buf, buf, 64u << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(lw->comm.interleave == (spread ? 2 : 0) && s->last_grid == (spread ? 2u : 1u) * lw->nch,
+         "a 256 MiB all-reduce: %u blocks for %u channels, interleave %d", s->last_grid, (unsigned)lw->nch,
+         lw->comm.interleave);
   /* four 1 MiB sends and receives: 32 channels, one piece each per ring and transfer */
   send_recv_group(buf, 1u << 18, 4, peer, comm);
   EXPECT(last_entry(s) == simple && (!bulk || s->last_block == 256),
