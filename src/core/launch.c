@@ -856,10 +856,12 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
      * than side by side, and a launch whose transfers cycle their rings 3-5% more from 256 MiB up on every
      * third; every third cost smaller launches up to 1 us and a ring all-reduce 3% at 256 MiB
      * (docs/perf-notes.md, 47 and 48) */
-    int k = gx->spread > 2 && !spread_widest(gx) ? 2 : gx->spread;
-    if (k > widest && f != gx->func_ll && f != gx->func_bulk) {
-      widest = k;
-      w->comm.interleave = (int16_t)k;
+    if (gx->spread > widest && f != gx->func_ll && f != gx->func_bulk) {
+      int k = gx->spread > 2 && !spread_widest(gx) ? 2 : gx->spread;
+      if (k > widest) {
+        widest = k;
+        w->comm.interleave = (int16_t)k;
+      }
     }
     ncclResult_t res = gpu_launch(f, (unsigned)(widest * w->nch), threads, w,
                                   small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);

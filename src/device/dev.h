@@ -285,9 +285,9 @@ DEV_INLINE uint32_t dev_npieces(uint64_t len) {
 /* The kernel: extern "C" __global__ void braid_kernel(dev_work_t work), launched with
  * grid = max(step_lanes) * work.nch blocks of DEV_THREADS threads; block b serves lane b / work.nch, channel
  * b % work.nch, or, when comm.interleave > 1, lane b % interleave, channel b / interleave (the grid is then
- * interleave * work.nch, and a block whose lane the launch does not have serves none); rings are still indexed
- * peer * nch_max + channel. The embedded fatbin that holds it (made by nvcc from src/device) is reached
- * through these symbols; dev_fatbin_size is 0 in a build without CUDA. */
+ * interleave * work.nch, and a block whose lane the launch does not have serves none); rings are still
+ * indexed peer * nch_max + channel. The embedded fatbin that holds it (made by nvcc from src/device) is
+ * reached through these symbols; dev_fatbin_size is 0 in a build without CUDA. */
 extern const unsigned char dev_fatbin[];
 extern const unsigned long long dev_fatbin_size;
 

@@ -204,7 +204,8 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
   /* 64 MiB: 1.6 MiB per channel, more than a ring holds; both ranks' blocks on every third of a grid of
    * three lanes (the widest step two ranks can have) */
   EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
-  EXPECT(lw->comm.interleave == (spread ? 3 : 0) && s->last_grid == (spread ? 3u : peer == 1 ? 2u : 1u) * lw->nch,
+  const unsigned lanes = spread ? 3u : peer == 1 ? 2u : 1u; /* the root copies and sends */
+  EXPECT(lw->comm.interleave == (spread ? 3 : 0) && s->last_grid == lanes * lw->nch,
          "a 64 MiB broadcast: %u blocks for %u channels, interleave %d", s->last_grid, (unsigned)lw->nch,
          lw->comm.interleave);
   /* but a ring all-reduce, whose lane receives and forwards, keeps two lanes' grid */
