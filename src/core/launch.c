@@ -827,9 +827,7 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
     for (int i = 0; i < w->nsteps; i++)
       if (w->step_lanes[i] > widest) widest = w->step_lanes[i];
     uint64_t spill = w->nxfers > DEV_MAX_XFERS ? (uint64_t)w->nxfers * sizeof(dev_xfer_t) : 0;
-    const int dup = duplex(gx, w);
     w->comm = gx->dcomm;
-    w->comm.batch_pieces = (int16_t)launch_batch(gx, w, dup);
     w->ext = NULL;
     w->done = NULL;
     w->tag = 0;
@@ -846,8 +844,12 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
      * launch of a few transfers passes only the head of the work (dev_work_small_t), to braid_kernel_ll when
      * it is LL alone, to braid_kernel_bulk when it is Simple in one slice over p2p */
     int small = spill == 0 && w->nxfers <= DEV_SMALL_XFERS;
+    const int ll = small && ll_only(gx, w);
+    /* an LL launch (every small call) moves no Simple batch and takes no bulk kernel: it skips both scans */
+    const int dup = !ll && duplex(gx, w);
+    if (!ll) w->comm.batch_pieces = (int16_t)launch_batch(gx, w, dup);
     gpu_func_t *f = !small                  ? gx->func
-                    : ll_only(gx, w)        ? gx->func_ll
+                    : ll                    ? gx->func_ll
                     : bulk_only(gx, w, dup) ? gx->func_bulk
                                             : gx->func_small;
     unsigned threads = f == gx->func_ll ? ll_threads(w) : f == gx->func_bulk ? bulk_threads(w) : DEV_THREADS;
