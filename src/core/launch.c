@@ -69,6 +69,7 @@ struct gx {
   gpu_func_t *func_bulk;     /* braid_kernel_bulk, for one-slice Simple launches over p2p (bulk_only) */
   int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
   int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
+  int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
   int spread;                /* lanes of the widest step (BRAID_SPREAD): narrower launches spread their blocks
                               * over a grid of that many lanes (dev_comm_t.interleave); 0: never */
@@ -161,7 +162,8 @@ int gx_channels(int nranks, int sms) {
 
 /* Byte offsets of the parts of the device allocation (dev_comm_t's tables). */
 typedef struct {
-  size_t send, recv, sent, recvd, heads, ll_send, ll_recv, ll_sent, ll_recvd, ll_heads, barrier, total;
+  size_t send, recv, sent, recvd, heads, ll_send, ll_recv, ll_sent, ll_recvd, ll_heads, barrier, guards,
+      total;
 } layout_t;
 
 static layout_t layout(int nranks, int nch) {
@@ -178,7 +180,8 @@ static layout_t layout(int nranks, int nch) {
   l.ll_recvd = l.ll_sent + ll_rings * sizeof(uint64_t);
   l.ll_heads = l.ll_recvd + ll_rings * sizeof(uint64_t);
   l.barrier = l.ll_heads + ll_rings * sizeof(uint64_t);
-  l.total = l.barrier + 2 * sizeof(uint32_t);
+  l.guards = l.barrier + 2 * sizeof(uint32_t);
+  l.total = l.guards + (nranks == 2 ? rings * DEV_MARKS_BYTES : 0); /* split lanes take two ranks (flush) */
   return l;
 }
 
@@ -232,6 +235,7 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
                              .ll_recvd = (uint64_t *)(base + l.ll_recvd),
                              .ll_heads = (uint64_t *)(base + l.ll_heads),
                              .barrier = (uint32_t *)(base + l.barrier),
+                             .guards = l.total > l.guards ? (uint64_t *)(base + l.guards) : NULL,
                              .abort_flag = &fd->abort,
                              .error = &fd->error,
                              .timeout_ns = (uint64_t)param_int(P_BRAID_TIMEOUT_S) * 1000000000ull};
@@ -280,6 +284,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_BULK_NAME, &gx->func_bulk), res, fail);
   gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
   gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
+  gx->split_lane = param_int(P_BRAID_SPLIT_LANE) != 0;
   gx->batch_pieces = batch_pieces();
   gx->spread = spread_lanes(nranks);
   gx->ll_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
@@ -775,10 +780,24 @@ static int32_t launch_batch(const gx_t *gx, const dev_work_t *w, int dup) {
   return GX_DUPLEX_BATCH;
 }
 
+/* Whether the launch is one lane of a send to a peer and then a receive from it that overwrites what the
+ * send reads, over the same bytes and channels: an in-place one-shot all-reduce on two ranks, which
+ * braid_kernel_bulk can run split (dev.h, "A split lane"), its sends on blocks of their own as out of place.
+ * In one lane (the general kernel) a block sends each piece before it combines it: on two H100s a 16 MiB
+ * all-reduce in place took 78.7 us so, 72.4 split and 71.7 out of place (docs/perf-notes.md, 49). */
+static int split_pair(const gx_t *gx, const dev_work_t *w) {
+  if (!gx->split_lane || gx->dcomm.guards == NULL || w->nsteps != 1 || w->step_lanes[0] != 1 ||
+      w->nxfers != 2)
+    return 0;
+  const dev_xfer_t *s = &gx->xf[0], *r = &gx->xf[1];
+  return s->send_peer >= 0 && s->recv_peer < 0 && r->recv_peer == s->send_peer && r->send_peer < 0 &&
+         s->src != NULL && r->dst == s->src && s->bytes == r->bytes && s->nch == r->nch;
+}
+
 /* Whether the work (one step, its list in the parameters) can take braid_kernel_bulk (dev.h): every transfer
  * Simple and in one slice, each side that has a peer on a connection whose rings have chunk marks, and no
  * ring carrying more than DEV_SLOTS of the launch's pieces, so that room to send only waits for earlier
- * launches; and a duplex launch (duplex). */
+ * launches; and a duplex launch (duplex) or a split lane (split_pair). */
 static int bulk_only(const gx_t *gx, const dev_work_t *w, int dup) {
   if (!gx->bulk_kernel || !dup || w->nxfers > DEV_SMALL_XFERS) return 0;
   for (int i = 0; i < w->nxfers; i++) {
@@ -846,12 +865,16 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
     int small = spill == 0 && w->nxfers <= DEV_SMALL_XFERS;
     const int ll = small && ll_only(gx, w);
     /* an LL launch (every small call) moves no Simple batch and takes no bulk kernel: it skips both scans */
-    const int dup = !ll && duplex(gx, w);
+    const int dup = !ll && duplex(gx, w), split = small && !ll && !dup && split_pair(gx, w);
     if (!ll) w->comm.batch_pieces = (int16_t)launch_batch(gx, w, dup);
-    gpu_func_t *f = !small                  ? gx->func
-                    : ll                    ? gx->func_ll
-                    : bulk_only(gx, w, dup) ? gx->func_bulk
-                                            : gx->func_small;
+    gpu_func_t *f = !small                          ? gx->func
+                    : ll                            ? gx->func_ll
+                    : bulk_only(gx, w, dup | split) ? gx->func_bulk
+                                                    : gx->func_small;
+    if (split && f == gx->func_bulk) { /* sends on blocks [0, nch), the receive on [nch, 2 nch) */
+      w->comm.split = 1;
+      widest = 2;
+    }
     unsigned threads = f == gx->func_ll ? ll_threads(w) : f == gx->func_bulk ? bulk_threads(w) : DEV_THREADS;
     /* a launch of fewer lanes than the widest step can have spreads its blocks over a wider grid (dev.h,
      * block_place): on two H100s a one-lane launch moved 4-7% more from 64 MiB up on every second block

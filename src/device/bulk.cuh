@@ -18,6 +18,10 @@
  * block. After one block barrier the first warp stores the counts, frees the received slots (head) and
  * publishes the sent ones as the Simple protocol does (sizes, a fence, tail), so that a general kernel on the
  * other side reads them alike.
+ *
+ * A split lane (dev.h; dev_comm_t.split) runs on two halves of the grid: the first nch blocks move the
+ * lane's sends, the next nch its receive, each half opening and closing only its own sides, and guards order
+ * the receive's stores after the send's reads of the same chunk.
  */
 #ifndef BRAID_DEVICE_BULK_CUH
 #define BRAID_DEVICE_BULK_CUH
@@ -48,24 +52,31 @@ struct bulk_ring {
   uint64_t count;
 };
 
+/* What a task of a split lane does with its chunks' guards (dev.h, "A split lane"). */
+enum { BULK_GUARD_NONE = 0, BULK_GUARD_STORE = 1, BULK_GUARD_WAIT = 2 };
+
 /* One transfer of the launch as the first warp prepared it for the block (shared memory). */
 struct bulk_task {
   dev_xfer_t x; /* the transfer, read from the parameters once */
   uint64_t off; /* the block's part of it: [off, off + len) */
   uint32_t len;
-  bulk_ring in;  /* the receive side's ring (data NULL: none) */
-  bulk_ring out; /* the send side's ring (data NULL: none) */
-  uint8_t run;   /* the block has a part of it */
-  uint8_t sync;  /* a block barrier first: its part differs in size or place from the previous one moved */
+  bulk_ring in;    /* the receive side's ring (data NULL: none) */
+  bulk_ring out;   /* the send side's ring (data NULL: none) */
+  bulk_ring guard; /* a split lane's guards (marks: the words, count: the receive ring's), else unused */
+  uint8_t run;     /* the block has a part of it */
+  uint8_t sync;    /* a block barrier first: its part differs in size or place from the previous one moved */
+  uint8_t guarded; /* BULK_GUARD_* */
 };
 
 /* The launch has the shape this entry point runs (the host chose it for that; anything else is a bug,
  * reported as DEV_ERR_INVALID). */
 __device__ bool bulk_work_valid(const dev_work_small_t &w) {
   const dev_comm_t *comm = &w.comm;
+  const bool split = comm->split != 0;
   return (comm->nch_max >= 1) & (w.nch >= 1) & (w.nch <= (uint32_t)comm->nch_max) & (blockDim.x % 32 == 0) &
          (blockDim.x <= DEV_THREADS) & (w.ext == NULL) & (w.nsteps == 1) & (w.nxfers <= DEV_SMALL_XFERS) &
-         (w.step_end[0] == w.nxfers) & (gridDim.x == (uint32_t)w.step_lanes[0] * w.nch);
+         (w.step_end[0] == w.nxfers) & (gridDim.x == (split ? 2u : (uint32_t)w.step_lanes[0]) * w.nch) &
+         (!split | ((w.step_lanes[0] == 1) & (w.nxfers == 2) & (comm->guards != NULL)));
 }
 
 /* Where chunk q of a part lies on its ring: piece q / DEV_MARKS of the side, chunk q % DEV_MARKS of the
@@ -88,8 +99,10 @@ __device__ __forceinline__ uint64_t bulk_mark_value(const bulk_ring &r, uint32_t
 /* The first warp: lane l takes side l % 2 (0: send) of transfer l / 2 on the block's channel. Sides that
  * share a ring (match) take consecutive pieces in list order, and the last of them waits for room for all:
  * the head must have passed every piece up to DEV_SLOTS before the launch's last. Lane 2k then writes task k.
+ * In a split lane (half 0: the sending blocks, 1: the receiving ones; -1: not split) a block takes only its
+ * half's sides and tasks: the transfers that receive on the receiving half, the others on the sending half.
  * Returns the same in every lane: false when a transfer is malformed or the wait failed (nothing moved). */
-__device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, bulk_side &sd,
+__device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, uint32_t c, bulk_side &sd,
                           bulk_task *tasks) {
   const uint32_t all = 0xffffffffu;
   const dev_comm_t *comm = &w.comm;
@@ -98,7 +111,9 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, 
   const dev_xfer_t &x = s.x;
   const dev_span_t &part = s.part;
   const int peer = s.peer;
-  const bool send = s.send, have = s.have, mine = s.mine;
+  const bool send = s.send, have = s.have;
+  const bool here = half < 0 || (half == 1) == (x.recv_peer >= 0); /* the transfer runs on this half */
+  const bool mine = s.mine && here;
   bool bad = have && (!xfer_valid(x, w) | ((x.flags & DEV_XF_LL) != 0) |
                       (dev_nslices(x.bytes, x.nch > 0 ? x.nch : 1) > 1));
   const bool used = mine && peer >= 0 && !bad;
@@ -156,6 +171,12 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, 
     t.out = mine_ring;
     t.run = mine;
     t.sync = sync;
+    t.guarded = BULK_GUARD_NONE;
+    if (half >= 0 && mine) { /* the guards of the receive ring from the pair's peer on this channel */
+      const int g = (half == 0 ? x.send_peer : x.recv_peer) * comm->nch_max + (int)c;
+      t.guard = bulk_ring{NULL, comm->guards + (size_t)g * DEV_SLOTS * DEV_MARKS, __ldcg(&comm->recvd[g])};
+      t.guarded = half == 0 ? BULK_GUARD_STORE : BULK_GUARD_WAIT;
+    }
   }
   return true;
 }
@@ -187,20 +208,28 @@ __device__ bool bulk_run(const dev_work_small_t &w, uint32_t c, const bulk_task 
       pc.bytes = t.len - at < DEV_CHUNK_BYTES ? t.len - at : DEV_CHUNK_BYTES;
       if (t.in.data != NULL) {
         uint64_t v;
-        if (l == 0) ok = wait_at_least(&w.comm, bulk_mark(t.in, q), bulk_mark_value(t.in, q), what, &v);
+        if (l == 0) {
+          ok = wait_at_least(&w.comm, bulk_mark(t.in, q), bulk_mark_value(t.in, q), what, &v);
+          /* a split lane: the sending half has read what this chunk overwrites */
+          if (ok && t.guarded == BULK_GUARD_WAIT)
+            ok = wait_at_least(&w.comm, bulk_mark(t.guard, q), bulk_mark_value(t.guard, q), what, &v);
+        }
         ok = __shfl_sync(all, ok, 0);
-        __syncwarp(); /* lane 0's acquire orders every lane's reads of the chunk */
+        __syncwarp(); /* lane 0's acquire orders every lane's reads (and stores) of the chunk */
         if (!ok) break;
         pc.in = bulk_chunk(t.in, q);
       } else if (t.x.flags & DEV_XF_REDUCE) {
         pc.in = pc.dst; /* a local reduction: the running result an earlier transfer stored */
       }
       piece_combine<32>(t.x, pc, l);
-      if (pc.out != NULL) {
-        __syncwarp(); /* every lane's stores of the chunk before lane 0's fence */
+      if (pc.out != NULL || t.guarded == BULK_GUARD_STORE) {
+        __syncwarp(); /* every lane's loads and stores of the chunk before lane 0's fence */
         if (l == 0) {
           __threadfence_system();
-          *bulk_mark(t.out, q) = bulk_mark_value(t.out, q);
+          if (pc.out != NULL) *bulk_mark(t.out, q) = bulk_mark_value(t.out, q);
+          /* after the fence, not as a release of its own: a release at GPU scope before it made the split
+           * lane 6-12% slower than out of place from 4 MiB (docs/perf-notes.md, 49) */
+          if (t.guarded == BULK_GUARD_STORE) *bulk_mark(t.guard, q) = bulk_mark_value(t.guard, q);
         }
       }
     }
@@ -234,13 +263,16 @@ __device__ void bulk_close(const bulk_side &sd) {
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_bulk(const __grid_constant__ dev_work_small_t work) {
   __shared__ bulk_task tasks[DEV_SMALL_XFERS];
-  const uint32_t nch = work.nch > 0 ? work.nch : 1, lane = blockIdx.x / nch, c = blockIdx.x % nch;
+  const uint32_t nch = work.nch > 0 ? work.nch : 1, c = blockIdx.x % nch;
+  const bool split = work.comm.split != 0;
+  const uint32_t lane = split ? 0 : blockIdx.x / nch; /* a split lane's halves serve lane 0 */
+  const int half = split ? (int)(blockIdx.x / nch) : -1;
   bulk_side sd = {};
   int failed = 0;
   if (threadIdx.x < 32) {
     const bool valid = __all_sync(0xffffffffu, bulk_work_valid(work));
     if (!valid && threadIdx.x == 0) error_record(&work.comm, DEV_ERR_INVALID, -1, (int)c, 0, work.seq, 0);
-    failed = !valid || !bulk_open(work, lane, c, sd, tasks);
+    failed = !valid || !bulk_open(work, lane, half, c, sd, tasks);
   }
   if (__syncthreads_or(failed)) return;
   const bool ok = bulk_run(work, c, tasks);

@@ -79,6 +79,19 @@ typedef struct {
 #define DEV_MARKS       (DEV_SLOT_BYTES / DEV_CHUNK_BYTES)
 #define DEV_MARKS_BYTES ((uint64_t)DEV_SLOTS * DEV_MARKS * sizeof(uint64_t)) /* a ring's marks */
 
+/* A split lane: braid_kernel_bulk may run a lane of two transfers, a send to peer p and a receive from p
+ * that overwrites what the send reads (an in-place all-reduce on two ranks: both over the same bytes and
+ * channels), on two halves of a grid twice as wide (dev_comm_t.split), so that sending and combining run on
+ * different SMs as they do out of place: blocks [0, nch) send, blocks [nch, 2 nch) receive. The receiving
+ * half may overwrite chunk q of its part only once the sending half has read it. Each chunk has a guard word
+ * in this rank's memory (dev_comm_t.guards, laid out as the receive ring's marks); the value for chunk q is
+ * that of the chunk's mark on the receive ring (r + q / DEV_MARKS + 1, r the ring's count before the
+ * launch), stored by the sending warp after its reads of the chunk (a warp barrier, then the system fence
+ * that also publishes the chunk's mark) and awaited by the receiving warp with acquire order before it
+ * stores. Values only grow, as the ring's count does, so a guard of an earlier launch is never taken for
+ * this one's; the sending half reads the ring's count before it stores its first guard, and the receiving
+ * half moves the count on only after its last one, so both halves see the same count. */
+
 /* The low-latency (LL) protocol, for small transfers on connections whose receiver's memory the sender maps
  * (p2p). A connection has DEV_LL_CHANNELS LL rings besides its `nch` rings, back to back DEV_LL_RING_BYTES
  * apart. An LL ring is DEV_LL_SLOTS slots in the receiver's memory, each carrying one piece of at most
@@ -160,6 +173,11 @@ typedef struct {
   const volatile int32_t *abort_flag; /* host-mapped; nonzero: stop every wait */
   dev_error_t *error;                 /* host-mapped */
   uint64_t timeout_ns;                /* a wait longer than this fails with DEV_ERR_TIMEOUT (0: never) */
+  uint64_t
+      *guards;   /* [nranks * nch_max * DEV_SLOTS * DEV_MARKS] a split lane's guards (below), laid out as
+                  * the marks of receive ring c from peer p, at (p * nch_max + c) * DEV_SLOTS * DEV_MARKS */
+  int32_t split; /* 1: braid_kernel_bulk runs the launch's one lane on two halves of its grid (below) */
+  int32_t pad;
 } dev_comm_t;
 
 /* Transfer flags (the same values as the planner's XF_*). SEQ and PREPARED are the host's business (lane

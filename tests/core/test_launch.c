@@ -182,17 +182,31 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
          "a 16 MiB all-reduce: entry point %c, %u threads", last_entry(s), s->last_block);
   EXPECT(last_batch(s) == 2 && ((const dev_work_t *)s->last_work)->comm.interleave == 0,
          "a 16 MiB all-reduce: batches of %d pieces, two lanes side by side", last_batch(s));
-  /* in place the sends share the reduction's lane: one lane, the small entry point, no cap on batches */
-  EXPECT_OK(ncclAllReduce(buf, buf, 4u << 20, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_entry(s) == 's' && last_batch(s) == 0, "a 16 MiB all-reduce in place: entry point %c, batch %d",
-         last_entry(s), last_batch(s));
-  /* one lane of parts within a ring: with BRAID_SPREAD (the default) on the even blocks of a grid twice as
-   * wide */
-  const int spread = param_int(P_BRAID_SPREAD) != 0;
+  /* in place the sends read what the reduction overwrites, in one lane; the bulk kernel splits it (its sends
+   * on the first half of a grid of two lanes, the reduction on the second), else it runs on the small entry
+   * point with no cap on batches */
+  const int spread = param_int(P_BRAID_SPREAD) != 0, split = bulk && param_int(P_BRAID_SPLIT_LANE) != 0;
   const dev_work_t *lw = (const dev_work_t *)s->last_work;
-  EXPECT(lw->comm.interleave == (spread ? 2 : 0) && s->last_grid == (spread ? 2u : 1u) * lw->nch,
+  EXPECT(lw->comm.split == 0, "an all-reduce out of place is not a split lane");
+  EXPECT_OK(ncclAllReduce(buf, buf, 4u << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_entry(s) == (split ? 'b' : 's') && last_batch(s) == 0 && lw->comm.split == split,
+         "a 16 MiB all-reduce in place: entry point %c, batch %d, split %d", last_entry(s), last_batch(s),
+         lw->comm.split);
+  EXPECT(lw->xfers[0].lane == 0 && lw->xfers[1].lane == 0 && lw->xfers[0].send_peer == peer &&
+             lw->xfers[1].recv_peer == peer && lw->xfers[1].dst == buf,
+         "in place: the send, then the reduction, in one lane");
+  /* not split, one lane of parts within a ring: with BRAID_SPREAD (the default) on the even blocks of a grid
+   * twice as wide */
+  const int wide = split || spread;
+  EXPECT(lw->comm.interleave == (!split && spread ? 2 : 0) && s->last_grid == (wide ? 2u : 1u) * lw->nch,
          "in place: one lane of %u channels on %u blocks, interleave %d", (unsigned)lw->nch, s->last_grid,
          lw->comm.interleave);
+  /* a group of two such all-reduces is two steps: not split */
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclAllReduce(buf, buf, 4u << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(lw->comm.split == 0 && last_entry(s) == 's',
+         "two in-place all-reduces in a group: split %d, entry %c", lw->comm.split, last_entry(s));
   /* a broadcast's root only sends (its copy and its send in two lanes), the other rank only receives */
   EXPECT_OK(ncclBroadcast(buf, out, 4u << 20, ncclFloat, 0, comm, NULL));
   EXPECT(last_entry(s) == 's' && last_batch(s) == 0, "a 16 MiB broadcast: entry point %c, batch %d",
@@ -305,7 +319,7 @@ static void protocol_marks(void) {
                                       "NCCL_PROTO=Simple",
                                       "BRAID_LL_KERNEL=0",
                                       "NCCL_PROTO=Simple BRAID_BULK_KERNEL=0 BRAID_SPREAD=0",
-                                      "BRAID_BULK_KERNEL=1",
+                                      "BRAID_BULK_KERNEL=1 BRAID_SPLIT_LANE=0",
                                       "NCCL_PROTO=Simple BRAID_BULK_KERNEL=1"};
   setenv("BRAID_DEVICE", "cuda", 1);
   unsetenv("MOCK_CUDA_STUCK");
@@ -315,11 +329,13 @@ static void protocol_marks(void) {
     unsetenv("BRAID_LL_KERNEL");
     unsetenv("BRAID_BULK_KERNEL");
     unsetenv("BRAID_SPREAD");
+    unsetenv("BRAID_SPLIT_LANE");
     if (mode == 1 || mode == 3 || mode == 5) setenv("NCCL_PROTO", "Simple", 1);
     if (mode == 2) setenv("BRAID_LL_KERNEL", "0", 1);
     if (mode == 3) setenv("BRAID_BULK_KERNEL", "0", 1);
     if (mode == 3) setenv("BRAID_SPREAD", "0", 1);
     if (mode >= 4) setenv("BRAID_BULK_KERNEL", "1", 1);
+    if (mode == 4) setenv("BRAID_SPLIT_LANE", "0", 1);
     shared_t sh;
     EXPECT_OK(ncclGetUniqueId(&sh.id));
     EXPECT(run_ranks(2, 60, protocol_rank, &sh) == 0, "a rank failed (%s)", modes[mode]);
@@ -328,6 +344,7 @@ static void protocol_marks(void) {
   unsetenv("BRAID_LL_KERNEL");
   unsetenv("BRAID_BULK_KERNEL");
   unsetenv("BRAID_SPREAD");
+  unsetenv("BRAID_SPLIT_LANE");
 }
 
 /* Channels per connection: the widest launch (2 * nranks - 1 lanes) fits ten elevenths of the GPU's SMs,

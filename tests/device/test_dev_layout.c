@@ -21,22 +21,22 @@ static void test_struct_sizes(void) {
   EXPECT(sizeof(dev_ring_t) == 24);
   EXPECT(offsetof(dev_ring_t, marks) == 16);
   EXPECT(sizeof(dev_error_t) == 32, "dev_error_t is %zu bytes", sizeof(dev_error_t));
-  EXPECT(sizeof(dev_comm_t) == 128, "dev_comm_t is %zu bytes", sizeof(dev_comm_t));
+  EXPECT(sizeof(dev_comm_t) == 144, "dev_comm_t is %zu bytes", sizeof(dev_comm_t));
   EXPECT(sizeof(dev_xfer_t) == 56, "dev_xfer_t is %zu bytes", sizeof(dev_xfer_t));
   EXPECT(offsetof(dev_xfer_t, recv_peer) == 24);
   EXPECT(offsetof(dev_xfer_t, scalar) == 40);
   EXPECT(offsetof(dev_xfer_t, scalar_ptr) == 48);
-  EXPECT(sizeof(dev_work_t) == 232 + DEV_MAX_XFERS * sizeof(dev_xfer_t), "dev_work_t is %zu bytes",
+  EXPECT(sizeof(dev_work_t) == 248 + DEV_MAX_XFERS * sizeof(dev_xfer_t), "dev_work_t is %zu bytes",
          sizeof(dev_work_t));
   EXPECT(sizeof(dev_work_t) <= 4096, "dev_work_t (%zu bytes) exceeds the kernel parameter limit",
          sizeof(dev_work_t));
-  EXPECT(offsetof(dev_work_t, step_lanes) == 196);
-  EXPECT(offsetof(dev_work_t, nch) == 228, "nch fills the padding before the transfers");
+  EXPECT(offsetof(dev_work_t, step_lanes) == 212);
+  EXPECT(offsetof(dev_work_t, nch) == 244, "nch fills the padding before the transfers");
   EXPECT(offsetof(dev_work_t, xfers) % 8 == 0);
   /* the small entry point reads the head of the same struct */
   EXPECT(offsetof(dev_work_small_t, xfers) == offsetof(dev_work_t, xfers));
   EXPECT(offsetof(dev_work_small_t, nch) == offsetof(dev_work_t, nch));
-  EXPECT(sizeof(dev_work_small_t) == 232 + DEV_SMALL_XFERS * sizeof(dev_xfer_t), "dev_work_small_t is %zu",
+  EXPECT(sizeof(dev_work_small_t) == 248 + DEV_SMALL_XFERS * sizeof(dev_xfer_t), "dev_work_small_t is %zu",
          sizeof(dev_work_small_t));
 }
 

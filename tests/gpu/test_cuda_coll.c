@@ -104,7 +104,11 @@ static int tier_sweeps(tier_t tier, sweep_t *s) {
     s[1] = (sweep_t){{1000003}, 1, ALL_KINDS, ALL_TYPES, OP_SUM, 0, 1};
     s[2] = (sweep_t){{big}, 1, ALL_KINDS, wide, OP_SUM, 0, 1};
     s[3] = (sweep_t){{big}, 1, 1u << K_ALLREDUCE, T(ncclBfloat16) | T(ncclFloat32), ALL_OPS & ~OP_SUM, 0, 1};
-    return 4;
+    /* about a million: a one-shot all-reduce whose in-place form runs split on the bulk kernel (its sends
+     * and its reduction on separate blocks), with every operation */
+    s[4] =
+        (sweep_t){{1000003}, 1, 1u << K_ALLREDUCE, T(ncclBfloat16) | T(ncclFloat32), ALL_OPS & ~OP_SUM, 0, 1};
+    return 5;
   case TIER_LARGE_SINGLE:
     s[0] = (sweep_t){{1000003}, 1, ALL_KINDS, T(ncclInt8) | T(ncclBfloat16) | T(ncclFloat32), OP_SUM, 0, 1};
     s[1] = (sweep_t){{big}, 1, ALL_KINDS, T(ncclFloat32), OP_SUM, 0, 1};
@@ -123,7 +127,7 @@ static int tier_sweeps(tier_t tier, sweep_t *s) {
 }
 
 static void for_tier(tier_t tier, int n, case_fn_t fn, void *arg) {
-  sweep_t s[4];
+  sweep_t s[5];
   int count = tier_sweeps(tier, s);
   uint64_t seed = 7000 + 100000 * (uint64_t)tier;
   for (int i = 0; i < count; i++) sweep(&s[i], n, &seed, fn, arg);
