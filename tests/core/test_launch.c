@@ -259,18 +259,18 @@ static void protocol_rank(int rank, int nranks, void *arg) {
          s->last_block);
   EXPECT(last_launch_ll(s, !simple, 1, &n), "8-byte all-reduce (%d transfers): LL %s expected", n,
          simple ? "off" : "on");
-  /* an LL transfer takes a channel per 4 KiB by default, up to 32 */
+  /* an LL transfer takes a channel per 1 KiB by default, up to 32 */
   EXPECT_OK(ncclAllReduce(buf, out, 1025, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, !simple, 2, &n), "4 KiB + 4: two LL channels");
-  EXPECT(s->last_block == (ll_kernel        ? 288u
+  EXPECT(last_launch_ll(s, !simple, 5, &n), "4 KiB + 4: five LL channels");
+  EXPECT(s->last_block == (ll_kernel        ? 128u
                            : simple && bulk ? 64u
                                             : DEV_THREADS),
-         "4 KiB + 4: parts of 2064 bytes (LL) or one of 4112 (Simple), %u threads", s->last_block);
+         "4 KiB + 4: parts of 832 bytes (LL) or one of 4112 (Simple), %u threads", s->last_block);
   EXPECT_OK(ncclAllReduce(buf, out, 4096, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, !simple, 4, &n), "16 KiB: four LL channels");
-  EXPECT(((const dev_work_t *)s->last_work)->nch == (simple ? 1 : 4), "16 KiB: blocks per lane");
+  EXPECT(last_launch_ll(s, !simple, 16, &n), "16 KiB: sixteen LL channels");
+  EXPECT(((const dev_work_t *)s->last_work)->nch == (simple ? 1 : 16), "16 KiB: blocks per lane");
   EXPECT_OK(ncclAllReduce(buf, out, 16384, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, !simple, 16, &n), "64 KiB: LL on 16 channels");
+  EXPECT(last_launch_ll(s, !simple, 32, &n), "64 KiB: LL on 32 channels");
   EXPECT_OK(ncclAllReduce(buf, out, 65536, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 32, &n), "256 KiB: LL on 32 channels");
   EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
