@@ -173,10 +173,11 @@ typedef struct {
   const volatile int32_t *abort_flag; /* host-mapped; nonzero: stop every wait */
   dev_error_t *error;                 /* host-mapped */
   uint64_t timeout_ns;                /* a wait longer than this fails with DEV_ERR_TIMEOUT (0: never) */
-  uint64_t
-      *guards;   /* [nranks * nch_max * DEV_SLOTS * DEV_MARKS] a split lane's guards (below), laid out as
-                  * the marks of receive ring c from peer p, at (p * nch_max + c) * DEV_SLOTS * DEV_MARKS */
-  int32_t split; /* 1: braid_kernel_bulk runs the launch's one lane on two halves of its grid (below) */
+  /* A split lane's guards ("A split lane" above), laid out as the marks of the receive rings: those of
+   * ring c from peer p at (p * nch_max + c) * DEV_SLOTS * DEV_MARKS; NULL unless the communicator has two
+   * ranks. */
+  uint64_t *guards;
+  int32_t split; /* 1: braid_kernel_bulk runs the launch's one lane on two halves of its grid */
   int32_t pad;
 } dev_comm_t;
 
