@@ -18,8 +18,10 @@
 # Python's nvidia-nccl package ships), NCCL_TESTS_SRC, BUDGET_S (seconds for the whole check, default 500:
 # what does not fit is reported as skipped), GPU_TESTS_S (seconds for the GPU tests on one library, default
 # 200), LARGE (largest size of the one-process-per-GPU runs, default 1G), REF_TESTS (1: always run the GPU
-# tests on NCCL, 0: never, default: with time to spare), NCCL_TESTS (0: skip nccl-tests), WORK (scratch
-# folder for the builds of nccl-tests and the logs; default: a new temporary one).
+# tests on NCCL, 0: never, default: with time to spare), NCCL_TESTS (0: skip nccl-tests), MODES (the
+# nccl-tests modes to run, of "procs graphs alltypes onegpu", default all four: a check that ran out of time
+# can finish in a second run), WORK (scratch folder for the builds of nccl-tests and the logs; default: a new
+# temporary one).
 #
 # $OUT receives summary.md, results.tsv, gpu-tests.tsv, machine.txt, build.log and two tarballs of logs.
 # NVLink multicast stays off for every program started here.
@@ -220,12 +222,18 @@ nt_pair() {
 if [ "$run_nccl_tests" = 1 ]; then
   echo "== nccl-tests"
   bins=$(cd "$work/tests" && ls *_perf | sort)
-  for bin in $bins; do nt_pair procs "$bin" -b 8 -e "$large" -f 2 -c 1; done
-  for bin in $bins; do nt_pair graphs "$bin" -b 8 -e 128M -f 4 -c 1 -G 5; done
-  for bin in all_reduce_perf reduce_scatter_perf reduce_perf; do
-    nt_pair alltypes "$bin" -b 8 -e 1M -f 32 -c 1 -d all -o all
+  for mode in ${MODES:-procs graphs alltypes onegpu}; do
+    case $mode in
+      procs) for bin in $bins; do nt_pair procs "$bin" -b 8 -e "$large" -f 2 -c 1; done ;;
+      graphs) for bin in $bins; do nt_pair graphs "$bin" -b 8 -e 128M -f 4 -c 1 -G 5; done ;;
+      alltypes)
+        for bin in all_reduce_perf reduce_scatter_perf reduce_perf; do
+          nt_pair alltypes "$bin" -b 8 -e 1M -f 32 -c 1 -d all -o all
+        done ;;
+      onegpu) for bin in $bins; do nt_pair onegpu "$bin" -b 8 -e 128M -f 4 -c 1; done ;;
+      *) echo "unknown nccl-tests mode $mode (MODES)" >&2 ;;
+    esac
   done
-  for bin in $bins; do nt_pair onegpu "$bin" -b 8 -e 128M -f 4 -c 1; done
 fi
 
 # ---- The GPU tests on the reference, with time to spare ----
