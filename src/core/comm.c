@@ -138,7 +138,7 @@ static ncclResult_t init_links(ncclComm_t comm) {
                     .peers = comm->peers,
                     .abort_flag = &comm->abort_flag,
                     .ring_bytes = comm->ring_bytes,
-                    .nch = comm->nch,
+                    .nch = gx_rings(comm->nranks, comm->nch),
                     .acct = &comm->acct};
   return links_init(comm->boot, &tc, &comm->acct, &comm->links);
 }

@@ -38,7 +38,7 @@ struct ncclComm {
   _Atomic int busy;        /* threads running work on this communicator (abort waits for 0) */
   int rank, nranks;
   int dev;               /* CUDA device, -1 on the host backend (set before init) */
-  int nch;               /* GPU: rings per connection, the same on all ranks */
+  int nch;               /* GPU: channels a transfer takes at most, the same on all ranks (gx_rings: rings) */
   gx_t *gx;              /* GPU executor state; NULL on the host backend */
   uint64_t nonce;        /* the unique id's nonce: the communicator's identity */
   char name[64];         /* "comm <nonce> rank r" or the config's commName, for messages */

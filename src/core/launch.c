@@ -60,7 +60,10 @@ typedef struct token {
 } token_t;
 
 struct gx {
-  int dev, rank, nranks, nch;
+  int dev, rank, nranks;
+  int nch;   /* channels a transfer takes at most: what the widest step's lanes fit (gx_channels) */
+  int rings; /* rings per connection (gx_rings): the channels of one-way collectives' transfers (wide_step) */
+  unsigned grid_max; /* blocks a launch takes at most: the widest step's lanes of nch channels */
   const char *name;
   alloc_acct_t *acct;
   gpu_func_t *func;          /* braid_kernel */
@@ -160,6 +163,17 @@ int gx_channels(int nranks, int sms) {
   return want > fit ? fit : (int)want;
 }
 
+/* On two ranks a one-way collective's step (broadcast, reduce, gather, scatter: a transfer and at most a
+ * local copy) has two lanes, not the three of the widest step, so its transfers take half as many channels
+ * again in the same grid: on two H100s, 60 channels instead of 40 made reduce at 16 MiB 60.5 -> 57.0 us and
+ * at 1 GiB 2,952-2,996 -> 2,936 us, broadcast in place at 16 MiB 60.0 -> 56.6 us (docs/perf-notes.md, 55).
+ * A function of the ranks and of the channels every rank settled on, so both ends of a connection agree. */
+int gx_rings(int nranks, int nch) {
+  if (nranks != 2) return nch;
+  int rings = nch * 3 / 2;
+  return rings > DEV_MAX_CHANNELS ? DEV_MAX_CHANNELS : rings;
+}
+
 /* Byte offsets of the parts of the device allocation (dev_comm_t's tables). */
 typedef struct {
   size_t send, recv, sent, recvd, heads, ll_send, ll_recv, ll_sent, ll_recvd, ll_heads, barrier, guards,
@@ -196,7 +210,7 @@ static int32_t batch_pieces(void) {
 /* The kernels' view of the communicator: its tables written once to device memory, the dev_comm_t that
  * points at them kept for the launches. */
 static ncclResult_t upload(gx_t *gx, links_t *links) {
-  layout_t l = layout(gx->nranks, gx->nch);
+  layout_t l = layout(gx->nranks, gx->rings);
   char *base = gpu_mem_ptr(gx->mem);
   char *img = calloc(1, l.total);
   if (img == NULL) return log_err(ncclSystemError, "%s: out of host memory (%zu bytes)", gx->name, l.total);
@@ -208,14 +222,14 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
       if (s != NULL) ll_send[p * DEV_LL_CHANNELS + c] = s->ll[c];
       if (r != NULL) ll_recv[p * DEV_LL_CHANNELS + c] = r->ll[c];
     }
-    for (int c = 0; c < gx->nch; c++) {
-      if (s != NULL && c < s->nrings) send[p * gx->nch + c] = s->rings[c];
-      if (r != NULL && c < r->nrings) recv[p * gx->nch + c] = r->rings[c];
+    for (int c = 0; c < gx->rings; c++) {
+      if (s != NULL && c < s->nrings) send[p * gx->rings + c] = s->rings[c];
+      if (r != NULL && c < r->nrings) recv[p * gx->rings + c] = r->rings[c];
     }
     gx->peer_caps[p] = (uint8_t)((ll_send[p * DEV_LL_CHANNELS].data != NULL ? PEER_LL_TO : 0) |
                                  (ll_recv[p * DEV_LL_CHANNELS].data != NULL ? PEER_LL_FROM : 0) |
-                                 (send[p * gx->nch].marks != NULL ? PEER_MARKS_TO : 0) |
-                                 (recv[p * gx->nch].marks != NULL ? PEER_MARKS_FROM : 0));
+                                 (send[p * gx->rings].marks != NULL ? PEER_MARKS_TO : 0) |
+                                 (recv[p * gx->rings].marks != NULL ? PEER_MARKS_FROM : 0));
   }
   void *flags_dev = NULL;
   ncclResult_t res = gpu_host_alloc(sizeof(flags_t), (void **)&gx->flags, &flags_dev);
@@ -223,7 +237,7 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
     flags_t *fd = flags_dev;
     gx->dcomm = (dev_comm_t){.rank = gx->rank,
                              .nranks = gx->nranks,
-                             .nch_max = gx->nch,
+                             .nch_max = gx->rings,
                              .send = (dev_ring_t *)(base + l.send),
                              .recv = (dev_ring_t *)(base + l.recv),
                              .sent = (uint64_t *)(base + l.sent),
@@ -277,7 +291,14 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
                    GX_MAX_RANKS);
   gx_sweep();
   CHECK(MEM_CALLOC(acct, gx, 1, "GPU executor"));
-  *gx = (gx_t){.dev = dev, .rank = rank, .nranks = nranks, .nch = nch, .name = name, .acct = acct};
+  *gx = (gx_t){.dev = dev,
+               .rank = rank,
+               .nranks = nranks,
+               .nch = nch,
+               .rings = gx_rings(nranks, nch),
+               .grid_max = (unsigned)(lanes_max(nranks) * nch),
+               .name = name,
+               .acct = acct};
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_NAME, &gx->func), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_SMALL_NAME, &gx->func_small), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_LL_NAME, &gx->func_ll), res, fail);
@@ -294,7 +315,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->ll_part = plan_tuning()->ll_part < GX_LL_PART_MAX ? plan_tuning()->ll_part : GX_LL_PART_MAX;
   gx->ch_bytes = plan_tuning()->ch_bytes;
   CHECK_GOTO(MEM_CALLOC(acct, gx->peer_caps, (size_t)nranks, "GPU executor: rings per peer"), res, fail);
-  CHECK_GOTO(gpu_dev_alloc(dev, layout(nranks, nch).total, &gx->mem), res, fail);
+  CHECK_GOTO(gpu_dev_alloc(dev, layout(nranks, gx->rings).total, &gx->mem), res, fail);
   mem_charge(acct, gpu_mem_size(gx->mem), 1, "kernel view of the communicator");
   CHECK_GOTO(upload(gx, links), res, fail);
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
@@ -536,11 +557,12 @@ static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane
 
 /* The kernel's form of a planned transfer. A running result (XF_PREPARED) is combined as a plain sum where
  * PreMulSum would scale it again; the kernel never sees that flag's meaning. A transfer of at most ll_max
- * bytes is marked LL and runs on a channel per ll_part bytes, at most ll_nch (dev.h); the mark and the
- * channels depend on the size, the knobs and the communicator's channels only, so both ends of each of its
- * connections agree. Each side of an LL transfer is also marked with its protocol: LL when its connection
- * has an LL ring, which both ends of the connection know alike. */
-static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_t *out) {
+ * bytes is marked LL and runs on a channel per ll_part bytes, at most ll_nch (dev.h); a Simple one on a
+ * channel per ch_bytes, at most `cap` (wide_step). The mark and the channels depend on the size, the knobs,
+ * the collective and the communicator's channels only, so both ends of each of its connections agree. Each
+ * side of an LL transfer is also marked with its protocol: LL when its connection has an LL ring, which both
+ * ends of the connection know alike. */
+static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, int cap, dev_xfer_t *out) {
   const red_t *red = in->red;
   const int ll = in->bytes <= gx->ll_max;
   int flags = (int)in->flags;
@@ -561,9 +583,9 @@ static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, dev_xfer_
                       .flags = (uint8_t)flags,
                       .type = (uint8_t)red->type,
                       .red = (uint8_t)kind,
-                      .nch = (uint8_t)(nch < 1                   ? 1
-                                       : nch > (uint64_t)gx->nch ? (uint64_t)gx->nch
-                                                                 : nch),
+                      .nch = (uint8_t)(nch < 1               ? 1
+                                       : nch > (uint64_t)cap ? (uint64_t)cap
+                                                             : nch),
                       .task = task,
                       .scalar_ptr = red->scalar_dev};
   if (red->kind == RED_SUM_POSTDIV)
@@ -883,10 +905,17 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
      * (docs/perf-notes.md, 47 and 48) */
     if (gx->spread > widest && f != gx->func_ll && f != gx->func_bulk) {
       int k = gx->spread > 2 && !spread_widest(gx) ? 2 : gx->spread;
+      while (k > widest && (unsigned)k * w->nch > gx->grid_max) k--; /* a wide step's channels */
       if (k > widest) {
         widest = k;
         w->comm.interleave = (int16_t)k;
       }
+    }
+    if ((unsigned)widest * w->nch > gx->grid_max) { /* add_step keeps launches within it */
+      wq_cancel(&gx->wq, &slot);
+      return log_err(ncclInternalError,
+                     "%s: a launch of %d lanes of %u channels exceeds the %u blocks it may take", gx->name,
+                     widest, (unsigned)w->nch, gx->grid_max);
     }
     ncclResult_t res = gpu_launch(f, (unsigned)(widest * w->nch), threads, w,
                                   small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
@@ -943,7 +972,18 @@ static ncclResult_t xf_reserve(gx_t *gx, uint32_t n) {
   return ncclSuccess;
 }
 
-/* Appends step `s` of the plan to the launch being built, launching first when it would not fit. */
+/* Whether the step's transfers take up to gx->rings channels instead of gx->nch (gx_rings): a one-way
+ * collective's on two ranks. Every rank's step of a collective serves the same call, so both ends of its
+ * connections agree; point-to-point steps never do, as their ranks' steps differ. */
+static int wide_step(const gx_t *gx, const step_t *st) {
+  const op_kind_t k = st->task->kind;
+  return gx->rings > gx->nch && (k == OP_BROADCAST || k == OP_REDUCE || k == OP_GATHER || k == OP_SCATTER);
+}
+
+/* Appends step `s` of the plan to the launch being built, launching first when it would not fit: in the
+ * parameters or the work queue, or in the grid (a launch's blocks wait for each other, so they must all run
+ * at once: at most grid_max of them, the widest step's lanes of nch channels, which a wide step's two lanes
+ * of more channels also fit but not beside a wider step). */
 static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_ctx_t *lc) {
   const step_t *st = &plan->steps[s];
   dev_work_t *w = &gx->work;
@@ -959,13 +999,25 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
     CHECK(flush(gx, lc, st->task->seq));
   CHECK(xf_reserve(gx, w->nxfers + st->count));
   dev_xfer_t *x = &gx->xf[w->nxfers];
+  const int cap = wide_step(gx, st) ? gx->rings : gx->nch;
+  unsigned nch = 0;
   for (int i = 0; i < st->count; i++) {
-    fill_xfer(gx, &plan->xfers[st->first + i], (uint16_t)(st->task - plan->tasks), &x[i]);
-    if (x[i].nch > w->nch) w->nch = x[i].nch;
+    fill_xfer(gx, &plan->xfers[st->first + i], (uint16_t)(st->task - plan->tasks), cap, &x[i]);
+    if (x[i].nch > nch) nch = x[i].nch;
   }
   int parent[2 * GX_MAX_RANKS + 1], lane_of[2 * GX_MAX_RANKS + 1], mark[4 * GX_MAX_RANKS];
-  w->step_lanes[w->nsteps] = (uint16_t)assign_lanes(x, st->count, gx->nranks, parent, lane_of);
+  const int lanes = assign_lanes(x, st->count, gx->nranks, parent, lane_of);
   CHECK(lanes_check(gx, x, st->count, mark, st->task->seq));
+  unsigned widest = (unsigned)lanes;
+  for (int i = 0; i < w->nsteps; i++)
+    if (w->step_lanes[i] > widest) widest = w->step_lanes[i];
+  if (w->nsteps > 0 && widest * (nch > w->nch ? nch : w->nch) > gx->grid_max) {
+    const uint16_t before = w->nxfers; /* the earlier steps go alone; this one opens the next launch */
+    CHECK(flush(gx, lc, st->task->seq));
+    memmove(gx->xf, gx->xf + before, (size_t)st->count * sizeof *x);
+  }
+  if (nch > w->nch) w->nch = nch;
+  w->step_lanes[w->nsteps] = (uint16_t)lanes;
   w->nxfers = (uint16_t)(w->nxfers + st->count);
   w->step_end[w->nsteps++] = w->nxfers;
   return ncclSuccess;

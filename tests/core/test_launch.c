@@ -207,21 +207,50 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
   EXPECT_OK(ncclGroupEnd());
   EXPECT(lw->comm.split == 0 && last_entry(s) == 's',
          "two in-place all-reduces in a group: split %d, entry %c", lw->comm.split, last_entry(s));
-  /* a broadcast's root only sends (its copy and its send in two lanes), the other rank only receives */
+  /* a broadcast's root only sends (its copy and its send in two lanes), the other rank only receives; a
+   * one-way collective's transfers take half as many channels again (60) as the others (40) */
   EXPECT_OK(ncclBroadcast(buf, out, 4u << 20, ncclFloat, 0, comm, NULL));
   EXPECT(last_entry(s) == 's' && last_batch(s) == 0, "a 16 MiB broadcast: entry point %c, batch %d",
          last_entry(s), last_batch(s));
+  EXPECT(lw->comm.nch_max == 60 && lw->nch == 60 && lw->xfers[0].nch == 60,
+         "a 16 MiB broadcast: %u channels of %d rings", (unsigned)lw->xfers[0].nch, lw->comm.nch_max);
   EXPECT(lw->comm.interleave == (peer == 1 || !spread ? 0 : 2) &&
              s->last_grid == (peer == 1 || spread ? 2u : 1u) * lw->nch,
          "a 16 MiB broadcast: two lanes on the root, one spread on the other rank (%u blocks, interleave %d)",
          s->last_grid, lw->comm.interleave);
-  /* 64 MiB: 1.6 MiB per channel, more than a ring holds; both ranks' blocks on every third of a grid of
-   * three lanes (the widest step two ranks can have) */
+  /* 64 MiB: 1.1 MiB per channel, more than a ring holds; the other rank's blocks on every second block of
+   * a grid of two lanes (three lanes of 60 channels would be more blocks than a launch takes) */
   EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
-  const unsigned lanes = spread ? 3u : peer == 1 ? 2u : 1u; /* the root copies and sends */
-  EXPECT(lw->comm.interleave == (spread ? 3 : 0) && s->last_grid == lanes * lw->nch,
+  const unsigned lanes = spread || peer == 1 ? 2u : 1u; /* the root copies and sends */
+  EXPECT(lw->nch == 60 && lw->comm.interleave == (spread && peer == 0 ? 2 : 0) && s->last_grid == lanes * 60,
          "a 64 MiB broadcast: %u blocks for %u channels, interleave %d", s->last_grid, (unsigned)lw->nch,
          lw->comm.interleave);
+  /* reduce, gather and scatter (root 0) alike: 60 channels, at most two lanes' blocks */
+  EXPECT_OK(ncclReduce(buf, out, 16u << 20, ncclFloat, ncclSum, 0, comm, NULL));
+  EXPECT(lw->nch == 60 && s->last_grid == (spread ? 120u : 60u), "a 64 MiB reduce: %u blocks for %u channels",
+         s->last_grid, (unsigned)lw->nch);
+  EXPECT_OK(ncclGather(buf, out, 8u << 20, ncclFloat, 0, comm, NULL));
+  EXPECT(lw->nch == 60 && s->last_grid <= 120, "a 32 MiB gather: %u blocks for %u channels", s->last_grid,
+         (unsigned)lw->nch);
+  EXPECT_OK(ncclScatter(buf, out, 8u << 20, ncclFloat, 0, comm, NULL));
+  EXPECT(lw->nch == 60 && s->last_grid <= 120, "a 32 MiB scatter: %u blocks for %u channels", s->last_grid,
+         (unsigned)lw->nch);
+  /* an all-gather takes 40 channels, and its step three lanes: beside a broadcast's in one group, it is a
+   * launch of its own (3 x 60 blocks would not all run at once) */
+  EXPECT_OK(ncclAllGather(buf, out, 8u << 20, ncclFloat, comm, NULL));
+  EXPECT(lw->nch == 40 && lw->comm.interleave == 0 && s->last_grid == 3 * 40,
+         "a 64 MiB all-gather: %u blocks for %u channels", s->last_grid, (unsigned)lw->nch);
+  const int before = s->launches;
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
+  EXPECT_OK(ncclAllGather(buf, out, 8u << 20, ncclFloat, comm, NULL));
+  EXPECT_OK(ncclBroadcast(buf, out, 1u << 10, ncclFloat, 0, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(
+      s->launches == before + 2 && lw->nsteps == 2 && lw->nch == 40 && s->last_grid == 3 * 40,
+      "a broadcast, an all-gather and a small broadcast in a group: %d launches, the last of %u steps on %u "
+      "blocks",
+      s->launches - before, (unsigned)lw->nsteps, s->last_grid);
   /* but a ring all-reduce, whose lane receives and forwards, keeps two lanes' grid */
   EXPECT_OK(ncclAllReduce(buf, buf, 64u << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(lw->comm.interleave == (spread ? 2 : 0) && s->last_grid == (spread ? 2u : 1u) * lw->nch,
@@ -369,7 +398,8 @@ static void channel_budget(void) {
 }
 
 /* Ranks asking for different channel counts settle on the fewest: both ends of a connection need the same
- * rings (the work's communicator view says how many). */
+ * rings (the work's communicator view says how many); on two ranks a connection has half as many rings
+ * again, which one-way collectives use. */
 static void channels_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
   setenv("BRAID_CHANNELS", rank == 0 ? "4" : "16", 1);
@@ -381,8 +411,11 @@ static void channels_rank(int rank, int nranks, void *arg) {
   void *buf = (void *)(uintptr_t)0x10000000;
   EXPECT_OK(ncclAllReduce(buf, buf, 1 << 20, ncclFloat, ncclSum, comm, NULL));
   const dev_work_t *w = (const dev_work_t *)s->last_work;
-  EXPECT(w->comm.nch_max == 4 && w->nch <= 4, "rank %d: %d rings per connection, %d blocks per lane", rank,
+  EXPECT(w->comm.nch_max == 6 && w->nch <= 4, "rank %d: %d rings per connection, %d blocks per lane", rank,
          w->comm.nch_max, w->nch);
+  /* a one-way collective's transfers take the rings' 6 channels: rank 1's receive, on rank 0's rings */
+  EXPECT_OK(ncclBroadcast(buf, buf, 1 << 20, ncclFloat, 0, comm, NULL));
+  EXPECT(w->nch == 6 && w->xfers[0].nch == 6, "rank %d: a 4 MiB broadcast on %d channels", rank, w->nch);
   EXPECT_OK(ncclAllReduce(buf, buf, 16384, ncclFloat, ncclSum, comm, NULL));
   w = (const dev_work_t *)s->last_work;
   EXPECT(w->nch == 4 && w->xfers[0].nch == 4, "rank %d: a 64 KiB LL transfer on %d channels of 4", rank,
