@@ -860,13 +860,18 @@ static int spread_widest(const gx_t *gx) {
   return cycles;
 }
 
+/* The most lanes a step of the work built so far has, at least `lanes`. */
+static int widest_step(const dev_work_t *w, int lanes) {
+  for (int i = 0; i < w->nsteps; i++)
+    if (w->step_lanes[i] > lanes) lanes = w->step_lanes[i];
+  return lanes;
+}
+
 /* Launches the work built so far (if any) and starts a new one. */
 static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
   dev_work_t *w = &gx->work;
   if (w->nsteps > 0 && w->nxfers > 0) {
-    int widest = 1;
-    for (int i = 0; i < w->nsteps; i++)
-      if (w->step_lanes[i] > widest) widest = w->step_lanes[i];
+    int widest = widest_step(w, 1);
     uint64_t spill = w->nxfers > DEV_MAX_XFERS ? (uint64_t)w->nxfers * sizeof(dev_xfer_t) : 0;
     w->comm = gx->dcomm;
     w->ext = NULL;
@@ -1008,9 +1013,7 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
   int parent[2 * GX_MAX_RANKS + 1], lane_of[2 * GX_MAX_RANKS + 1], mark[4 * GX_MAX_RANKS];
   const int lanes = assign_lanes(x, st->count, gx->nranks, parent, lane_of);
   CHECK(lanes_check(gx, x, st->count, mark, st->task->seq));
-  unsigned widest = (unsigned)lanes;
-  for (int i = 0; i < w->nsteps; i++)
-    if (w->step_lanes[i] > widest) widest = w->step_lanes[i];
+  const unsigned widest = (unsigned)widest_step(w, lanes);
   if (w->nsteps > 0 && widest * (nch > w->nch ? nch : w->nch) > gx->grid_max) {
     const uint16_t before = w->nxfers; /* the earlier steps go alone; this one opens the next launch */
     CHECK(flush(gx, lc, st->task->seq));

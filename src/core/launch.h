@@ -21,10 +21,9 @@
 
 typedef struct gx gx_t;
 
-/* Channels (rings per connection) for a communicator of `nranks` ranks: the same on every rank. */
+/* Channels a transfer takes at most on a communicator of `nranks` ranks: the same on every rank. */
 int gx_channels(int nranks, int sms);
-/* Rings per connection for those channels: more than nch where some steps have fewer lanes than the widest.
- */
+/* Rings per connection for nch such channels: more where some steps have fewer lanes than the widest. */
 int gx_rings(int nranks, int nch);
 /* Makes the GPU state of a communicator whose connections to every peer are made (links). */
 ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, alloc_acct_t *acct,

@@ -93,12 +93,12 @@ typedef struct {
  * half moves the count on only after its last one, so both halves see the same count. */
 
 /* The low-latency (LL) protocol, for small transfers on connections whose receiver's memory the sender maps
- * (p2p). A connection has DEV_LL_CHANNELS LL rings besides its `nch` rings, back to back DEV_LL_RING_BYTES
- * apart. An LL ring is DEV_LL_SLOTS slots in the receiver's memory, each carrying one piece of at most
- * DEV_LL_PIECE bytes as 16-byte lines; a line holds 8 bytes of data in two 4-byte words, each followed by a
- * 4-byte flag: {d0, flag, d1, flag}. The sender stores every line of a piece with one 16-byte store and
- * flag = (uint32_t)(piece index + 1), the piece index counting the pieces the LL ring has carried; the
- * receiver spins on the lines themselves until both flags of each hold that value. Data and flag land
+ * (p2p). A connection has DEV_LL_CHANNELS LL rings besides its `nch_max` rings, back to back
+ * DEV_LL_RING_BYTES apart. An LL ring is DEV_LL_SLOTS slots in the receiver's memory, each carrying one piece
+ * of at most DEV_LL_PIECE bytes as 16-byte lines; a line holds 8 bytes of data in two 4-byte words, each
+ * followed by a 4-byte flag: {d0, flag, d1, flag}. The sender stores every line of a piece with one 16-byte
+ * store and flag = (uint32_t)(piece index + 1), the piece index counting the pieces the LL ring has carried;
+ * the receiver spins on the lines themselves until both flags of each hold that value. Data and flag land
  * together (a store's 8-byte halves are never seen torn), so there is no fence and no tail counter: one link
  * crossing per piece instead of data, fence and counter.
  *
