@@ -74,6 +74,7 @@ struct gx {
   int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
   int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
+  int one_way;               /* the launch being built has one-way steps only (one_way_kind) */
   int spread;                /* lanes of the widest step (BRAID_SPREAD): narrower launches spread their blocks
                               * over a grid of that many lanes (dev_comm_t.interleave); 0: never */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
@@ -794,9 +795,32 @@ static int duplex(const gx_t *gx, const dev_work_t *w) {
 #define GX_DUPLEX_BATCH     2
 #define GX_DUPLEX_BATCH_MAX (128ull << 20)
 
+/* Whether a collective moves data one way between any two ranks: a broadcast, a reduce, a gather or a
+ * scatter, whose blocks only send, only receive, or do one after the other. */
+static int one_way_kind(op_kind_t k) {
+  return k == OP_BROADCAST || k == OP_REDUCE || k == OP_GATHER || k == OP_SCATTER;
+}
+
+/* A one-way launch (one_way_kind: its blocks only send or only receive) signals every GX_ONEWAY_BATCH pieces
+ * where its largest transfer moves more than GX_ONEWAY_MIN and at most GX_ONEWAY_MAX pieces per channel
+ * (32-64 MiB over 60 channels): on two H200s a broadcast, reduce, gather or scatter of such a size ran 1-3%
+ * faster so, one of fewer pieces (16 MiB) 2-3% slower, and of more about alike (docs/perf-notes.md, 57). */
+#define GX_ONEWAY_BATCH 2
+#define GX_ONEWAY_MIN   3
+#define GX_ONEWAY_MAX   16
+
 static int32_t launch_batch(const gx_t *gx, const dev_work_t *w, int dup) {
   if (gx->batch_pieces >= 0) return gx->batch_pieces;
-  if (!dup) return 0;
+  if (!dup) {
+    if (!gx->one_way || gx->nranks != 2) return 0;
+    uint64_t most = 0;
+    for (int i = 0; i < w->nxfers; i++) {
+      uint64_t per_ch = gx->xf[i].bytes / (gx->xf[i].nch > 0 ? gx->xf[i].nch : 1);
+      if (per_ch > most) most = per_ch;
+    }
+    return most > GX_ONEWAY_MIN * DEV_SLOT_BYTES && most <= GX_ONEWAY_MAX * DEV_SLOT_BYTES ? GX_ONEWAY_BATCH
+                                                                                           : 0;
+  }
   for (int i = 0; i < w->nxfers; i++)
     if (gx->xf[i].bytes > GX_DUPLEX_BATCH_MAX) return 0;
   return GX_DUPLEX_BATCH;
@@ -931,6 +955,7 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
   }
   w->nsteps = w->nxfers = w->nch = 0;
   w->seq = seq;
+  gx->one_way = 1;
   return ncclSuccess;
 }
 
@@ -981,8 +1006,7 @@ static ncclResult_t xf_reserve(gx_t *gx, uint32_t n) {
  * collective's on two ranks. Every rank's step of a collective serves the same call, so both ends of its
  * connections agree; point-to-point steps never do, as their ranks' steps differ. */
 static int wide_step(const gx_t *gx, const step_t *st) {
-  const op_kind_t k = st->task->kind;
-  return gx->rings > gx->nch && (k == OP_BROADCAST || k == OP_REDUCE || k == OP_GATHER || k == OP_SCATTER);
+  return gx->rings > gx->nch && one_way_kind(st->task->kind);
 }
 
 /* Appends step `s` of the plan to the launch being built, launching first when it would not fit: in the
@@ -1019,6 +1043,7 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
     CHECK(flush(gx, lc, st->task->seq));
     memmove(gx->xf, gx->xf + before, (size_t)st->count * sizeof *x);
   }
+  if (!one_way_kind(st->task->kind)) gx->one_way = 0;
   if (nch > w->nch) w->nch = nch;
   w->step_lanes[w->nsteps] = (uint16_t)lanes;
   w->nxfers = (uint16_t)(w->nxfers + st->count);
@@ -1043,6 +1068,7 @@ ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
   gx->group_first_tag = gx->wq.next_tag;
   gx->work.nsteps = gx->work.nxfers = gx->work.nch = 0;
   gx->work.seq = plan->tasks[0].seq;
+  gx->one_way = 1;
   for (int i = 0; i < plan->nsteps; i++) CHECK_GOTO(add_step(gx, plan, i, &lc), res, out);
   CHECK_GOTO(flush(gx, &lc, 0), res, out);
   res = after(gx, plan, lc.s, lc.capturing);

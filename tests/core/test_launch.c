@@ -225,13 +225,20 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
   EXPECT(lw->nch == 60 && lw->comm.interleave == (spread && peer == 0 ? 2 : 0) && s->last_grid == lanes * 60,
          "a 64 MiB broadcast: %u blocks for %u channels, interleave %d", s->last_grid, (unsigned)lw->nch,
          lw->comm.interleave);
+  /* one-way launches of 4-16 pieces per channel signal every 2 pieces (launch_batch): 16 MiB is 2.1 pieces
+   * per channel (above: no cap), 64 MiB 8.5, 128 MiB 17.1 */
+  EXPECT(last_batch(s) == 2, "a 64 MiB broadcast: batches of %d pieces", last_batch(s));
+  EXPECT_OK(ncclBroadcast(buf, out, 32u << 20, ncclFloat, 0, comm, NULL));
+  EXPECT(last_batch(s) == 0, "a 128 MiB broadcast: batches of %d pieces", last_batch(s));
   /* reduce, gather and scatter (root 0) alike: 60 channels, at most two lanes' blocks */
   EXPECT_OK(ncclReduce(buf, out, 16u << 20, ncclFloat, ncclSum, 0, comm, NULL));
   EXPECT(lw->nch == 60 && s->last_grid == (spread ? 120u : 60u), "a 64 MiB reduce: %u blocks for %u channels",
          s->last_grid, (unsigned)lw->nch);
+  EXPECT(last_batch(s) == 2, "a 64 MiB reduce: batches of %d pieces", last_batch(s));
   EXPECT_OK(ncclGather(buf, out, 8u << 20, ncclFloat, 0, comm, NULL));
   EXPECT(lw->nch == 60 && s->last_grid <= 120, "a 32 MiB gather: %u blocks for %u channels", s->last_grid,
          (unsigned)lw->nch);
+  EXPECT(last_batch(s) == 2, "a 32 MiB gather: batches of %d pieces", last_batch(s));
   EXPECT_OK(ncclScatter(buf, out, 8u << 20, ncclFloat, 0, comm, NULL));
   EXPECT(lw->nch == 60 && s->last_grid <= 120, "a 32 MiB scatter: %u blocks for %u channels", s->last_grid,
          (unsigned)lw->nch);
