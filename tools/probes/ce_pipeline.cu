@@ -19,14 +19,8 @@
 #include <chrono>
 #include <vector>
 
-#define CK(x)                                                                                                \
-  do {                                                                                                       \
-    cudaError_t e_ = (x);                                                                                    \
-    if (e_ != cudaSuccess) {                                                                                 \
-      printf("%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                             \
-      exit(1);                                                                                               \
-    }                                                                                                        \
-  } while (0)
+#include "probe.h"
+
 #define DK(x)                                                                                                \
   do {                                                                                                       \
     CUresult e_ = (x);                                                                                       \

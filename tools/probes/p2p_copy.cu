@@ -19,14 +19,7 @@
 #include <chrono>
 #include <vector>
 
-#define CK(x)                                                                                                \
-  do {                                                                                                       \
-    cudaError_t e_ = (x);                                                                                    \
-    if (e_ != cudaSuccess) {                                                                                 \
-      printf("%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                             \
-      exit(1);                                                                                               \
-    }                                                                                                        \
-  } while (0)
+#include "probe.h"
 
 /* Every thread copies 16-byte words, four in flight. */
 __global__ void sm_copy(uint4 *dst, const uint4 *src, size_t n) {
