@@ -32,6 +32,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -891,6 +892,37 @@ static int widest_step(const dev_work_t *w, int lanes) {
   return lanes;
 }
 
+/* One bit per power-of-two size class of a launch's largest transfer, per entry point (general, small, LL,
+ * bulk): the launch shapes logged at INFO so far. */
+static _Atomic uint64_t logged_launches[4];
+
+/* Logs a launch's shape at INFO (TUNING) once per entry point and size class of its largest transfer, or
+ * every launch at TRACE: the entry point, the grid, its lanes and spread, and the cap on Simple batches.
+ * Costs one test of the log level when TUNING is off. */
+static void log_launch(const gx_t *gx, const dev_work_t *w, const gpu_func_t *f, int lanes,
+                       unsigned threads) {
+  if (!log_enabled(LOG_INFO, LOG_TUNING)) return;
+  uint64_t most = 0;
+  for (int i = 0; i < w->nxfers; i++)
+    if (gx->xf[i].bytes > most) most = gx->xf[i].bytes;
+  const int entry = f == gx->func_small ? 1 : f == gx->func_ll ? 2 : f == gx->func_bulk ? 3 : 0;
+  static const char *const names[4] = {"general", "small", "LL", "bulk"};
+  if (!log_enabled(LOG_TRACE, LOG_TUNING)) {
+    int cls = most == 0 ? 0 : 64 - __builtin_clzll(most);
+    uint64_t bit = 1ull << (cls > 63 ? 63 : cls);
+    if (atomic_fetch_or_explicit(&logged_launches[entry], bit, memory_order_relaxed) & bit) return;
+  }
+  char batch[32] = "no cap";
+  if (w->comm.batch_pieces > 0) snprintf(batch, sizeof batch, "%d pieces", (int)w->comm.batch_pieces);
+  log_write(
+      log_level >= LOG_TRACE ? LOG_TRACE : LOG_INFO, LOG_TUNING, __FILE__, __LINE__,
+      "%s: a launch of %u transfers in %u step%s, the largest %llu bytes over %u channels: %s entry point, "
+      "%u blocks of %u threads (%d lanes, interleave %d%s), Simple batches: %s",
+      gx->name, (unsigned)w->nxfers, (unsigned)w->nsteps, w->nsteps == 1 ? "" : "s", (unsigned long long)most,
+      (unsigned)w->nch, names[entry], (unsigned)lanes * w->nch, threads, lanes, (int)w->comm.interleave,
+      w->comm.split ? ", split" : "", batch);
+}
+
 /* Launches the work built so far (if any) and starts a new one. */
 static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
   dev_work_t *w = &gx->work;
@@ -946,6 +978,7 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
                      "%s: a launch of %d lanes of %u channels exceeds the %u blocks it may take", gx->name,
                      widest, (unsigned)w->nch, gx->grid_max);
     }
+    log_launch(gx, w, f, widest, threads);
     ncclResult_t res = gpu_launch(f, (unsigned)(widest * w->nch), threads, w,
                                   small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
     if (res != ncclSuccess) {

@@ -447,6 +447,62 @@ static void channels_agree(void) {
   EXPECT(run_ranks(2, 60, channels_rank, &sh) == 0, "a rank failed");
 }
 
+/* Lines of the file at `path` that hold `part`. */
+static int lines_with(const char *path, const char *part) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  char line[2048];
+  int n = 0;
+  while (fgets(line, sizeof line, f) != NULL) n += strstr(line, part) != NULL;
+  fclose(f);
+  return n;
+}
+
+/* NCCL_DEBUG_SUBSYS=TUNING logs a launch's shape once per entry point and size class at INFO, every launch at
+ * TRACE: a 64 MiB broadcast twice is one line, with its batches of 2 pieces; a 16 MiB one has no cap. */
+static void tuning_rank(int rank, int nranks, void *arg) {
+  const shared_t *sh = arg;
+  char log_path[128];
+  snprintf(log_path, sizeof log_path, "%s/rank%d.log", sh->log_dir, rank);
+  setenv("NCCL_DEBUG_FILE", log_path, 1);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+  param_reload();
+  log_init();
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  void *buf = (void *)(uintptr_t)0x10000000, *out = (void *)(uintptr_t)0x20000000;
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
+  EXPECT_OK(ncclBroadcast(buf, out, 4u << 20, ncclFloat, 0, comm, NULL));
+  EXPECT(lines_with(log_path, "the largest 67108864 bytes over 60 channels") == 1 &&
+             lines_with(log_path, "the largest 67108864 bytes over 60 channels: small entry point") == 1,
+         "rank %d: one line for two 64 MiB broadcasts", rank);
+  EXPECT(lines_with(log_path, "Simple batches: 2 pieces") == 1, "rank %d: the 64 MiB broadcast's batches",
+         rank);
+  EXPECT(lines_with(log_path, "the largest 16777216 bytes") == 1 &&
+             lines_with(log_path, "batches: no cap") == 1,
+         "rank %d: the 16 MiB broadcast, no cap", rank);
+  setenv("NCCL_DEBUG", "TRACE", 1);
+  param_reload();
+  log_init(); /* opens the file again, empty */
+  for (int i = 0; i < 3; i++) EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
+  EXPECT(lines_with(log_path, "the largest 67108864 bytes") == 3, "rank %d: TRACE logs every launch", rank);
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+static void tuning_log(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  unsetenv("MOCK_CUDA_STUCK");
+  shared_t sh;
+  snprintf(sh.log_dir, sizeof sh.log_dir, "/tmp/braid-test-launch-XXXXXX");
+  EXPECT(mkdtemp(sh.log_dir) != NULL);
+  EXPECT_OK(ncclGetUniqueId(&sh.id));
+  EXPECT(run_ranks(2, 60, tuning_rank, &sh) == 0, "a rank failed");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", sh.log_dir);
+  EXPECT(system(cmd) == 0);
+}
+
 int main(int argc, char **argv) {
   test_reexec_with_library_dir(argv, BRAID_MOCK_CUDA_DIR);
   test_filter(argc - 1, argv + 1);
@@ -454,6 +510,7 @@ int main(int argc, char **argv) {
   TEST(channels_agree, 60);
   TEST(protocol_marks, 60);
   TEST(full_queue_wait, 90);
+  TEST(tuning_log, 60);
   return test_summary();
 }
 
