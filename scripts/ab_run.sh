@@ -15,9 +15,9 @@
 #   scripts/ab_run.sh "" LIB=build-new/lib/libnccl.so.2
 #
 # Environment: OUT (default ./ab-out), REF_NCCL_HOME (default: the NCCL of Python's nvidia-nccl package),
-# NGPUS (default 2), TESTS ("binary:case ..." of build/bin/test_cuda_*, an empty case for all of a binary's;
-# default the large cases of test_cuda_coll; "" for none), TEST_LIB_DIR (the folder of the libnccl.so.2 the
-# tests load; default BUILD's lib/), SWEEP, TYPES_SWEEP, CHECKED, BENCH (one bench's
+# NGPUS (default 2), TESTS ("binary:case ..." of build/bin/test_cuda_*, "binary:" or "binary" for all of a
+# binary's; default the large cases of test_cuda_coll; "" for none), TEST_LIB_DIR (the folder of the
+# libnccl.so.2 the tests load; default BUILD's lib/), SWEEP, TYPES_SWEEP, CHECKED, BENCH (one bench's
 # arguments per line; "" for none), BUDGET_S (seconds for everything after the build, default 420: what does not fit is
 # reported as skipped), SHARE (D: the ranks share the first D GPUs, `braid bench --gpus D` and the tests'
 # `--devices D`, for checks on a machine with fewer GPUs than ranks; the benches then run Braid alone, since
@@ -128,7 +128,8 @@ cudart=$(ldconfig -p 2>/dev/null | awk '/libcudart\.so\.13 / {print $NF; exit}')
 [ -z "$cudart" ] && cudart=$(find /usr/local/cuda*/ /opt -name 'libcudart.so.13' 2>/dev/null | head -1)
 libs=${TEST_LIB_DIR:-$PWD/$build/lib}${cudart:+:$(dirname "$cudart")}
 for t in $tests; do
-  bin=${t%%:*} case=${t#*:}
+  bin=${t%%:*} case=
+  [ "$bin" != "$t" ] && case=${t#*:} # a binary named alone runs all its cases, as "binary:" does
   step "test-$bin-${case:-all}" 200 env LD_LIBRARY_PATH="$libs" "$build/bin/$bin" ${share:+--devices $share} $case
 done
 
