@@ -21,17 +21,6 @@
 
 #include "probe.h"
 
-#define DK(x)                                                                                                \
-  do {                                                                                                       \
-    CUresult e_ = (x);                                                                                       \
-    if (e_ != CUDA_SUCCESS) {                                                                                \
-      const char *s_ = "?";                                                                                  \
-      cuGetErrorString(e_, &s_);                                                                             \
-      printf("%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_);                                                 \
-      exit(1);                                                                                               \
-    }                                                                                                        \
-  } while (0)
-
 static const int kMaxSlots = 8;
 static const size_t kRingBytes = 256ull << 20;
 
