@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,4 +185,10 @@ const char *log_result_name(ncclResult_t res) {
   default:
     return "unknown result code";
   }
+}
+
+int log_first_of_class(_Atomic uint64_t *seen, uint64_t bytes) {
+  int cls = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);
+  uint64_t bit = 1ull << (cls > 63 ? 63 : cls);
+  return !(atomic_fetch_or_explicit(seen, bit, memory_order_relaxed) & bit);
 }

@@ -58,6 +58,9 @@ void log_write(log_level_t level, uint64_t subsys, const char *file, int line, c
     __attribute__((format(printf, 5, 6)));
 /* The device number shown in "[dev]" for lines logged by the calling thread. */
 void log_set_dev(int dev);
+/* Whether `bytes` is the first of its power-of-two size class that *seen (one bit per class) records: for
+ * lines logged at INFO once per size class. Thread-safe. */
+int log_first_of_class(_Atomic uint64_t *seen, uint64_t bytes);
 
 #define LOG_AT(level, subsys, ...)                                                                           \
   do {                                                                                                       \

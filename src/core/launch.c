@@ -816,7 +816,7 @@ static int32_t launch_batch(const gx_t *gx, const dev_work_t *w, int dup) {
     if (!gx->one_way || gx->nranks != 2) return 0;
     uint64_t most = 0;
     for (int i = 0; i < w->nxfers; i++) {
-      uint64_t per_ch = gx->xf[i].bytes / (gx->xf[i].nch > 0 ? gx->xf[i].nch : 1);
+      uint64_t per_ch = gx->xf[i].bytes / gx->xf[i].nch; /* fill_xfer gives every transfer a channel */
       if (per_ch > most) most = per_ch;
     }
     return most > GX_ONEWAY_MIN * DEV_SLOT_BYTES && most <= GX_ONEWAY_MAX * DEV_SLOT_BYTES ? GX_ONEWAY_BATCH
@@ -907,11 +907,7 @@ static void log_launch(const gx_t *gx, const dev_work_t *w, const gpu_func_t *f,
     if (gx->xf[i].bytes > most) most = gx->xf[i].bytes;
   const int entry = f == gx->func_small ? 1 : f == gx->func_ll ? 2 : f == gx->func_bulk ? 3 : 0;
   static const char *const names[4] = {"general", "small", "LL", "bulk"};
-  if (!log_enabled(LOG_TRACE, LOG_TUNING)) {
-    int cls = most == 0 ? 0 : 64 - __builtin_clzll(most);
-    uint64_t bit = 1ull << (cls > 63 ? 63 : cls);
-    if (atomic_fetch_or_explicit(&logged_launches[entry], bit, memory_order_relaxed) & bit) return;
-  }
+  if (!log_enabled(LOG_TRACE, LOG_TUNING) && !log_first_of_class(&logged_launches[entry], most)) return;
   char batch[32] = "no cap";
   if (w->comm.batch_pieces > 0) snprintf(batch, sizeof batch, "%d pieces", (int)w->comm.batch_pieces);
   log_write(

@@ -7,7 +7,6 @@
 #include "plan.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -506,11 +505,7 @@ static void log_pick(const task_t *t, int nranks, const plan_tuning_t *tuning, p
                      const char *why) {
   if (!log_enabled(LOG_INFO, LOG_TUNING)) return;
   uint64_t bytes = plan_call_bytes(t, nranks);
-  if (!log_enabled(LOG_TRACE, LOG_TUNING)) {
-    int cls = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);
-    uint64_t bit = 1ull << (cls > 63 ? 63 : cls);
-    if (atomic_fetch_or_explicit(&logged_classes[t->kind], bit, memory_order_relaxed) & bit) return;
-  }
+  if (!log_enabled(LOG_TRACE, LOG_TUNING) && !log_first_of_class(&logged_classes[t->kind], bytes)) return;
   int reduces = t->kind == OP_ALLREDUCE || t->kind == OP_REDUCE || t->kind == OP_REDUCESCATTER;
   char threshold[32] = "";
   if (strstr(why, "BRAID_ONESHOT_MAX_BYTES") != NULL)

@@ -160,3 +160,13 @@ void test_reexec_with_library_dir(char **argv, const char *dir) {
   execv("/proc/self/exe", argv);
   test_fail(__FILE__, __LINE__, "running again with %s first on LD_LIBRARY_PATH failed", dir);
 }
+
+int test_file_lines(const char *path, const char *part) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  char line[2048];
+  int n = 0;
+  while (fgets(line, sizeof line, f) != NULL) n += strstr(line, part) != NULL;
+  fclose(f);
+  return n;
+}

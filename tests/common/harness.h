@@ -49,4 +49,7 @@ unsigned run_ranks_mask(int nranks, int timeout_s, void (*fn)(int rank, int nran
  * libcuda.so.1; returns in the program run that way. */
 void test_reexec_with_library_dir(char **argv, const char *dir);
 
+/* Lines of the text file at `path` that contain `part`; 0 when the file cannot be read (yet). */
+int test_file_lines(const char *path, const char *part);
+
 #endif

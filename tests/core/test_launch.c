@@ -37,14 +37,24 @@ typedef struct {
   char log_dir[64];
 } shared_t;
 
-static int file_has(const char *path, const char *part) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return 0;
-  static char text[1 << 16];
-  size_t n = fread(text, 1, sizeof text - 1, f);
-  fclose(f);
-  text[n] = 0;
-  return strstr(text, part) != NULL;
+/* Sends this rank process's log to rank<rank>.log in the shared folder, whose name lands in path. */
+static void rank_log(const shared_t *sh, int rank, char *path, size_t size) {
+  snprintf(path, size, "%s/rank%d.log", sh->log_dir, rank);
+  setenv("NCCL_DEBUG_FILE", path, 1);
+  param_reload();
+  log_init();
+}
+
+/* Runs fn on two rank processes that log into a fresh folder (rank_log), removed afterwards. */
+static void run_with_logs(void (*fn)(int rank, int nranks, void *arg), int timeout_s) {
+  shared_t sh;
+  snprintf(sh.log_dir, sizeof sh.log_dir, "/tmp/braid-test-launch-XXXXXX");
+  EXPECT(mkdtemp(sh.log_dir) != NULL);
+  EXPECT_OK(ncclGetUniqueId(&sh.id));
+  EXPECT(run_ranks(2, timeout_s, fn, &sh) == 0, "a rank failed");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", sh.log_dir);
+  EXPECT(system(cmd) == 0);
 }
 
 /* The stand-in driver's record of what it saw (tests/gpu/mock_cuda.h), found in the loaded driver. */
@@ -64,7 +74,7 @@ typedef struct {
 /* Aborts once the full queue was reported (the harness's time limit bounds the wait). */
 static void *abort_after_warn(void *arg) {
   const aborter_t *a = arg;
-  while (!file_has(a->log_path, "the work queue has been full for")) usleep(50000);
+  while (!test_file_lines(a->log_path, "the work queue has been full for")) usleep(50000);
   EXPECT_OK(ncclCommAbort(a->comm));
   return NULL;
 }
@@ -72,10 +82,7 @@ static void *abort_after_warn(void *arg) {
 static void full_queue_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
   char log_path[128];
-  snprintf(log_path, sizeof log_path, "%s/rank%d.log", sh->log_dir, rank);
-  setenv("NCCL_DEBUG_FILE", log_path, 1);
-  param_reload();
-  log_init();
+  rank_log(sh, rank, log_path, sizeof log_path);
   ncclComm_t comm;
   EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
   pthread_t aborter;
@@ -105,13 +112,15 @@ static void full_queue_rank(int rank, int nranks, void *arg) {
   pthread_join(aborter, NULL);
   EXPECT(stopped_at >= entries, "rank %d: the calls stopped at %d, before the queue was full (%d entries)",
          rank, stopped_at, entries);
-  EXPECT(file_has(log_path, "the work queue has been full for"), "rank %d: no WARN of the full queue", rank);
+  EXPECT(test_file_lines(log_path, "the work queue has been full for"), "rank %d: no WARN of the full queue",
+         rank);
   char held[64];
   snprintf(held, sizeof held, "held by %d eager launches", entries);
-  EXPECT(file_has(log_path, held), "rank %d: the WARN misses the launch count (%s)", rank, held);
-  EXPECT(file_has(log_path, "the oldest, Send (call "), "rank %d: the WARN misses the oldest launch", rank);
-  EXPECT(file_has(log_path, "its device memory is left allocated"), "rank %d: no WARN of the stuck GPU",
+  EXPECT(test_file_lines(log_path, held), "rank %d: the WARN misses the launch count (%s)", rank, held);
+  EXPECT(test_file_lines(log_path, "the oldest, Send (call "), "rank %d: the WARN misses the oldest launch",
          rank);
+  EXPECT(test_file_lines(log_path, "its device memory is left allocated"),
+         "rank %d: no WARN of the stuck GPU", rank);
 }
 
 /* Eager launches with spilled lists on a GPU whose kernels never finish: the wait for queue space is reported
@@ -123,14 +132,7 @@ static void full_queue_wait(void) {
   setenv("BRAID_QUEUE_WARN_S", "1", 1);
   setenv("BRAID_TIMEOUT_S", "1", 1);
   setenv("NCCL_DEBUG", "WARN", 1);
-  shared_t sh;
-  snprintf(sh.log_dir, sizeof sh.log_dir, "/tmp/braid-test-launch-XXXXXX");
-  EXPECT(mkdtemp(sh.log_dir) != NULL);
-  EXPECT_OK(ncclGetUniqueId(&sh.id));
-  EXPECT(run_ranks(2, 60, full_queue_rank, &sh) == 0, "a rank failed");
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", sh.log_dir);
-  EXPECT(system(cmd) == 0);
+  run_with_logs(full_queue_rank, 60);
 }
 
 /* Whether every transfer of the last launch is (ll = 1) or is not (ll = 0) marked LL, an LL one on `nch`
@@ -447,60 +449,40 @@ static void channels_agree(void) {
   EXPECT(run_ranks(2, 60, channels_rank, &sh) == 0, "a rank failed");
 }
 
-/* Lines of the file at `path` that hold `part`. */
-static int lines_with(const char *path, const char *part) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return 0;
-  char line[2048];
-  int n = 0;
-  while (fgets(line, sizeof line, f) != NULL) n += strstr(line, part) != NULL;
-  fclose(f);
-  return n;
-}
-
 /* NCCL_DEBUG_SUBSYS=TUNING logs a launch's shape once per entry point and size class at INFO, every launch at
  * TRACE: a 64 MiB broadcast twice is one line, with its batches of 2 pieces; a 16 MiB one has no cap. */
 static void tuning_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
   char log_path[128];
-  snprintf(log_path, sizeof log_path, "%s/rank%d.log", sh->log_dir, rank);
-  setenv("NCCL_DEBUG_FILE", log_path, 1);
   setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
-  param_reload();
-  log_init();
+  rank_log(sh, rank, log_path, sizeof log_path);
   ncclComm_t comm;
   EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
   void *buf = (void *)(uintptr_t)0x10000000, *out = (void *)(uintptr_t)0x20000000;
   for (int i = 0; i < 2; i++) EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
   EXPECT_OK(ncclBroadcast(buf, out, 4u << 20, ncclFloat, 0, comm, NULL));
-  EXPECT(lines_with(log_path, "the largest 67108864 bytes over 60 channels") == 1 &&
-             lines_with(log_path, "the largest 67108864 bytes over 60 channels: small entry point") == 1,
+  EXPECT(test_file_lines(log_path, "the largest 67108864 bytes over 60 channels") == 1 &&
+             test_file_lines(log_path, "the largest 67108864 bytes over 60 channels: small entry point") == 1,
          "rank %d: one line for two 64 MiB broadcasts", rank);
-  EXPECT(lines_with(log_path, "Simple batches: 2 pieces") == 1, "rank %d: the 64 MiB broadcast's batches",
-         rank);
-  EXPECT(lines_with(log_path, "the largest 16777216 bytes") == 1 &&
-             lines_with(log_path, "batches: no cap") == 1,
+  EXPECT(test_file_lines(log_path, "Simple batches: 2 pieces") == 1,
+         "rank %d: the 64 MiB broadcast's batches", rank);
+  EXPECT(test_file_lines(log_path, "the largest 16777216 bytes") == 1 &&
+             test_file_lines(log_path, "batches: no cap") == 1,
          "rank %d: the 16 MiB broadcast, no cap", rank);
   setenv("NCCL_DEBUG", "TRACE", 1);
   param_reload();
   log_init(); /* opens the file again, empty */
   for (int i = 0; i < 3; i++) EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
-  EXPECT(lines_with(log_path, "the largest 67108864 bytes") == 3, "rank %d: TRACE logs every launch", rank);
+  EXPECT(test_file_lines(log_path, "the largest 67108864 bytes") == 3, "rank %d: TRACE logs every launch",
+         rank);
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
 static void tuning_log(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   unsetenv("MOCK_CUDA_STUCK");
-  shared_t sh;
-  snprintf(sh.log_dir, sizeof sh.log_dir, "/tmp/braid-test-launch-XXXXXX");
-  EXPECT(mkdtemp(sh.log_dir) != NULL);
-  EXPECT_OK(ncclGetUniqueId(&sh.id));
-  EXPECT(run_ranks(2, 60, tuning_rank, &sh) == 0, "a rank failed");
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", sh.log_dir);
-  EXPECT(system(cmd) == 0);
+  run_with_logs(tuning_rank, 60);
 }
 
 int main(int argc, char **argv) {

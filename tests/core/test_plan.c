@@ -588,17 +588,6 @@ static void build_allreduce(size_t count, const plan_tuning_t *tuning) {
   plan_free(&p);
 }
 
-/* Lines of the log file that contain `what`. */
-static int count_lines(const char *path, const char *what) {
-  FILE *f = fopen(path, "r");
-  EXPECT(f != NULL, "%s", path);
-  char line[2048];
-  int n = 0;
-  while (fgets(line, sizeof line, f) != NULL) n += strstr(line, what) != NULL;
-  fclose(f);
-  return n;
-}
-
 /* NCCL_DEBUG_SUBSYS=TUNING logs each choice once per collective and power-of-two size class at INFO, every
  * call at TRACE, and nothing for the host executor. */
 static void tuning_log(void) {
@@ -616,14 +605,14 @@ static void tuning_log(void) {
   build_allreduce(2, NULL);
   build_allreduce(1 << 20, &tuning);
   build_allreduce(1 << 20, &tuning);
-  EXPECT(count_lines(path, "AllReduce of") == 2, "%d lines", count_lines(path, "AllReduce of"));
-  EXPECT(count_lines(path, "AllReduce of 8 bytes (float sum, 2 ranks, call 0): OneShot") == 1);
-  EXPECT(count_lines(path, ": Ring, more than BRAID_ONESHOT_MAX_BYTES") == 1);
+  EXPECT(test_file_lines(path, "AllReduce of") == 2, "%d lines", test_file_lines(path, "AllReduce of"));
+  EXPECT(test_file_lines(path, "AllReduce of 8 bytes (float sum, 2 ranks, call 0): OneShot") == 1);
+  EXPECT(test_file_lines(path, ": Ring, more than BRAID_ONESHOT_MAX_BYTES") == 1);
   setenv("NCCL_DEBUG", "TRACE", 1);
   param_reload();
   log_init(); /* opens the file again, empty */
   for (int i = 0; i < 3; i++) build_allreduce(2, &tuning);
-  EXPECT(count_lines(path, "AllReduce of 8 bytes") == 3, "TRACE logs every call");
+  EXPECT(test_file_lines(path, "AllReduce of 8 bytes") == 3, "TRACE logs every call");
   unlink(path);
 }
 
