@@ -152,8 +152,12 @@ static ncclResult_t init_gpu(ncclComm_t comm) {
   if (comm->dev < 0) return ncclSuccess;
   CHECK(links_connect_all(comm->links));
   CHECK(boot_barrier(comm->boot));
-  return gx_init(comm->dev, comm->rank, comm->nranks, comm->nch, comm->links, &comm->acct, comm->name,
-                 &comm->gx);
+  CHECK(gx_init(comm->dev, comm->rank, comm->nranks, comm->nch, comm->links, &comm->acct, comm->name,
+                &comm->gx));
+  CHECK(ce_init(comm->dev, comm->rank, comm->nranks, comm->peers, comm->links, comm->boot, &comm->acct,
+                comm->name, &comm->ce));
+  gx_set_ce(comm->gx, comm->ce);
+  return ncclSuccess;
 }
 
 /* Makes the communicator usable: the release store orders every field written by init before the state. */
@@ -315,6 +319,7 @@ ncclResult_t comm_async_error(ncclComm_t comm) {
   ncclResult_t res = (ncclResult_t)atomic_load_explicit(&comm->async_error, memory_order_acquire);
   if (res != ncclSuccess || comm->gx == NULL) return res;
   res = gx_error(comm->gx);
+  if (res == ncclSuccess) res = ce_error(comm->ce);
   if (res != ncclSuccess) comm_set_error(comm, res);
   return res;
 }
@@ -365,12 +370,15 @@ void comm_destroy(ncclComm_t comm) {
   }
   if (gx_graphs(comm->gx) > 0) {
     /* only after ncclCommAbort (destroy and finalize refuse): replays may still reach the kernel view and the
-     * rings, so both stay until the last graph goes */
+     * rings, so both stay until the last graph goes (graphs never hold copy-engine steps) */
     gx_retire(comm->gx, links_release, comm->links);
-  } else if (gx_destroy(comm->gx) == ncclSuccess) { /* first: waits until no kernel uses the connections */
+    ce_destroy(comm->ce);
+  } else if (gx_destroy(comm->gx) == ncclSuccess) { /* first: waits until no kernel or copy uses them */
     links_destroy(comm->links);
-  } /* else a kernel may still use the rings: they stay (gx_destroy said so) */
+    ce_destroy(comm->ce);
+  } /* else a kernel or a copy may still use the rings and mappings: they stay (gx_destroy said so) */
   comm->gx = NULL;
+  comm->ce = NULL;
   if (comm->boot != NULL) boot_close(comm->boot);
   mem_free(&comm->acct, comm->peers, comm->nranks * sizeof *comm->peers);
   plan_free(&comm->plan);
@@ -386,6 +394,7 @@ void comm_destroy(ncclComm_t comm) {
 void comm_abort(ncclComm_t comm) {
   __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
   gx_abort(comm->gx);           /* kernels waiting for a peer leave */
+  ce_abort(comm->ce);           /* and so do copy-engine steps */
   if (comm->init_thread_live) { /* the abort flag ends its waits */
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;

@@ -19,6 +19,7 @@
 #include "base/alloc.h"
 #include "bootstrap/bootstrap.h"
 #include "core/launch.h"
+#include "core/ce.h"
 #include "core/links.h"
 #include "core/plan.h"
 #include "core/redop.h"
@@ -40,6 +41,7 @@ struct ncclComm {
   int dev;               /* CUDA device, -1 on the host backend (set before init) */
   int nch;               /* GPU: channels a transfer takes at most, the same on all ranks (gx_rings: rings) */
   gx_t *gx;              /* GPU executor state; NULL on the host backend */
+  ce_t *ce;              /* copy engines into the peer's buffer (core/ce.h); NULL where there are none */
   uint64_t nonce;        /* the unique id's nonce: the communicator's identity */
   char name[64];         /* "comm <nonce> rank r" or the config's commName, for messages */
   int blocking;          /* config.blocking, resolved */

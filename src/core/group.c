@@ -133,10 +133,17 @@ static void connect_phase(int p, exec_t *execs, int n) {
   }
 }
 
-/* GPU communicators: plan with whole blocks (the kernels slice) and launch; nothing waits for the GPU. */
-static ncclResult_t launch_calls(ncclComm_t c) {
+/* GPU communicators: plan with whole blocks (the kernels slice) and offer the copy engines their steps (every
+ * communicator of the group offers before any settles: core/ce.h); then settle and launch. Nothing waits
+ * for the GPU. */
+static ncclResult_t plan_calls(ncclComm_t c) {
   CHECK(gx_scratch(c->gx, &c->plan, c->nranks));
   CHECK(plan_build(&c->plan, c->rank, c->nranks, (size_t)1 << 62, plan_tuning()));
+  return ce_offer(c->ce, &c->plan);
+}
+
+static ncclResult_t launch_calls(ncclComm_t c) {
+  CHECK(ce_settle(c->ce, &c->plan));
   return gx_launch(c->gx, &c->plan);
 }
 
@@ -151,12 +158,15 @@ static ncclResult_t run_calls(void) {
     atomic_fetch_add(&c->busy, 1);
     engine_start(&grp.execs[i], &c->plan, c->links, &c->abort_flag, c->name);
     if (c->gx != NULL) {
-      grp.execs[i].result = launch_calls(c);
+      grp.execs[i].result = plan_calls(c);
       grp.execs[i].step = -1; /* launched: nothing left for the host executor */
     } else {
       grp.execs[i].result = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2, NULL);
     }
   }
+  i = 0;
+  for (ncclComm_t c = grp.comms; c != NULL; c = c->group_next, i++)
+    if (c->gx != NULL && grp.execs[i].result == ncclSuccess) grp.execs[i].result = launch_calls(c);
   for (int p = 0; p < 3; p++) connect_phase(p, grp.execs, n);
   ncclResult_t res = engine_run(grp.execs, n);
   i = 0;

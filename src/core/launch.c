@@ -76,6 +76,7 @@ struct gx {
   int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
   int one_way;               /* the launch being built has one-way steps only (one_way_kind) */
+  ce_t *ce;                  /* moves the steps marked for the copy engines (gx_set_ce) */
   int spread;                /* lanes of the widest step (BRAID_SPREAD): narrower launches spread their blocks
                               * over a grid of that many lanes (dev_comm_t.interleave); 0: never */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
@@ -1045,6 +1046,13 @@ static int wide_step(const gx_t *gx, const step_t *st) {
 static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_ctx_t *lc) {
   const step_t *st = &plan->steps[s];
   dev_work_t *w = &gx->work;
+  if (st->ce) { /* after the steps before it, on the same stream */
+    if (gx->ce == NULL || lc->capturing)
+      return log_err(ncclInternalError, "%s: a copy-engine step (call %llu) on an executor without them",
+                     gx->name, (unsigned long long)st->task->seq);
+    CHECK(flush(gx, lc, st->task->seq));
+    return ce_step(gx->ce, plan, s, lc->s);
+  }
   /* an eager launch's list must fit the queue (an entry is a header and the list) */
   uint64_t max = DEV_MAX_SPILL, fits = (gx->wq.cap - WQ_ALIGN) / sizeof(dev_xfer_t);
   if (!lc->capturing && fits < max) max = fits;
@@ -1104,6 +1112,10 @@ ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
 out:
   gpu_leave(&scope);
   return res;
+}
+
+void gx_set_ce(gx_t *gx, ce_t *ce) {
+  if (gx != NULL) gx->ce = ce;
 }
 
 int gx_graphs(gx_t *gx) {

@@ -16,6 +16,7 @@
 
 #include "nccl.h"
 #include "base/alloc.h"
+#include "core/ce.h"
 #include "core/links.h"
 #include "core/plan.h"
 
@@ -30,6 +31,8 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
                      const char *name, gx_t **gx_p);
 /* Device scratch for the plan's in-place all-to-alls (grown before plan_build; never during capture). */
 ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks);
+/* Steps the plan marks for the copy engines (step_t.ce) are enqueued through `ce` (NULL: none are). */
+void gx_set_ce(gx_t *gx, ce_t *ce);
 /* Launches a built plan (the calls' streams are in its tasks). */
 ncclResult_t gx_launch(gx_t *gx, const plan_t *plan);
 /* Stops every kernel of the communicator that waits (they record DEV_ERR_ABORTED and leave). */

@@ -79,6 +79,7 @@ typedef struct {
   uint32_t flags;   /* XF_* */
   const red_t *red; /* the reduction for XF_REDUCE / XF_PREPARE */
   size_t done;      /* progress: wire bytes moved so far */
+  char *ce_dst;     /* a send the copy engines move: the receiver's output, mapped here (core/ce.h) */
 } xfer_t;
 
 /* Every transfer starts at a multiple of this many bytes of its connection's stream. */
@@ -88,6 +89,7 @@ typedef struct {
 typedef struct {
   int first, count;   /* range in plan_t.xfers */
   const task_t *task; /* the call this step serves (the first point-to-point call for the p2p step) */
+  int ce;             /* the copy engines move it, as both ranks agreed (core/ce.h) */
 } step_t;
 
 /* A communicator's plan for one group. Its arrays grow and are reused, so building allocates nothing once

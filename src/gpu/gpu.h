@@ -117,6 +117,36 @@ ncclResult_t gpu_copy_async(void *dst, const void *src, size_t bytes, cudaStream
 /* Waits for everything enqueued on the stream (teardown only; collectives never call it). */
 ncclResult_t gpu_stream_sync(cudaStream_t stream);
 
+/* ---- Copy engines into another process's buffer (core/copies) ----
+ * Stream memory operations on 32-bit words of device memory (this device's or a peer's mapped one): a write
+ * that follows everything before it on the stream (with a memory barrier), and a wait until the word equals a
+ * value. The caller has entered the device. */
+ncclResult_t gpu_stream_write32(cudaStream_t stream, void *word, uint32_t value);
+ncclResult_t gpu_stream_wait32(cudaStream_t stream, void *word, uint32_t value);
+/* Copies device memory to device memory (of this device or mapped from a peer) in stream order. */
+ncclResult_t gpu_copy_dd_async(void *dst, const void *src, size_t bytes, cudaStream_t stream);
+/* A stream of the library's own that does not synchronise with the legacy default stream. */
+ncclResult_t gpu_stream_create(cudaStream_t *stream_p);
+void gpu_stream_destroy(cudaStream_t stream);
+/* Waits until the work before the event's last record has finished. */
+ncclResult_t gpu_event_sync(gpu_event_t *event);
+
+/* What another process needs to map the allocation holding a user's buffer (legacy CUDA IPC). */
+typedef struct {
+  unsigned char ipc[64]; /* the allocation's CUipcMemHandle */
+  uint64_t buffer_id;    /* the driver's id of the allocation: unique in the owner's process */
+  uint64_t offset;       /* of the buffer from the allocation's base */
+  uint64_t size;         /* of the allocation */
+} gpu_ptr_export_t;
+/* Describes the allocation holding device address `ptr` on `dev` for gpu_ptr_open in another process.
+ * *ok_p = 0 (and ncclSuccess) where legacy IPC cannot export it: memory not from cuMemAlloc/cudaMalloc
+ * (cuMem allocations, memory pools, host memory) or not on `dev`. */
+ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *ok_p);
+/* Maps such an allocation of another process on `dev`; *base_p is its base here. */
+ncclResult_t gpu_ptr_open(int dev, const gpu_ptr_export_t *x, void **base_p);
+/* Unmaps what gpu_ptr_open mapped. */
+void gpu_ptr_close(int dev, void *base);
+
 typedef struct gpu_func gpu_func_t; /* a kernel of a loaded module */
 /* Loads `name` from `fatbin` in `dev`'s primary context (once per device; later calls return the same). */
 ncclResult_t gpu_func_load(int dev, const void *fatbin, const char *name, gpu_func_t **func_p);

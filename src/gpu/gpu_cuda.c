@@ -834,6 +834,103 @@ ncclResult_t gpu_copy_async(void *dst, const void *src, size_t bytes, cudaStream
   return ncclSuccess;
 }
 
+ncclResult_t gpu_stream_write32(cudaStream_t stream, void *word, uint32_t value) {
+  CHECK(ready("gpu_stream_write32"));
+  CU_CALL(cuStreamWriteValue32, (stream, (CUdeviceptr)word, value, CU_STREAM_WRITE_VALUE_DEFAULT),
+          "%u into %p on stream %p", value, word, (void *)stream);
+  return ncclSuccess;
+}
+
+ncclResult_t gpu_stream_wait32(cudaStream_t stream, void *word, uint32_t value) {
+  CHECK(ready("gpu_stream_wait32"));
+  CU_CALL(cuStreamWaitValue32, (stream, (CUdeviceptr)word, value, CU_STREAM_WAIT_VALUE_EQ),
+          "%p == %u on stream %p", word, value, (void *)stream);
+  return ncclSuccess;
+}
+
+ncclResult_t gpu_copy_dd_async(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+  CHECK(ready("gpu_copy_dd_async"));
+  CU_CALL(cuMemcpyDtoDAsync, ((CUdeviceptr)dst, (CUdeviceptr)src, bytes, stream),
+          "%zu bytes from %p to %p on stream %p", bytes, src, dst, (void *)stream);
+  return ncclSuccess;
+}
+
+ncclResult_t gpu_stream_create(cudaStream_t *stream_p) {
+  CHECK(ready("gpu_stream_create"));
+  CUstream s = NULL;
+  CU_CALL(cuStreamCreate, (&s, CU_STREAM_NON_BLOCKING), "a non-blocking stream");
+  *stream_p = (cudaStream_t)s;
+  return ncclSuccess;
+}
+
+void gpu_stream_destroy(cudaStream_t stream) {
+  if (stream != NULL) CU_WARN(cuStreamDestroy, ((CUstream)stream), "stream %p", (void *)stream);
+}
+
+ncclResult_t gpu_event_sync(gpu_event_t *event) {
+  CHECK(ready("gpu_event_sync"));
+  CU_CALL(cuEventSynchronize, ((CUevent)event), "event %p", (void *)event);
+  return ncclSuccess;
+}
+
+ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *ok_p) {
+  CHECK(check_dev(dev, "gpu_ptr_export"));
+  *ok_p = 0;
+  memset(x, 0, sizeof *x);
+  CUpointer_attribute attrs[4] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                  CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                  CU_POINTER_ATTRIBUTE_BUFFER_ID};
+  unsigned type = 0;
+  int ordinal = -1, legacy = 0;
+  unsigned long long id = 0;
+  void *data[4] = {&type, &ordinal, &legacy, &id};
+  gpu_scope_t scope;
+  CHECK(gpu_enter(dev, &scope));
+  ncclResult_t res = ncclSuccess;
+  /* a pointer the driver does not know (host memory) is no error here: it is simply not exportable */
+  if (drv.cuPointerGetAttributes(4, attrs, data, (CUdeviceptr)ptr) != CUDA_SUCCESS) goto leave;
+  if (type != CU_MEMORYTYPE_DEVICE || ordinal != (int)devs[dev].dev || !legacy || id == 0) goto leave;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CU_GOTO(cuMemGetAddressRange, (&base, &size, (CUdeviceptr)ptr), res, leave, "the allocation holding %p",
+          ptr);
+  CUipcMemHandle h;
+  CU_GOTO(cuIpcGetMemHandle, (&h, base), res, leave, "%zu bytes at %p on device %d", size, (void *)base, dev);
+  _Static_assert(sizeof h <= sizeof x->ipc, "an IPC handle fits the export");
+  memcpy(x->ipc, &h, sizeof h);
+  x->buffer_id = id;
+  x->offset = (uint64_t)((CUdeviceptr)ptr - base);
+  x->size = size;
+  *ok_p = 1;
+leave:
+  gpu_leave(&scope);
+  return res;
+}
+
+ncclResult_t gpu_ptr_open(int dev, const gpu_ptr_export_t *x, void **base_p) {
+  CHECK(check_dev(dev, "gpu_ptr_open"));
+  CUipcMemHandle h;
+  memcpy(&h, x->ipc, sizeof h);
+  CUdeviceptr base = 0;
+  gpu_scope_t scope;
+  CHECK(gpu_enter(dev, &scope));
+  CUresult r = drv.cuIpcOpenMemHandle(&base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  gpu_leave(&scope);
+  if (r != CUDA_SUCCESS)
+    return cu_fail(r, "cuIpcOpenMemHandle", "a peer's allocation of %llu bytes, mapped on device %d",
+                   (unsigned long long)x->size, dev);
+  *base_p = (void *)base;
+  return ncclSuccess;
+}
+
+void gpu_ptr_close(int dev, void *base) {
+  gpu_scope_t scope;
+  if (base == NULL || check_dev(dev, "gpu_ptr_close") != ncclSuccess || gpu_enter(dev, &scope) != ncclSuccess)
+    return;
+  CU_WARN(cuIpcCloseMemHandle, ((CUdeviceptr)base), "a peer's allocation mapped at %p", base);
+  gpu_leave(&scope);
+}
+
 ncclResult_t gpu_stream_sync(cudaStream_t stream) {
   CHECK(ready("gpu_stream_sync"));
   CU_CALL(cuStreamSynchronize, (stream), "stream %p", (void *)stream);

@@ -33,7 +33,9 @@ ncclResult_t gpu_cuda_mem_free(void *ptr);
   X(cuMemHostGetDevicePointer) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemcpyHtoD) \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuStreamWaitEvent) \
   X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) \
-  X(cuMemcpyHtoDAsync) X(cuUserObjectCreate) X(cuGraphRetainUserObject) X(cuThreadExchangeStreamCaptureMode)
+  X(cuMemcpyHtoDAsync) X(cuUserObjectCreate) X(cuGraphRetainUserObject) X(cuThreadExchangeStreamCaptureMode) \
+  X(cuStreamWriteValue32) X(cuStreamWaitValue32) X(cuMemcpyDtoDAsync) X(cuStreamCreate) X(cuStreamDestroy) \
+  X(cuEventSynchronize) X(cuMemGetAddressRange) X(cuPointerGetAttributes)
 // clang-format on
 
 /* Entry points whose CUDA 12.0 variant is older than the one cuda.h declares under the base name: each with

@@ -111,3 +111,27 @@ ncclResult_t gpu_launch(gpu_func_t *func, unsigned grid, unsigned block, void *p
                         cudaStream_t stream) {
   return no_cuda("gpu_launch");
 }
+ncclResult_t gpu_stream_write32(cudaStream_t stream, void *word, uint32_t value) {
+  return no_cuda("gpu_stream_write32");
+}
+ncclResult_t gpu_stream_wait32(cudaStream_t stream, void *word, uint32_t value) {
+  return no_cuda("gpu_stream_wait32");
+}
+ncclResult_t gpu_copy_dd_async(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+  return no_cuda("gpu_copy_dd_async");
+}
+ncclResult_t gpu_stream_create(cudaStream_t *stream_p) {
+  return no_cuda("gpu_stream_create");
+}
+void gpu_stream_destroy(cudaStream_t stream) {}
+ncclResult_t gpu_event_sync(gpu_event_t *event) {
+  return no_cuda("gpu_event_sync");
+}
+ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *ok_p) {
+  *ok_p = 0;
+  return ncclSuccess;
+}
+ncclResult_t gpu_ptr_open(int dev, const gpu_ptr_export_t *x, void **base_p) {
+  return no_cuda("gpu_ptr_open");
+}
+void gpu_ptr_close(int dev, void *base) {}

@@ -6,6 +6,11 @@
  * which waits for that WARN, aborts the communicator; the abort itself must come back although the GPU never
  * finishes (the executor is left allocated, with a WARN, instead of freed under a kernel that may still run).
  *
+ * The same two processes also run the copy-engine path (core/ce.h) for real: the stand-in driver executes its
+ * stream memory operations and copies on memory both processes map, so broadcast, all-gather, gather,
+ * scatter, all-to-all and send/receive must deliver every element, and steps either rank refuses must stay
+ * on the kernels on both.
+ *
  * Without CUDA's headers there is no stand-in driver and nothing to test.
  */
 #include <dlfcn.h>
@@ -18,6 +23,7 @@
 
 #include "base/log.h"
 #include "base/param.h"
+#include "data.h"
 #include "harness.h"
 #include "nccl.h"
 
@@ -485,6 +491,134 @@ static void tuning_log(void) {
   run_with_logs(tuning_rank, 60);
 }
 
+/* ---- Copy engines straight into the peer's buffer (core/ce.h) ----
+ * The stand-in driver runs stream memory operations and copies at once, in the calling process, on memory
+ * both rank processes map (cuMemAlloc is POSIX shared memory there): the copy-engine steps really move the
+ * data between the two processes, and their handshake really waits for the peer. Kernels move nothing, so
+ * every call checked here must go the copy engines' way, and the log says it did. */
+
+enum { CE_N = 100003 }; /* floats per rank: odd, and the buffers start one float past an aligned address */
+
+typedef struct {
+  float *send, *recv; /* one float past ncclMemAlloc'd memory */
+  int rank;
+  uint64_t seed;
+} ce_bufs_t;
+
+/* Element i of rank r's input in the current call. */
+static float ce_in(const ce_bufs_t *b, int r, size_t i) {
+  return (float)data_value(b->seed, r, i, ncclFloat, ncclSum);
+}
+
+/* Fresh inputs (2 * CE_N floats) for a new call, and poisoned outputs. */
+static void ce_fresh(ce_bufs_t *b) {
+  b->seed++;
+  data_fill(b->send, 2 * CE_N, b->seed, b->rank, ncclFloat, ncclSum);
+  data_poison(b->recv, 2 * CE_N * sizeof(float));
+}
+
+/* Checks n floats of out against rank r's input from element `first` on. */
+static void ce_expect(const ce_bufs_t *b, const float *out, size_t n, int r, size_t first, const char *what) {
+  for (size_t i = 0; i < n; i++)
+    if (out[i] != ce_in(b, r, first + i)) {
+      test_fail(__FILE__, __LINE__, "rank %d: %s: element %zu is %g, expected rank %d's %g", b->rank, what, i,
+                (double)out[i], r, (double)ce_in(b, r, first + i));
+      return;
+    }
+}
+
+static void ce_rank(int rank, int nranks, void *arg) {
+  const shared_t *sh = arg;
+  char log_path[128];
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+  rank_log(sh, rank, log_path, sizeof log_path);
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  EXPECT(test_file_lines(log_path, "copy engines move steps whose every transfer") == 1,
+         "rank %d: the communicator has no copy-engine path", rank);
+  const int peer = 1 - rank;
+  void *s, *r;
+  EXPECT_OK(ncclMemAlloc(&s, (2 * CE_N + 1) * sizeof(float)));
+  EXPECT_OK(ncclMemAlloc(&r, (2 * CE_N + 1) * sizeof(float)));
+  ce_bufs_t b = {(float *)s + 1, (float *)r + 1, rank, 1000u * (uint64_t)rank};
+  b.seed = 77; /* the same sequence of seeds on both ranks */
+  for (int root = 0; root < 2; root++) {
+    ce_fresh(&b);
+    EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N, ncclFloat, root, comm, NULL));
+    ce_expect(&b, b.recv, CE_N, root, 0, "broadcast");
+  }
+  ce_fresh(&b); /* in place: the root's buffer is its input */
+  float *io = rank == 1 ? b.send : b.recv;
+  EXPECT_OK(ncclBroadcast(io, io, CE_N, ncclFloat, 1, comm, NULL));
+  ce_expect(&b, io, CE_N, 1, 0, "broadcast in place");
+  ce_fresh(&b);
+  EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, NULL));
+  for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "all-gather");
+  ce_fresh(&b); /* in place: this rank's block already holds its input */
+  memcpy(b.recv + (size_t)rank * CE_N, b.send, CE_N * sizeof(float));
+  EXPECT_OK(ncclAllGather(b.recv + (size_t)rank * CE_N, b.recv, CE_N, ncclFloat, comm, NULL));
+  for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "all-gather in place");
+  ce_fresh(&b);
+  EXPECT_OK(ncclGather(b.send, b.recv, CE_N, ncclFloat, 0, comm, NULL));
+  if (rank == 0)
+    for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "gather");
+  ce_fresh(&b);
+  EXPECT_OK(ncclScatter(b.send, b.recv, CE_N, ncclFloat, 1, comm, NULL));
+  ce_expect(&b, b.recv, CE_N, 1, (size_t)rank * CE_N, "scatter");
+  ce_fresh(&b);
+  EXPECT_OK(ncclAlltoAll(b.send, b.recv, CE_N, ncclFloat, comm, NULL));
+  for (int p = 0; p < 2; p++)
+    ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, (size_t)rank * CE_N, "alltoall");
+  ce_fresh(&b); /* two sends each way in one group, of different sizes */
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(b.send, CE_N, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclSend(b.send + CE_N, CE_N - 2, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclRecv(b.recv, CE_N, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclRecv(b.recv + CE_N, CE_N - 2, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  ce_expect(&b, b.recv, 2 * CE_N - 2, peer, 0, "send/receive");
+  /* one INFO line per collective and size class: broadcast, all-gather, gather, scatter, alltoall, send */
+  EXPECT(test_file_lines(log_path, "by the copy engines") == 6,
+         "rank %d: %d kinds logged as copy-engine steps", rank,
+         test_file_lines(log_path, "by the copy engines"));
+  /* Each rank refuses once, the other agrees: both must leave the step to the kernels (which here move
+   * nothing, so the poisoned output stays), and the next call must still pair with the peer's. */
+  mock_cuda_stats_t *st = mock_stats();
+  const uint64_t copies = st->dd_copies;
+  const int launches = st->launches;
+  float *host = malloc(2 * CE_N * sizeof(float)); /* an output legacy IPC cannot export */
+  EXPECT(host != NULL);
+  for (int refuser = 0; refuser < 2; refuser++) {
+    ce_fresh(&b);
+    EXPECT_OK(ncclAllGather(b.send, rank == refuser ? host : b.recv, CE_N, ncclFloat, comm, NULL));
+  }
+  free(host);
+  EXPECT(st->dd_copies == copies && st->launches == launches + 2,
+         "rank %d: a refused step: %llu copies, %d launches", rank,
+         (unsigned long long)(st->dd_copies - copies), st->launches - launches);
+  ce_fresh(&b); /* below the threshold: the kernels */
+  EXPECT_OK(ncclBroadcast(b.send, b.recv, 100, ncclFloat, 0, comm, NULL));
+  EXPECT(st->dd_copies == copies && st->launches == launches + 3, "rank %d: a small broadcast took copies",
+         rank);
+  ce_fresh(&b);
+  EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N, ncclFloat, 0, comm, NULL));
+  ce_expect(&b, b.recv, CE_N, 0, 0, "broadcast after refusals");
+  EXPECT_OK(ncclMemFree(s));
+  EXPECT_OK(ncclMemFree(r));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+static void copy_engines(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  setenv("BRAID_CE_MIN_BYTES", "1024", 1);
+  setenv("MOCK_CUDA_NO_VMM", "1", 1); /* ncclMemAlloc through cuMemAlloc, which legacy IPC exports */
+  unsetenv("MOCK_CUDA_STUCK");
+  run_with_logs(ce_rank, 60);
+  unsetenv("BRAID_CE_MIN_BYTES");
+  unsetenv("MOCK_CUDA_NO_VMM");
+}
+
 int main(int argc, char **argv) {
   test_reexec_with_library_dir(argv, BRAID_MOCK_CUDA_DIR);
   test_filter(argc - 1, argv + 1);
@@ -493,6 +627,7 @@ int main(int argc, char **argv) {
   TEST(protocol_marks, 60);
   TEST(full_queue_wait, 90);
   TEST(tuning_log, 60);
+  TEST(copy_engines, 90);
   return test_summary();
 }
 

@@ -70,7 +70,9 @@ static struct {
   size_t size;
   int own;
   char name[48];
+  unsigned long long id; /* the allocation's buffer id (CU_POINTER_ATTRIBUTE_BUFFER_ID) */
 } legacy[MAX_LEGACY];
+static unsigned long long next_buffer_id = 1;
 
 static int ndevices(void) {
   const char *v = getenv("MOCK_CUDA_DEVICES");
@@ -332,6 +334,7 @@ static CUresult map_shm(const char *name, size_t size, int create, CUdeviceptr *
   legacy[slot].ptr = (CUdeviceptr)p;
   legacy[slot].size = size;
   legacy[slot].own = create;
+  legacy[slot].id = next_buffer_id++;
   snprintf(legacy[slot].name, sizeof legacy[slot].name, "%s", name);
   *ptr = (CUdeviceptr)p;
   mock_cuda_stats.live_legacy++;
@@ -385,6 +388,47 @@ static CUresult mock_cuIpcOpenMemHandle(CUdeviceptr *ptr, CUipcMemHandle handle,
 
 static CUresult mock_cuIpcCloseMemHandle(CUdeviceptr ptr) {
   return unmap_legacy(ptr, 0);
+}
+
+/* The legacy allocation (own or opened) holding ptr, or -1. */
+static int legacy_holding(CUdeviceptr ptr) {
+  for (int i = 0; i < MAX_LEGACY; i++)
+    if (legacy[i].ptr != 0 && ptr >= legacy[i].ptr && ptr < legacy[i].ptr + legacy[i].size) return i;
+  return -1;
+}
+
+static CUresult mock_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+  int slot = legacy_holding(ptr);
+  if (slot < 0) return CUDA_ERROR_NOT_FOUND;
+  *base = legacy[slot].ptr;
+  *size = legacy[slot].size;
+  return CUDA_SUCCESS;
+}
+
+/* Answers for cuMemAlloc allocations; anything else is unknown (an error, as host memory is). */
+static CUresult mock_cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
+                                            CUdeviceptr ptr) {
+  int slot = legacy_holding(ptr);
+  if (slot < 0 || current == NULL) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < n; i++) {
+    switch (attrs[i]) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *(unsigned *)data[i] = CU_MEMORYTYPE_DEVICE;
+      break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *(int *)data[i] = current->dev;
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      *(int *)data[i] = legacy[slot].own;
+      break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *(unsigned long long *)data[i] = legacy[slot].id;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return CUDA_SUCCESS;
 }
 
 /* ---- Host memory ---- */
@@ -507,6 +551,50 @@ static CUresult mock_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode
 
 static CUresult mock_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream) {
   return mock_cuMemcpyHtoD(dst, src, bytes);
+}
+
+/* Stream memory operations and copies run at once: a wait spins (at most MOCK_CUDA_WAIT_S) until another
+ * process sharing the memory writes the value. */
+static CUresult mock_cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                          unsigned int flags) {
+  if (flags != CU_STREAM_WRITE_VALUE_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
+  __atomic_store_n((cuuint32_t *)addr, value, __ATOMIC_SEQ_CST);
+  mock_cuda_stats.stream_writes++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                         unsigned int flags) {
+  if (flags != CU_STREAM_WAIT_VALUE_EQ) return CUDA_ERROR_INVALID_VALUE;
+  mock_cuda_stats.stream_waits++;
+  for (long i = 0; i < MOCK_CUDA_WAIT_S * 100000L; i++) {
+    if (__atomic_load_n((cuuint32_t *)addr, __ATOMIC_SEQ_CST) == value) return CUDA_SUCCESS;
+    usleep(10);
+  }
+  return CUDA_ERROR_LAUNCH_TIMEOUT;
+}
+
+static CUresult mock_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  memmove((void *)dst, (const void *)src, bytes);
+  mock_cuda_stats.dd_copies++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuStreamCreate(CUstream *stream, unsigned int flags) {
+  static char streams[64];
+  static int nstreams;
+  if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  *stream = (CUstream)&streams[nstreams++ % 64];
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_cuStreamDestroy(CUstream stream) {
+  return stream == NULL ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
+
+static CUresult mock_cuEventSynchronize(CUevent ev) {
+  return ev == NULL ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
 }
 
 static CUresult mock_cuStreamSynchronize(CUstream stream) {

@@ -23,6 +23,7 @@
 #define MOCK_CUDA_KERNEL_BULK  "braid_kernel_bulk"
 #define MOCK_CUDA_GARBAGE      0xAB /* fresh device and pinned memory is filled with this */
 #define MOCK_CUDA_MAX_OBJS     64   /* user objects the capturing stream's one graph can hold */
+#define MOCK_CUDA_WAIT_S       30   /* a cuStreamWaitValue32 whose value never comes fails after this */
 
 typedef struct {
   int proc_version;    /* cudaVersion of the last cuGetProcAddress */
@@ -48,6 +49,8 @@ typedef struct {
   int live_host;                 /* cuMemHostAlloc allocations and registrations not freed */
   int live_events;               /* events not destroyed */
   int capture_mode; /* the calling thread's capture mode as last exchanged (CUstreamCaptureMode) */
+  uint64_t stream_writes, stream_waits; /* cuStreamWriteValue32 and cuStreamWaitValue32 calls */
+  uint64_t dd_copies;                   /* cuMemcpyDtoDAsync calls */
 } mock_cuda_stats_t;
 
 /* Destroys the capturing stream's graph: runs the destructor of every user object it holds (exported; tests

@@ -6,7 +6,8 @@
  * references computed on the host, with poisoned outputs and guard bytes (cuda_case.h).
  *
  * Modes, one case each:
- *   procs_*   one process per GPU (ncclCommInitRank);
+ *   procs_*   one process per GPU (ncclCommInitRank); procs_ce with BRAID_CE_MIN_BYTES=4096, so that on two
+ *             GPUs the copy engines move every transfer of 4 KiB and more that combines nothing;
  *   single_*  one process and thread driving every GPU (ncclCommInitAll, one group per case);
  *   shm_*     one process per GPU with NCCL_P2P_DISABLE=1: host shared memory between the GPUs;
  *   tcp_*     one process per GPU with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: TCP sockets.
@@ -187,6 +188,13 @@ static void procs_large(void) {
   run_procs(TIER_LARGE, "procs", 300);
 }
 
+static void procs_ce(void) {
+  setenv("BRAID_CE_MIN_BYTES", "4096", 1);
+  run_procs(TIER_QUICK, "procs/ce", 300);
+  run_procs(TIER_LARGE_SINGLE, "procs/ce", 300);
+  unsetenv("BRAID_CE_MIN_BYTES");
+}
+
 /* ---- One process and thread for every GPU ---- */
 
 typedef struct {
@@ -265,6 +273,7 @@ int main(int argc, char **argv) {
   cuda_init(argc, argv);
   TEST(procs_small, 320);
   TEST(procs_large, 320);
+  TEST(procs_ce, 620);
   TEST(single_small, 320);
   TEST(single_large, 320);
   TEST(shm_quick, 320);

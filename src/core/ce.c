@@ -1,0 +1,433 @@
+/*
+ * Copy engines straight into the peer's buffer (see ce.h).
+ *
+ * The peer's outputs are mapped once per allocation: a small cache keyed by the owner's buffer id and IPC
+ * handle (a new allocation at the same address has another id, so it is mapped afresh, never written through
+ * a stale mapping). An entry leaves the cache, least recently used first, only once the copies into it have
+ * finished; the rest are unmapped when the communicator is destroyed. CUDA documents freeing an exported
+ * allocation while another process still has it mapped as undefined: the mapping outlives the call that made
+ * it until one of those two moments.
+ */
+#include "ce.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/timeutil.h"
+#include "gpu/gpu.h"
+
+#define TAG_CE_INIT 0x43454930u /* "0IEC": flag words and the threshold, at init */
+#define TAG_CE_STEP 0x43455330u /* "0SEC": one message per candidate step */
+#define CE_MAGIC    0x42434531u
+
+/* A rank's flag words (in its own memory), raised by the peer: [W_READY] the peer's outputs are free (this
+ * rank may send), [W_DONE] the peer's copy into this rank's outputs has finished. */
+enum { W_READY = 0, W_DONE = 1, W_COUNT = 2 };
+
+/* Mapped allocations of the peer kept at most. */
+enum { CE_IMPORTS = 16 };
+
+typedef struct {
+  void *base; /* NULL: free */
+  uint64_t size, buffer_id;
+  unsigned char ipc[64];
+  gpu_event_t *used; /* recorded after the latest step that copied into it */
+  uint64_t stamp;    /* for least-recently-used eviction */
+} import_t;
+
+struct ce {
+  int dev, rank, peer;
+  const char *name;
+  alloc_acct_t *acct;
+  boot_t *boot;
+  uint64_t min_bytes;        /* the larger of the two ranks' BRAID_CE_MIN_BYTES */
+  gpu_mem_t *words;          /* this rank's words */
+  gpu_mem_t *peer_words;     /* the peer's, mapped */
+  uint32_t *mine, *theirs;   /* their device addresses */
+  cudaStream_t side;         /* local copies, beside the link's copy */
+  gpu_event_t *fork, *join;  /* order the side stream after the call's stream, and back */
+  gpu_event_t *last;         /* recorded after the latest step */
+  _Atomic uint64_t last_us;  /* when that step was enqueued (time_now in µs); 0: none */
+  _Atomic uint64_t last_seq; /* its call */
+  _Atomic int reported;      /* the stuck step was logged */
+  import_t imports[CE_IMPORTS];
+  uint64_t clock;
+  struct step_msg *offers; /* ce_offer's messages, one per candidate step of the plan, for ce_settle */
+  int noffers, cap_offers;
+  _Atomic uint64_t logged[OP_COUNT]; /* size classes whose first step was logged (TUNING) */
+};
+
+/* What each rank sends the other at init. */
+typedef struct {
+  uint32_t magic;
+  uint32_t pad;
+  uint64_t min_bytes;
+  gpu_export_t words;
+} init_msg_t;
+
+/* What each rank sends the other for a candidate step. */
+typedef struct step_msg {
+  uint32_t magic;
+  int32_t kind;    /* the step's call (point-to-point steps as OP_SEND) */
+  int32_t willing; /* this rank can take the copy engines for the step */
+  int32_t nsend, nrecv;
+  int32_t pad;
+  uint64_t send_bytes[CE_MAX_XFERS], recv_bytes[CE_MAX_XFERS];
+  gpu_ptr_export_t out[CE_MAX_XFERS]; /* this rank's output of each receive, in list order */
+} step_msg_t;
+
+static void release(ce_t *ce) {
+  for (int i = 0; i < CE_IMPORTS; i++) {
+    import_t *e = &ce->imports[i];
+    if (e->base != NULL) gpu_ptr_close(ce->dev, e->base);
+    if (e->used != NULL) gpu_event_destroy(e->used);
+  }
+  free(ce->offers);
+  if (ce->fork != NULL) gpu_event_destroy(ce->fork);
+  if (ce->join != NULL) gpu_event_destroy(ce->join);
+  if (ce->last != NULL) gpu_event_destroy(ce->last);
+  gpu_stream_destroy(ce->side);
+  if (ce->peer_words != NULL) gpu_mem_release(ce->peer_words);
+  if (ce->words != NULL) {
+    mem_release(ce->acct, gpu_mem_size(ce->words), 1);
+    gpu_mem_release(ce->words);
+  }
+  mem_free(ce->acct, ce, sizeof *ce);
+}
+
+ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, links_t *links, boot_t *boot,
+                     alloc_acct_t *acct, const char *name, ce_t **ce_p) {
+  *ce_p = NULL;
+  if (dev < 0 || nranks != 2) return ncclSuccess;
+  const int peer = 1 - rank;
+  /* the same answer on both ranks: both see the same peer table and pick the same transport */
+  if (peers[peer].host_hash != peers[rank].host_hash || peers[peer].pid == peers[rank].pid ||
+      tp_select(links->tp, peer) != &tp_p2p_ops)
+    return ncclSuccess;
+  ce_t *ce;
+  CHECK(MEM_CALLOC(acct, ce, 1, "copy-engine path"));
+  *ce = (ce_t){.dev = dev, .rank = rank, .peer = peer, .name = name, .acct = acct, .boot = boot};
+  ncclResult_t res;
+  gpu_scope_t scope;
+  CHECK_GOTO(gpu_enter(dev, &scope), res, fail);
+  CHECK_GOTO(gpu_dev_alloc(dev, W_COUNT * sizeof(uint32_t), &ce->words), res, fail_leave);
+  mem_charge(acct, gpu_mem_size(ce->words), 1, "copy-engine flag words");
+  init_msg_t mine = {.magic = CE_MAGIC}, theirs;
+  int64_t min = param_int(P_BRAID_CE_MIN_BYTES);
+  mine.min_bytes = min > 0 ? (uint64_t)min : 0;
+  CHECK_GOTO(gpu_mem_export(ce->words, &mine.words), res, fail_leave);
+  CHECK_GOTO(boot_send(boot, peer, TAG_CE_INIT, &mine, sizeof mine), res, fail_leave);
+  CHECK_GOTO(boot_recv(boot, peer, TAG_CE_INIT, &theirs, sizeof theirs), res, fail_leave);
+  if (theirs.magic != CE_MAGIC) {
+    res = log_err(ncclInternalError, "%s: rank %d sent a malformed copy-engine setup", name, peer);
+    goto fail_leave;
+  }
+  /* either rank's 0 turns the path off on both; otherwise both take the larger threshold */
+  if (mine.min_bytes == 0 || theirs.min_bytes == 0) {
+    CHECK_GOTO(boot_barrier(boot), res, fail_leave); /* the peer may still be reading our export */
+    gpu_leave(&scope);
+    release(ce);
+    INFO(LOG_INIT | LOG_TUNING, "%s rank %d: no copy-engine path (BRAID_CE_MIN_BYTES is 0 on a rank)", name,
+         rank);
+    return ncclSuccess;
+  }
+  ce->min_bytes = mine.min_bytes > theirs.min_bytes ? mine.min_bytes : theirs.min_bytes;
+  CHECK_GOTO(gpu_mem_import(dev, &theirs.words, &ce->peer_words), res, fail_leave);
+  ce->mine = gpu_mem_ptr(ce->words);
+  ce->theirs = gpu_mem_ptr(ce->peer_words);
+  CHECK_GOTO(gpu_stream_create(&ce->side), res, fail_leave);
+  CHECK_GOTO(gpu_event_create(&ce->fork), res, fail_leave);
+  CHECK_GOTO(gpu_event_create(&ce->join), res, fail_leave);
+  CHECK_GOTO(gpu_event_create(&ce->last), res, fail_leave);
+  /* neither rank frees its words (and their export) while the other may still be mapping them */
+  CHECK_GOTO(boot_barrier(boot), res, fail_leave);
+  gpu_leave(&scope);
+  INFO(LOG_INIT | LOG_TUNING,
+       "%s rank %d: copy engines move steps whose every transfer to or from rank %d moves at least %llu "
+       "bytes and combines nothing (BRAID_CE_MIN_BYTES)",
+       name, rank, peer, (unsigned long long)ce->min_bytes);
+  *ce_p = ce;
+  return ncclSuccess;
+fail_leave:
+  gpu_leave(&scope);
+fail:
+  release(ce);
+  return res;
+}
+
+/* Whether a peer transfer (not a local copy) of the step. */
+static int is_peer(const xfer_t *x) {
+  return x->recv_peer >= 0 || x->send_peer >= 0;
+}
+
+/* Whether the step may take the copy engines, from its transfers between the ranks alone: what one rank
+ * sends the other receives, so both ranks answer alike. */
+static int candidate(const ce_t *ce, const plan_t *plan, const step_t *st) {
+  int nsend = 0, nrecv = 0;
+  for (int i = 0; i < st->count; i++) {
+    const xfer_t *x = &plan->xfers[st->first + i];
+    if (!is_peer(x)) continue;
+    if ((x->recv_peer >= 0 && x->send_peer >= 0) || x->bytes < ce->min_bytes ||
+        (x->flags & (XF_REDUCE | XF_PREPARE | XF_SEQ | XF_PREPARED)))
+      return 0;
+    if (x->send_peer >= 0)
+      nsend++;
+    else
+      nrecv++;
+  }
+  return nsend + nrecv > 0 && nsend <= CE_MAX_XFERS && nrecv <= CE_MAX_XFERS;
+}
+
+static int overlaps(const char *a, size_t na, const char *b, size_t nb) {
+  return a != NULL && b != NULL && a < b + nb && b < a + na;
+}
+
+/* This rank's message for a candidate step. */
+static ncclResult_t describe(const ce_t *ce, const plan_t *plan, const step_t *st, int capturing,
+                             step_msg_t *m) {
+  memset(m, 0, sizeof *m);
+  m->magic = CE_MAGIC;
+  m->kind = st->task->kind == OP_RECV ? OP_SEND : (int32_t)st->task->kind;
+  m->willing = !capturing;
+  for (int i = 0; i < st->count; i++) {
+    const xfer_t *x = &plan->xfers[st->first + i];
+    if (!is_peer(x)) {
+      if (x->flags != 0) m->willing = 0; /* local copies here are plain copies only */
+      continue;
+    }
+    if (x->send_peer >= 0) {
+      m->send_bytes[m->nsend++] = x->bytes;
+      continue;
+    }
+    /* the peer writes this output as soon as this rank's stream reaches the step: no input may share it */
+    for (int j = 0; j < st->count; j++) {
+      const xfer_t *y = &plan->xfers[st->first + j];
+      if (overlaps(x->dst, x->bytes, y->src, y->bytes)) m->willing = 0;
+    }
+    int ok = 0;
+    if (m->willing) CHECK(gpu_ptr_export(ce->dev, x->dst, &m->out[m->nrecv], &ok));
+    if (!ok) m->willing = 0;
+    m->recv_bytes[m->nrecv++] = x->bytes;
+  }
+  return ncclSuccess;
+}
+
+/* The decision, the same on both ranks: a symmetric test of the two messages. */
+static int agree(const step_msg_t *a, const step_msg_t *b) {
+  if (a->magic != CE_MAGIC || b->magic != CE_MAGIC || a->kind != b->kind || a->nsend != b->nrecv ||
+      a->nrecv != b->nsend)
+    return 0;
+  for (int i = 0; i < a->nsend; i++)
+    if (a->send_bytes[i] != b->recv_bytes[i]) return 0;
+  for (int i = 0; i < a->nrecv; i++)
+    if (a->recv_bytes[i] != b->send_bytes[i]) return 0;
+  return a->willing && b->willing;
+}
+
+/* The peer's allocation described by x, mapped here (from the cache, or mapped now). */
+static ncclResult_t import(ce_t *ce, const gpu_ptr_export_t *x, char **base_p) {
+  import_t *victim = NULL;
+  for (int i = 0; i < CE_IMPORTS; i++) {
+    import_t *e = &ce->imports[i];
+    if (e->base != NULL && e->buffer_id == x->buffer_id && memcmp(e->ipc, x->ipc, sizeof e->ipc) == 0) {
+      e->stamp = ++ce->clock;
+      *base_p = e->base;
+      return ncclSuccess;
+    }
+    if (victim == NULL || (victim->base != NULL && (e->base == NULL || e->stamp < victim->stamp))) victim = e;
+  }
+  if (victim->base != NULL) { /* its copies must be over before it goes */
+    if (victim->used != NULL) CHECK(gpu_event_sync(victim->used));
+    gpu_ptr_close(ce->dev, victim->base);
+    victim->base = NULL;
+  }
+  if (victim->used == NULL) CHECK(gpu_event_create(&victim->used));
+  void *base;
+  CHECK(gpu_ptr_open(ce->dev, x, &base));
+  victim->base = base;
+  victim->size = x->size;
+  victim->buffer_id = x->buffer_id;
+  memcpy(victim->ipc, x->ipc, sizeof victim->ipc);
+  victim->stamp = ++ce->clock;
+  INFO(LOG_ALLOC | LOG_P2P, "%s rank %d: mapped %llu bytes of rank %d's memory for the copy engines at %p",
+       ce->name, ce->rank, (unsigned long long)x->size, ce->peer, base);
+  *base_p = base;
+  return ncclSuccess;
+}
+
+/* Points each send of the agreed step at the peer's output. */
+static ncclResult_t point_sends(ce_t *ce, plan_t *plan, const step_t *st, const step_msg_t *peer) {
+  int k = 0;
+  for (int i = 0; i < st->count; i++) {
+    xfer_t *x = &plan->xfers[st->first + i];
+    if (x->send_peer < 0) continue;
+    char *base;
+    CHECK(import(ce, &peer->out[k], &base));
+    x->ce_dst = base + peer->out[k].offset;
+    k++;
+  }
+  return ncclSuccess;
+}
+
+static void log_step(ce_t *ce, const step_t *st, const step_msg_t *m) {
+  uint64_t bytes = 0;
+  for (int i = 0; i < m->nsend; i++) bytes += m->send_bytes[i];
+  for (int i = 0; i < m->nrecv; i++) bytes += m->recv_bytes[i];
+  int lvl = log_first_of_class(&ce->logged[st->task->kind], bytes) ? LOG_INFO : LOG_TRACE;
+  LOG_AT(
+      lvl, LOG_TUNING,
+      "%s rank %d: %s (call %llu) by the copy engines: %d send%s and %d receive%s, %llu bytes with rank %d",
+      ce->name, ce->rank, plan_op_name(st->task->kind), (unsigned long long)st->task->seq, m->nsend,
+      m->nsend == 1 ? "" : "s", m->nrecv, m->nrecv == 1 ? "" : "s", (unsigned long long)bytes, ce->peer);
+}
+
+ncclResult_t ce_offer(ce_t *ce, plan_t *plan) {
+  for (int s = 0; s < plan->nsteps; s++) plan->steps[s].ce = 0;
+  if (ce == NULL) return ncclSuccess;
+  ce->noffers = 0;
+  int entered = 0, capturing = -1;
+  gpu_scope_t scope;
+  ncclResult_t res = ncclSuccess;
+  for (int s = 0; s < plan->nsteps; s++) {
+    step_t *st = &plan->steps[s];
+    if (!candidate(ce, plan, st)) continue;
+    if (!entered) {
+      CHECK(gpu_enter(ce->dev, &scope));
+      entered = 1;
+    }
+    if (capturing < 0) { /* an invalidated capture is refused by the launch; here it only says no */
+      void *graph;
+      uint64_t id;
+      if (gpu_stream_capture(plan->tasks[0].stream, &capturing, &graph, &id) != ncclSuccess) capturing = 1;
+    }
+    if (ce->noffers == ce->cap_offers) {
+      int cap = ce->cap_offers < 4 ? 4 : 2 * ce->cap_offers;
+      step_msg_t *o = realloc(ce->offers, (size_t)cap * sizeof *o);
+      if (o == NULL) {
+        res = log_err(ncclSystemError, "%s: out of host memory for %d copy-engine offers", ce->name, cap);
+        goto out;
+      }
+      ce->offers = o;
+      ce->cap_offers = cap;
+    }
+    step_msg_t *m = &ce->offers[ce->noffers++];
+    CHECK_GOTO(describe(ce, plan, st, capturing, m), res, out);
+    CHECK_GOTO(boot_send(ce->boot, ce->peer, TAG_CE_STEP, m, sizeof *m), res, out);
+  }
+out:
+  if (entered) gpu_leave(&scope);
+  return res;
+}
+
+ncclResult_t ce_settle(ce_t *ce, plan_t *plan) {
+  if (ce == NULL || ce->noffers == 0) return ncclSuccess;
+  gpu_scope_t scope;
+  CHECK(gpu_enter(ce->dev, &scope));
+  ncclResult_t res = ncclSuccess;
+  int k = 0;
+  for (int s = 0; s < plan->nsteps && k < ce->noffers; s++) {
+    step_t *st = &plan->steps[s];
+    if (!candidate(ce, plan, st)) continue;
+    const step_msg_t *mine = &ce->offers[k++];
+    step_msg_t theirs;
+    CHECK_GOTO(boot_recv(ce->boot, ce->peer, TAG_CE_STEP, &theirs, sizeof theirs), res, out);
+    if (!agree(mine, &theirs)) {
+      if (mine->willing && theirs.willing)
+        WARN("%s rank %d: %s (call %llu): rank %d describes a different step (%d sends and %d receives); "
+             "the kernels move it",
+             ce->name, ce->rank, plan_op_name(st->task->kind), (unsigned long long)st->task->seq, ce->peer,
+             theirs.nsend, theirs.nrecv);
+      continue;
+    }
+    CHECK_GOTO(point_sends(ce, plan, st, &theirs), res, out);
+    st->ce = 1;
+    log_step(ce, st, mine);
+  }
+out:
+  ce->noffers = 0;
+  gpu_leave(&scope);
+  return res;
+}
+
+ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream) {
+  const step_t *st = &plan->steps[s];
+  const xfer_t *x = &plan->xfers[st->first];
+  int sends = 0, recvs = 0, locals = 0;
+  for (int i = 0; i < st->count; i++) {
+    if (x[i].send_peer >= 0) sends++;
+    if (x[i].recv_peer >= 0) recvs++;
+    if (!is_peer(&x[i])) locals++;
+  }
+  if (locals > 0) {
+    CHECK(gpu_event_record(ce->fork, stream));
+    CHECK(gpu_stream_wait(ce->side, ce->fork));
+    for (int i = 0; i < st->count; i++)
+      if (!is_peer(&x[i])) CHECK(gpu_copy_dd_async(x[i].dst, x[i].src, x[i].bytes, ce->side));
+    CHECK(gpu_event_record(ce->join, ce->side));
+  }
+  if (recvs > 0) CHECK(gpu_stream_write32(stream, &ce->theirs[W_READY], 1));
+  if (sends > 0) {
+    CHECK(gpu_stream_wait32(stream, &ce->mine[W_READY], 1));
+    CHECK(gpu_stream_write32(stream, &ce->mine[W_READY], 0));
+    for (int i = 0; i < st->count; i++)
+      if (x[i].send_peer >= 0) CHECK(gpu_copy_dd_async(x[i].ce_dst, x[i].src, x[i].bytes, stream));
+    CHECK(gpu_stream_write32(stream, &ce->theirs[W_DONE], 1));
+  }
+  if (recvs > 0) {
+    CHECK(gpu_stream_wait32(stream, &ce->mine[W_DONE], 1));
+    CHECK(gpu_stream_write32(stream, &ce->mine[W_DONE], 0));
+  }
+  if (locals > 0) CHECK(gpu_stream_wait(stream, ce->join));
+  for (int i = 0; i < st->count; i++) { /* the mappings written must outlive these copies */
+    if (x[i].send_peer < 0) continue;
+    for (int k = 0; k < CE_IMPORTS; k++) {
+      import_t *e = &ce->imports[k];
+      if (e->base != NULL && x[i].ce_dst >= (char *)e->base && x[i].ce_dst < (char *)e->base + e->size)
+        CHECK(gpu_event_record(e->used, stream));
+    }
+  }
+  CHECK(gpu_event_record(ce->last, stream));
+  atomic_store_explicit(&ce->last_seq, st->task->seq, memory_order_relaxed);
+  atomic_store_explicit(&ce->last_us, (uint64_t)(time_now() * 1e6), memory_order_release);
+  return ncclSuccess;
+}
+
+ncclResult_t ce_error(ce_t *ce) {
+  if (ce == NULL) return ncclSuccess;
+  uint64_t at = atomic_load_explicit(&ce->last_us, memory_order_acquire);
+  int64_t limit_s = param_int(P_BRAID_TIMEOUT_S);
+  if (at == 0 || limit_s <= 0 || time_now() * 1e6 - (double)at < (double)limit_s * 1e6) return ncclSuccess;
+  int done = 0;
+  gpu_scope_t scope;
+  if (gpu_enter(ce->dev, &scope) != ncclSuccess) return ncclSuccess;
+  ncclResult_t q = gpu_event_query(ce->last, &done);
+  gpu_leave(&scope);
+  if (q != ncclSuccess || done) return ncclSuccess;
+  if (atomic_exchange(&ce->reported, 1)) return ncclRemoteError;
+  return log_err(ncclRemoteError,
+                 "%s rank %d: a copy-engine step (call %llu) has waited more than %lld s for rank %d (its "
+                 "stream waits for the peer's ready or done word; BRAID_TIMEOUT_S)",
+                 ce->name, ce->rank, (unsigned long long)atomic_load(&ce->last_seq), (long long)limit_s,
+                 ce->peer);
+}
+
+void ce_abort(ce_t *ce) {
+  gpu_scope_t scope;
+  if (ce == NULL || gpu_enter(ce->dev, &scope) != ncclSuccess) return;
+  /* a stream waiting for the peer goes on (and clears the word itself) */
+  gpu_stream_write32(ce->side, &ce->mine[W_READY], 1);
+  gpu_stream_write32(ce->side, &ce->mine[W_DONE], 1);
+  gpu_leave(&scope);
+}
+
+void ce_destroy(ce_t *ce) {
+  gpu_scope_t scope;
+  if (ce == NULL) return;
+  int entered = gpu_enter(ce->dev, &scope) == ncclSuccess;
+  release(ce);
+  if (entered) gpu_leave(&scope);
+}
