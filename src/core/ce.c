@@ -1,12 +1,12 @@
 /*
  * Copy engines straight into the peer's buffer (see ce.h).
  *
- * The peer's outputs are mapped once per allocation: a small cache keyed by the owner's buffer id and IPC
- * handle (a new allocation at the same address has another id, so it is mapped afresh, never written through
- * a stale mapping). An entry leaves the cache, least recently used first, only once the copies into it have
- * finished; the rest are unmapped when the communicator is destroyed. CUDA documents freeing an exported
- * allocation while another process still has it mapped as undefined: the mapping outlives the call that made
- * it until one of those two moments.
+ * The peer's outputs are mapped once per allocation: a small cache keyed by the owner's buffer id and export
+ * (a new allocation at the same address has another id, so it is mapped afresh, never written through a stale
+ * mapping). An entry leaves the cache, least recently used first, only once the copies into it have finished;
+ * the rest are unmapped when the communicator is destroyed. CUDA documents freeing an exported allocation
+ * while another process still has it mapped as undefined: the mapping outlives the call that made it until
+ * one of those two moments.
  */
 #include "ce.h"
 
@@ -32,9 +32,10 @@ enum { W_READY = 0, W_DONE = 1, W_COUNT = 2 };
 enum { CE_IMPORTS = 16 };
 
 typedef struct {
-  void *base; /* NULL: free */
+  gpu_mem_t *mem; /* the mapping; NULL: free */
+  char *base;
   uint64_t size, buffer_id;
-  unsigned char ipc[64];
+  gpu_export_t blob;
   gpu_event_t *used; /* recorded after the latest step that copied into it */
   uint64_t stamp;    /* for least-recently-used eviction */
 } import_t;
@@ -83,7 +84,7 @@ typedef struct step_msg {
 static void release(ce_t *ce) {
   for (int i = 0; i < CE_IMPORTS; i++) {
     import_t *e = &ce->imports[i];
-    if (e->base != NULL) gpu_ptr_close(ce->dev, e->base);
+    if (e->mem != NULL) gpu_mem_release(e->mem);
     if (e->used != NULL) gpu_event_destroy(e->used);
   }
   free(ce->offers);
@@ -233,29 +234,30 @@ static ncclResult_t import(ce_t *ce, const gpu_ptr_export_t *x, char **base_p) {
   import_t *victim = NULL;
   for (int i = 0; i < CE_IMPORTS; i++) {
     import_t *e = &ce->imports[i];
-    if (e->base != NULL && e->buffer_id == x->buffer_id && memcmp(e->ipc, x->ipc, sizeof e->ipc) == 0) {
+    if (e->mem != NULL && e->buffer_id == x->buffer_id && memcmp(&e->blob, &x->blob, sizeof e->blob) == 0) {
       e->stamp = ++ce->clock;
       *base_p = e->base;
       return ncclSuccess;
     }
-    if (victim == NULL || (victim->base != NULL && (e->base == NULL || e->stamp < victim->stamp))) victim = e;
+    if (victim == NULL || (victim->mem != NULL && (e->mem == NULL || e->stamp < victim->stamp))) victim = e;
   }
-  if (victim->base != NULL) { /* its copies must be over before it goes */
+  if (victim->mem != NULL) { /* its copies must be over before it goes */
     if (victim->used != NULL) CHECK(gpu_event_sync(victim->used));
-    gpu_ptr_close(ce->dev, victim->base);
-    victim->base = NULL;
+    gpu_mem_release(victim->mem);
+    victim->mem = NULL;
   }
   if (victim->used == NULL) CHECK(gpu_event_create(&victim->used));
-  void *base;
-  CHECK(gpu_ptr_open(ce->dev, x, &base));
-  victim->base = base;
-  victim->size = x->size;
+  gpu_mem_t *mem;
+  CHECK(gpu_mem_import(ce->dev, &x->blob, &mem));
+  victim->mem = mem;
+  victim->base = gpu_mem_ptr(mem);
+  victim->size = gpu_mem_size(mem);
   victim->buffer_id = x->buffer_id;
-  memcpy(victim->ipc, x->ipc, sizeof victim->ipc);
+  victim->blob = x->blob;
   victim->stamp = ++ce->clock;
   INFO(LOG_ALLOC | LOG_P2P, "%s rank %d: mapped %llu bytes of rank %d's memory for the copy engines at %p",
-       ce->name, ce->rank, (unsigned long long)x->size, ce->peer, base);
-  *base_p = base;
+       ce->name, ce->rank, (unsigned long long)victim->size, ce->peer, (void *)victim->base);
+  *base_p = victim->base;
   return ncclSuccess;
 }
 
@@ -386,7 +388,7 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream) {
     if (x[i].send_peer < 0) continue;
     for (int k = 0; k < CE_IMPORTS; k++) {
       import_t *e = &ce->imports[k];
-      if (e->base != NULL && x[i].ce_dst >= (char *)e->base && x[i].ce_dst < (char *)e->base + e->size)
+      if (e->mem != NULL && x[i].ce_dst >= e->base && x[i].ce_dst < e->base + e->size)
         CHECK(gpu_event_record(e->used, stream));
     }
   }

@@ -8,9 +8,9 @@
  * send/receive; never a reduction), with at most CE_MAX_XFERS transfers each way: a pure function of the
  * calls, so both ranks find the same steps. For each such step, in order, the ranks then exchange one
  * message over the bootstrap: whether this rank can take the copy engines now (not capturing a graph, each
- * output exported through a legacy CUDA IPC handle, no output overlapping an input of the step), the sizes
- * it sends and receives, and the handles. Both decide from the two messages with the same symmetric test,
- * so they agree; a step either refuses stays on the kernels.
+ * output exportable (ncclMemAlloc or cudaMalloc memory), no output overlapping an input of the step), the
+ * sizes it sends and receives, and the handles. Both decide from the two messages with the same symmetric
+ * test, so they agree; a step either refuses stays on the kernels.
  *
  * On the GPU, per step, with no host counter (DESIGN.md, principle 3): the receiver's stream raises the
  * sender's `ready` word once it reaches the step (its outputs are free); the sender's stream waits for

@@ -131,21 +131,17 @@ void gpu_stream_destroy(cudaStream_t stream);
 /* Waits until the work before the event's last record has finished. */
 ncclResult_t gpu_event_sync(gpu_event_t *event);
 
-/* What another process needs to map the allocation holding a user's buffer (legacy CUDA IPC). */
+/* What another process needs to map the allocation holding a user's buffer. */
 typedef struct {
-  unsigned char ipc[64]; /* the allocation's CUipcMemHandle */
-  uint64_t buffer_id;    /* the driver's id of the allocation: unique in the owner's process */
-  uint64_t offset;       /* of the buffer from the allocation's base */
-  uint64_t size;         /* of the allocation */
+  gpu_export_t blob;  /* the allocation, for gpu_mem_import */
+  uint64_t buffer_id; /* an id of the allocation, unique in the owner's process (0 never) */
+  uint64_t offset;    /* of the buffer from the allocation's base */
 } gpu_ptr_export_t;
-/* Describes the allocation holding device address `ptr` on `dev` for gpu_ptr_open in another process.
- * *ok_p = 0 (and ncclSuccess) where legacy IPC cannot export it: memory not from cuMemAlloc/cudaMalloc
- * (cuMem allocations, memory pools, host memory) or not on `dev`. */
+/* Describes the allocation holding device address `ptr` on `dev` for gpu_mem_import in another process:
+ * memory from ncclMemAlloc (exported as gpu_mem_export does), or from cuMemAlloc/cudaMalloc (legacy CUDA
+ * IPC). *ok_p = 0 (and ncclSuccess) for anything else: other cuMem allocations, memory pools, host memory,
+ * memory of another device. */
 ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *ok_p);
-/* Maps such an allocation of another process on `dev`; *base_p is its base here. */
-ncclResult_t gpu_ptr_open(int dev, const gpu_ptr_export_t *x, void **base_p);
-/* Unmaps what gpu_ptr_open mapped. */
-void gpu_ptr_close(int dev, void *base);
 
 typedef struct gpu_func gpu_func_t; /* a kernel of a loaded module */
 /* Loads `name` from `fatbin` in `dev`'s primary context (once per device; later calls return the same). */

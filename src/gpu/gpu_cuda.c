@@ -873,10 +873,32 @@ ncclResult_t gpu_event_sync(gpu_event_t *event) {
   return ncclSuccess;
 }
 
+/* The ncclMemAlloc allocation holding ptr, or NULL. */
+static gpu_mem_t *registered(const void *ptr) {
+  gpu_mem_t *found = NULL;
+  pthread_mutex_lock(&registry_lock);
+  for (gpu_mem_t *m = registry; m != NULL && found == NULL; m = m->next)
+    if ((CUdeviceptr)ptr >= m->ptr && (CUdeviceptr)ptr < m->ptr + m->size) found = m;
+  pthread_mutex_unlock(&registry_lock);
+  return found;
+}
+
 ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *ok_p) {
   CHECK(check_dev(dev, "gpu_ptr_export"));
   *ok_p = 0;
   memset(x, 0, sizeof *x);
+  gpu_mem_t *m = registered(ptr);
+  if (m != NULL && m->kind == MEM_VMM) { /* ncclMemAlloc's cuMem memory: its descriptor, as for our own */
+    if (m->dev != dev) return ncclSuccess;
+    CHECK(gpu_mem_export(m, &x->blob));
+    export_blob_t b;
+    memcpy(&b, x->blob.bytes, sizeof b);
+    /* the descriptor's random token: a new allocation gets a new one */
+    x->buffer_id = b.token & ~(1ull << 63);
+    x->offset = (uint64_t)((CUdeviceptr)ptr - m->ptr);
+    *ok_p = x->buffer_id != 0;
+    return ncclSuccess;
+  }
   CUpointer_attribute attrs[4] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                   CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
                                   CU_POINTER_ATTRIBUTE_BUFFER_ID};
@@ -894,41 +916,23 @@ ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *
   size_t size = 0;
   CU_GOTO(cuMemGetAddressRange, (&base, &size, (CUdeviceptr)ptr), res, leave, "the allocation holding %p",
           ptr);
-  CUipcMemHandle h;
-  CU_GOTO(cuIpcGetMemHandle, (&h, base), res, leave, "%zu bytes at %p on device %d", size, (void *)base, dev);
-  _Static_assert(sizeof h <= sizeof x->ipc, "an IPC handle fits the export");
-  memcpy(x->ipc, &h, sizeof h);
-  x->buffer_id = id;
+  export_blob_t b;
+  memset(&b, 0, sizeof b);
+  b.magic = EXPORT_MAGIC;
+  b.kind = MEM_LEGACY;
+  b.size = size;
+  b.pid = (int32_t)getpid();
+  b.dev = dev;
+  CU_GOTO(cuIpcGetMemHandle, (&b.ipc, base), res, leave, "%zu bytes at %p on device %d", size, (void *)base,
+          dev);
+  memcpy(x->blob.bytes, &b, sizeof b);
+  /* the driver's buffer ids are unique in the process; keep them apart from the tokens above */
+  x->buffer_id = (uint64_t)id | 1ull << 63;
   x->offset = (uint64_t)((CUdeviceptr)ptr - base);
-  x->size = size;
   *ok_p = 1;
 leave:
   gpu_leave(&scope);
   return res;
-}
-
-ncclResult_t gpu_ptr_open(int dev, const gpu_ptr_export_t *x, void **base_p) {
-  CHECK(check_dev(dev, "gpu_ptr_open"));
-  CUipcMemHandle h;
-  memcpy(&h, x->ipc, sizeof h);
-  CUdeviceptr base = 0;
-  gpu_scope_t scope;
-  CHECK(gpu_enter(dev, &scope));
-  CUresult r = drv.cuIpcOpenMemHandle(&base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-  gpu_leave(&scope);
-  if (r != CUDA_SUCCESS)
-    return cu_fail(r, "cuIpcOpenMemHandle", "a peer's allocation of %llu bytes, mapped on device %d",
-                   (unsigned long long)x->size, dev);
-  *base_p = (void *)base;
-  return ncclSuccess;
-}
-
-void gpu_ptr_close(int dev, void *base) {
-  gpu_scope_t scope;
-  if (base == NULL || check_dev(dev, "gpu_ptr_close") != ncclSuccess || gpu_enter(dev, &scope) != ncclSuccess)
-    return;
-  CU_WARN(cuIpcCloseMemHandle, ((CUdeviceptr)base), "a peer's allocation mapped at %p", base);
-  gpu_leave(&scope);
 }
 
 ncclResult_t gpu_stream_sync(cudaStream_t stream) {

@@ -131,7 +131,3 @@ ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *
   *ok_p = 0;
   return ncclSuccess;
 }
-ncclResult_t gpu_ptr_open(int dev, const gpu_ptr_export_t *x, void **base_p) {
-  return no_cuda("gpu_ptr_open");
-}
-void gpu_ptr_close(int dev, void *base) {}

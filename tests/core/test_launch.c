@@ -609,11 +609,14 @@ static void ce_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
+/* With ncclMemAlloc's memory from cuMem (exported as a file descriptor), then from cuMemAlloc (legacy IPC).
+ */
 static void copy_engines(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   setenv("BRAID_CE_MIN_BYTES", "1024", 1);
-  setenv("MOCK_CUDA_NO_VMM", "1", 1); /* ncclMemAlloc through cuMemAlloc, which legacy IPC exports */
   unsetenv("MOCK_CUDA_STUCK");
+  run_with_logs(ce_rank, 60);
+  setenv("MOCK_CUDA_NO_VMM", "1", 1);
   run_with_logs(ce_rank, 60);
   unsetenv("BRAID_CE_MIN_BYTES");
   unsetenv("MOCK_CUDA_NO_VMM");
