@@ -235,6 +235,26 @@ static ncclResult_t next_step(ctx_t *c) {
   return open_step(c->plan, c->task);
 }
 
+/* All-reduce on two ranks as two steps (plan_tuning_t.ar_split): each rank reduces its half (the peer sends
+ * its contribution), then each sends its reduced half to the other, a step of plain copies that the copy
+ * engines can move straight into the peer's output (core/ce.h). In place, the second step overwrites the
+ * half the first one sent, which is done by then. */
+static ncclResult_t split_allreduce(ctx_t *c) {
+  const task_t *t = c->task;
+  int r = c->rank, p = 1 - r;
+  for (size_t j = 0; j < nslices(c); j++) {
+    CHECK(add(c, -1, p, sl_at(c, t->sendbuff, p, j), NULL, sl(c, p, j), XF_PREPARE));
+    CHECK(add(c, p, -1, sl_at(c, t->sendbuff, r, j), sl_at(c, t->recvbuff, r, j), sl(c, r, j),
+              XF_REDUCE | XF_LAST));
+  }
+  CHECK(next_step(c));
+  for (size_t j = 0; j < nslices(c); j++) {
+    CHECK(add(c, -1, p, sl_at(c, t->recvbuff, r, j), NULL, sl(c, r, j), 0));
+    CHECK(add(c, p, -1, NULL, sl_at(c, t->recvbuff, p, j), sl(c, p, j), 0));
+  }
+  return ncclSuccess;
+}
+
 /* All-to-all: block p goes to rank p directly. In place, the input is first staged so that arriving blocks
  * cannot overwrite blocks not yet sent. */
 static ncclResult_t build_alltoall(ctx_t *c) {
@@ -622,6 +642,8 @@ static void tuning_load(void) {
   tuning_knobs.ll_part = ll_part > 0 ? (uint64_t)ll_part : 1;
   int64_t ch_bytes = param_int(P_BRAID_CHANNEL_BYTES);
   tuning_knobs.ch_bytes = ch_bytes > 0 ? (uint64_t)ch_bytes : 1;
+  int64_t split = param_int(P_BRAID_AR_SPLIT_BYTES);
+  tuning_knobs.ar_split = split > 0 ? (uint64_t)split : 0;
   /* an explicit threshold holds for every rank count; by default two ranks' all-reduce goes further */
   if (!param_is_set(P_BRAID_ONESHOT_MAX_BYTES) && tuning_knobs.oneshot_pair < PLAN_ONESHOT_PAIR_MAX)
     tuning_knobs.oneshot_pair = PLAN_ONESHOT_PAIR_MAX;
@@ -676,7 +698,11 @@ static build_fn_t builder_of(const task_t *t, int nranks, const plan_tuning_t *t
   const char *why;
   plan_algo_t algo = plan_pick(t, nranks, tuning, &why);
   log_pick(t, nranks, tuning, algo, why);
-  return algo == ALGO_ONESHOT ? oneshot_builders[t->kind] : builders[t->kind];
+  if (algo == ALGO_ONESHOT) return oneshot_builders[t->kind];
+  if (t->kind == OP_ALLREDUCE && nranks == 2 && tuning->ar_split > 0 &&
+      plan_call_bytes(t, nranks) >= tuning->ar_split)
+    return split_allreduce;
+  return builders[t->kind];
 }
 
 /* Collectives in call order, one step each (an in-place all-to-all takes two); then all point-to-point calls

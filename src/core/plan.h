@@ -128,6 +128,8 @@ typedef struct {
   uint64_t ll_max;         /* GPU transfers of at most this many bytes use the LL protocol (0: none) */
   uint64_t ll_part;        /* an LL transfer takes one channel per this many bytes (at least 1) */
   uint64_t ch_bytes;       /* a Simple transfer takes one channel per this many bytes (at least 1) */
+  uint64_t ar_split;       /* a ring all-reduce on two ranks of at least this many bytes runs as two steps, a
+                            * reduce-scatter then an all-gather of the reduced halves (0: never) */
 } plan_tuning_t;
 
 /* The process's tuning, from the knobs (read and parsed once; unknown algorithm names are logged at INFO). */

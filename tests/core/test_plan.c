@@ -506,11 +506,10 @@ static double expect_reduced(const op_case_t *oc, int n, size_t j) {
   return oc->red.type == ncclFloat32 ? (double)f : (double)(int32_t)i;
 }
 
-/* One collective on n ranks, one-shot, run and checked. */
-static void run_case(op_kind_t kind, const op_case_t *oc, int n, size_t count, int inplace_mask) {
+/* One collective on n ranks, planned with the tuning, run and checked. */
+static void run_tuned(op_kind_t kind, const op_case_t *oc, int n, size_t count, int inplace_mask,
+                      const plan_tuning_t *tuning) {
   static plan_t plans[MAX_RANKS];
-  plan_tuning_t tuning;
-  plan_tuning_parse("OneShot", THR, &tuning);
   size_t es = 4, region = (size_t)n * count * es + 64;
   char *mem[MAX_RANKS];
   const char *out[MAX_RANKS];
@@ -525,7 +524,7 @@ static void run_case(op_kind_t kind, const op_case_t *oc, int n, size_t count, i
     out[r] = t.recvbuff;
     plan_reset(&plans[r]);
     EXPECT_OK(plan_add_task(&plans[r], &t));
-    EXPECT_OK(plan_build(&plans[r], r, n, SLICE, &tuning));
+    EXPECT_OK(plan_build(&plans[r], r, n, SLICE, tuning));
     check_races(&plans[r], r);
   }
   run_plans(plans, n);
@@ -553,29 +552,69 @@ static void run_case(op_kind_t kind, const op_case_t *oc, int n, size_t count, i
   for (int r = 0; r < n; r++) free(mem[r]);
 }
 
+/* One collective on n ranks, one-shot, run and checked. */
+static void run_case(op_kind_t kind, const op_case_t *oc, int n, size_t count, int inplace_mask) {
+  plan_tuning_t tuning;
+  plan_tuning_parse("OneShot", THR, &tuning);
+  run_tuned(kind, oc, n, count, inplace_mask, &tuning);
+}
+
+static const op_case_t run_ops[] = {
+    {"float sum", {.kind = RED_SUM, .type = ncclFloat32, .fscale = 1, .iscale = 1, .divisor = 1}, val_float},
+    {"float prod",
+     {.kind = RED_PROD, .type = ncclFloat32, .fscale = 1, .iscale = 1, .divisor = 1},
+     val_float},
+    {"float premulsum", {.kind = RED_PREMULSUM, .type = ncclFloat32, .iscale = 1, .divisor = 1}, val_float},
+    {"int32 max", {.kind = RED_MAX, .type = ncclInt32, .fscale = 1, .iscale = 1, .divisor = 1}, val_int},
+    {"int32 min", {.kind = RED_MIN, .type = ncclInt32, .fscale = 1, .iscale = 1, .divisor = 1}, val_int},
+    {"int32 avg", {.kind = RED_SUM_POSTDIV, .type = ncclInt32, .fscale = 1, .iscale = 1}, val_int},
+};
+
 static void oneshot_runs(void) {
-  static const op_case_t ops[] = {
-      {"float sum",
-       {.kind = RED_SUM, .type = ncclFloat32, .fscale = 1, .iscale = 1, .divisor = 1},
-       val_float},
-      {"float prod",
-       {.kind = RED_PROD, .type = ncclFloat32, .fscale = 1, .iscale = 1, .divisor = 1},
-       val_float},
-      {"float premulsum", {.kind = RED_PREMULSUM, .type = ncclFloat32, .iscale = 1, .divisor = 1}, val_float},
-      {"int32 max", {.kind = RED_MAX, .type = ncclInt32, .fscale = 1, .iscale = 1, .divisor = 1}, val_int},
-      {"int32 min", {.kind = RED_MIN, .type = ncclInt32, .fscale = 1, .iscale = 1, .divisor = 1}, val_int},
-      {"int32 avg", {.kind = RED_SUM_POSTDIV, .type = ncclInt32, .fscale = 1, .iscale = 1}, val_int},
-  };
+  const op_case_t *ops = run_ops;
+  const size_t nops = sizeof run_ops / sizeof run_ops[0];
+
   static const size_t counts[] = {1, 7, 33};
   for (int n = 2; n <= MAX_RANKS; n++)
     for (size_t k = 0; k < NCHOICE; k++)
-      for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+      for (size_t o = 0; o < nops; o++)
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
           op_case_t oc = ops[o];
           if (oc.red.kind == RED_SUM_POSTDIV) oc.red.divisor = n;
           int masks[] = {0, (1 << n) - 1, 0x55 & ((1 << n) - 1)}; /* none, all, even ranks in place */
           for (int m = 0; m < 3; m++) run_case(choice_kinds[k], &oc, n, counts[c], masks[m]);
         }
+}
+
+/* A two-rank ring all-reduce past plan_tuning_t.ar_split: two steps (each rank reduces its half, then the
+ * halves cross), every operation, odd counts, in and out of place on either rank, checked element by
+ * element; and below the threshold, or on three ranks, the fused ring's one step. */
+static void split_runs(void) {
+  plan_tuning_t tuning;
+  plan_tuning_parse("Ring", THR, &tuning);
+  tuning.ar_split = 64;
+  static const size_t counts[] = {16, 17, 1001};
+  for (size_t o = 0; o < sizeof run_ops / sizeof run_ops[0]; o++)
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+      op_case_t oc = run_ops[o];
+      if (oc.red.kind == RED_SUM_POSTDIV) oc.red.divisor = 2;
+      for (int m = 0; m < 4; m++) run_tuned(OP_ALLREDUCE, &oc, 2, counts[c], m, &tuning);
+    }
+  static char b[2 * 4096];
+  for (int n = 2; n <= 3; n++)
+    for (size_t count = 15; count <= 16; count++) {
+      plan_t p = {0};
+      task_t t = call_of(OP_ALLREDUCE, count, 0, 0, 0, &b[0], &b[4096], float_sum());
+      EXPECT_OK(plan_add_task(&p, &t));
+      EXPECT_OK(plan_build(&p, 0, n, SLICE, &tuning));
+      int want = n == 2 && count * 4 >= 64 ? 2 : 1;
+      EXPECT(p.nsteps == want, "%zu floats on %d ranks: %d steps, expected %d", count, n, p.nsteps, want);
+      if (want == 2) /* the second step only copies: the copy engines may take it */
+        for (int i = p.steps[1].first; i < p.steps[1].first + p.steps[1].count; i++)
+          EXPECT(p.xfers[i].flags == 0 && (p.xfers[i].send_peer < 0 || p.xfers[i].recv_peer < 0),
+                 "the all-gather step's transfer %d combines or forwards", i);
+      plan_free(&p);
+    }
 }
 
 /* Builds one all-reduce of `count` floats on rank 0 of 2 with the tuning. */
@@ -627,6 +666,7 @@ int main(void) {
   TEST(algo_knob, 30);
   TEST(proto_knob, 30);
   TEST(oneshot_runs, 300);
+  TEST(split_runs, 60);
   TEST(tuning_log, 30);
   return test_summary();
 }
