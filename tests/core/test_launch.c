@@ -460,16 +460,21 @@ static void channels_agree(void) {
   EXPECT(run_ranks(2, 60, channels_rank, &sh) == 0, "a rank failed");
 }
 
+/* A communicator of the rank process whose log (TUNING at INFO) goes to the file named in path. */
+static ncclComm_t tuning_comm(const shared_t *sh, int rank, int nranks, char *path, size_t size) {
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+  rank_log(sh, rank, path, size);
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  return comm;
+}
+
 /* NCCL_DEBUG_SUBSYS=TUNING logs a launch's shape once per entry point and size class at INFO, every launch at
  * TRACE: a 64 MiB broadcast twice is one line, with its batches of 2 pieces; a 16 MiB one has no cap. */
 static void tuning_rank(int rank, int nranks, void *arg) {
-  const shared_t *sh = arg;
   char log_path[128];
-  setenv("NCCL_DEBUG", "INFO", 1);
-  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
-  rank_log(sh, rank, log_path, sizeof log_path);
-  ncclComm_t comm;
-  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
   void *buf = (void *)(uintptr_t)0x10000000, *out = (void *)(uintptr_t)0x20000000;
   for (int i = 0; i < 2; i++) EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
   EXPECT_OK(ncclBroadcast(buf, out, 4u << 20, ncclFloat, 0, comm, NULL));
@@ -533,13 +538,8 @@ static void ce_expect(const ce_bufs_t *b, const float *out, size_t n, int r, siz
 }
 
 static void ce_rank(int rank, int nranks, void *arg) {
-  const shared_t *sh = arg;
   char log_path[128];
-  setenv("NCCL_DEBUG", "INFO", 1);
-  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
-  rank_log(sh, rank, log_path, sizeof log_path);
-  ncclComm_t comm;
-  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
   EXPECT(test_file_lines(log_path, "copy engines move steps whose every transfer") == 1,
          "rank %d: the communicator has no copy-engine path", rank);
   const int peer = 1 - rank;
