@@ -20,9 +20,10 @@
 #include "base/timeutil.h"
 #include "gpu/gpu.h"
 
-#define TAG_CE_INIT 0x43454930u /* "0IEC": flag words and the threshold, at init */
-#define TAG_CE_STEP 0x43455330u /* "0SEC": one message per candidate step */
-#define CE_MAGIC    0x42434531u
+#define TAG_CE_INIT  0x43454930u /* "0IEC": flag words and the threshold, at init */
+#define TAG_CE_READY 0x43455230u /* "0REC": both ranks mapped the other's words */
+#define TAG_CE_STEP  0x43455330u /* "0SEC": one message per candidate step */
+#define CE_MAGIC     0x42434531u
 
 /* A rank's flag words (in its own memory), raised by the peer: [W_READY] the peer's outputs are free (this
  * rank may send), [W_DONE] the peer's copy into this rank's outputs has finished. */
@@ -100,6 +101,16 @@ static void release(ce_t *ce) {
   mem_free(ce->acct, ce, sizeof *ce);
 }
 
+/* Sends this rank's word `ok` and returns the AND of it with the peer's: both ranks get the same answer, and
+ * neither has it before both sent (after whatever each did before). */
+static ncclResult_t both_ok(ce_t *ce, uint32_t tag, int *ok) {
+  uint32_t mine = *ok != 0, theirs = 0;
+  CHECK(boot_send(ce->boot, ce->peer, tag, &mine, sizeof mine));
+  CHECK(boot_recv(ce->boot, ce->peer, tag, &theirs, sizeof theirs));
+  *ok = mine && theirs;
+  return ncclSuccess;
+}
+
 ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, links_t *links, boot_t *boot,
                      alloc_acct_t *acct, const char *name, ce_t **ce_p) {
   *ce_p = NULL;
@@ -115,12 +126,14 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   ncclResult_t res;
   gpu_scope_t scope;
   CHECK_GOTO(gpu_enter(dev, &scope), res, fail);
-  CHECK_GOTO(gpu_dev_alloc(dev, W_COUNT * sizeof(uint32_t), &ce->words), res, fail_leave);
-  mem_charge(acct, gpu_mem_size(ce->words), 1, "copy-engine flag words");
-  init_msg_t mine = {.magic = CE_MAGIC}, theirs;
+  /* The path is an optimisation: a rank that cannot set it up (logged) says so, and both go without it;
+   * only a failed exchange with the peer fails init. */
   int64_t min = param_int(P_BRAID_CE_MIN_BYTES);
-  mine.min_bytes = min > 0 ? (uint64_t)min : 0;
-  CHECK_GOTO(gpu_mem_export(ce->words, &mine.words), res, fail_leave);
+  init_msg_t mine = {.magic = CE_MAGIC, .min_bytes = min > 0 ? (uint64_t)min : 0}, theirs;
+  if (mine.min_bytes > 0 && (gpu_dev_alloc(dev, W_COUNT * sizeof(uint32_t), &ce->words) != ncclSuccess ||
+                             gpu_mem_export(ce->words, &mine.words) != ncclSuccess))
+    mine.min_bytes = 0;
+  if (ce->words != NULL) mem_charge(acct, gpu_mem_size(ce->words), 1, "copy-engine flag words");
   CHECK_GOTO(boot_send(boot, peer, TAG_CE_INIT, &mine, sizeof mine), res, fail_leave);
   CHECK_GOTO(boot_recv(boot, peer, TAG_CE_INIT, &theirs, sizeof theirs), res, fail_leave);
   if (theirs.magic != CE_MAGIC) {
@@ -128,25 +141,26 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
     goto fail_leave;
   }
   /* either rank's 0 turns the path off on both; otherwise both take the larger threshold */
-  if (mine.min_bytes == 0 || theirs.min_bytes == 0) {
-    CHECK_GOTO(boot_barrier(boot), res, fail_leave); /* the peer may still be reading our export */
-    gpu_leave(&scope);
+  int ok = mine.min_bytes > 0 && theirs.min_bytes > 0;
+  if (ok) {
+    ce->min_bytes = mine.min_bytes > theirs.min_bytes ? mine.min_bytes : theirs.min_bytes;
+    ok = gpu_mem_import(dev, &theirs.words, &ce->peer_words) == ncclSuccess &&
+         gpu_stream_create(&ce->side) == ncclSuccess && gpu_event_create(&ce->fork) == ncclSuccess &&
+         gpu_event_create(&ce->join) == ncclSuccess && gpu_event_create(&ce->last) == ncclSuccess;
+    /* also keeps each rank's words (and their export) until the other has mapped them */
+    CHECK_GOTO(both_ok(ce, TAG_CE_READY, &ok), res, fail_leave);
+  }
+  gpu_leave(&scope);
+  if (!ok) {
     release(ce);
-    INFO(LOG_INIT | LOG_TUNING, "%s rank %d: no copy-engine path (BRAID_CE_MIN_BYTES is 0 on a rank)", name,
-         rank);
+    INFO(LOG_INIT | LOG_TUNING,
+         "%s rank %d: no copy-engine path (BRAID_CE_MIN_BYTES is 0 on a rank, or a rank "
+         "could not set it up)",
+         name, rank);
     return ncclSuccess;
   }
-  ce->min_bytes = mine.min_bytes > theirs.min_bytes ? mine.min_bytes : theirs.min_bytes;
-  CHECK_GOTO(gpu_mem_import(dev, &theirs.words, &ce->peer_words), res, fail_leave);
   ce->mine = gpu_mem_ptr(ce->words);
   ce->theirs = gpu_mem_ptr(ce->peer_words);
-  CHECK_GOTO(gpu_stream_create(&ce->side), res, fail_leave);
-  CHECK_GOTO(gpu_event_create(&ce->fork), res, fail_leave);
-  CHECK_GOTO(gpu_event_create(&ce->join), res, fail_leave);
-  CHECK_GOTO(gpu_event_create(&ce->last), res, fail_leave);
-  /* neither rank frees its words (and their export) while the other may still be mapping them */
-  CHECK_GOTO(boot_barrier(boot), res, fail_leave);
-  gpu_leave(&scope);
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: copy engines move steps whose every transfer to or from rank %d moves at least %llu "
        "bytes and combines nothing (BRAID_CE_MIN_BYTES)",

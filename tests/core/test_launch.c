@@ -8,8 +8,8 @@
  *
  * The same two processes also run the copy-engine path (core/ce.h) for real: the stand-in driver executes its
  * stream memory operations and copies on memory both processes map, so broadcast, all-gather, gather,
- * scatter, all-to-all and send/receive must deliver every element, and steps either rank refuses must stay
- * on the kernels on both.
+ * scatter, all-to-all and send/receive must deliver every element, steps either rank refuses must stay on
+ * the kernels on both, and the path turned off on one rank is off on both.
  *
  * Without CUDA's headers there is no stand-in driver and nothing to test.
  */
@@ -614,6 +614,20 @@ static void ce_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
+/* BRAID_CE_MIN_BYTES=0 on one rank only: both ranks go without the path, and say so. */
+static void ce_off_rank(int rank, int nranks, void *arg) {
+  if (rank == 1) setenv("BRAID_CE_MIN_BYTES", "0", 1);
+  char log_path[128];
+  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
+  EXPECT(test_file_lines(log_path, "no copy-engine path") == 1 &&
+             test_file_lines(log_path, "copy engines move steps") == 0,
+         "rank %d: the path is not off on both ranks", rank);
+  void *buf = (void *)(uintptr_t)0x10000000, *out = (void *)(uintptr_t)0x20000000;
+  EXPECT_OK(ncclBroadcast(buf, out, 1u << 20, ncclFloat, 0, comm, NULL));
+  EXPECT(test_file_lines(log_path, "by the copy engines") == 0, "rank %d: a copy-engine step", rank);
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
 /* With ncclMemAlloc's memory from cuMem (exported as a file descriptor), then from cuMemAlloc (legacy IPC).
  */
 static void copy_engines(void) {
@@ -623,6 +637,7 @@ static void copy_engines(void) {
   run_with_logs(ce_rank, 60);
   setenv("MOCK_CUDA_NO_VMM", "1", 1);
   run_with_logs(ce_rank, 60);
+  run_with_logs(ce_off_rank, 60);
   unsetenv("BRAID_CE_MIN_BYTES");
   unsetenv("MOCK_CUDA_NO_VMM");
 }
