@@ -583,8 +583,19 @@ static void ce_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclRecv(b.recv + CE_N, CE_N - 2, ncclFloat, peer, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
   ce_expect(&b, b.recv, 2 * CE_N - 2, peer, 0, "send/receive");
-  /* one INFO line per collective and size class: broadcast, all-gather, gather, scatter, alltoall, send */
-  EXPECT(test_file_lines(log_path, "by the copy engines") == 6,
+  /* An all-reduce past BRAID_AR_SPLIT_BYTES: its reduce-scatter step is the kernels' (which move nothing
+   * here), its all-gather step the copy engines'. Each rank's half of the output holds a pattern standing in
+   * for its reduced half; afterwards both halves must be on both ranks. Halves of an odd count: the first
+   * one element longer. */
+  ce_fresh(&b);
+  const size_t half[2] = {CE_N / 2 + 1, CE_N / 2}, first[2] = {0, CE_N / 2 + 1};
+  memcpy(b.recv + first[rank], b.send + CE_N + first[rank], half[rank] * sizeof(float)); /* not the input */
+  EXPECT_OK(ncclAllReduce(b.send, b.recv, CE_N, ncclFloat, ncclSum, comm, NULL));
+  for (int p = 0; p < 2; p++)
+    ce_expect(&b, b.recv + first[p], half[p], p, CE_N + first[p], "all-reduce's halves");
+  /* one INFO line per collective and size class: broadcast, all-gather, gather, scatter, alltoall, send,
+   * all-reduce */
+  EXPECT(test_file_lines(log_path, "by the copy engines") == 7,
          "rank %d: %d kinds logged as copy-engine steps", rank,
          test_file_lines(log_path, "by the copy engines"));
   /* Each rank refuses once, the other agrees: both must leave the step to the kernels (which here move
@@ -633,12 +644,16 @@ static void ce_off_rank(int rank, int nranks, void *arg) {
 static void copy_engines(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   setenv("BRAID_CE_MIN_BYTES", "1024", 1);
+  setenv("BRAID_AR_SPLIT_BYTES", "1024", 1);
+  setenv("NCCL_ALGO", "allreduce:ring", 1); /* not one-shot, which two ranks' all-reduce is up to 16 MiB */
   unsetenv("MOCK_CUDA_STUCK");
   run_with_logs(ce_rank, 60);
   setenv("MOCK_CUDA_NO_VMM", "1", 1);
   run_with_logs(ce_rank, 60);
   run_with_logs(ce_off_rank, 60);
   unsetenv("BRAID_CE_MIN_BYTES");
+  unsetenv("BRAID_AR_SPLIT_BYTES");
+  unsetenv("NCCL_ALGO");
   unsetenv("MOCK_CUDA_NO_VMM");
 }
 
