@@ -34,8 +34,7 @@ enum { CE_IMPORTS = 16 };
 
 typedef struct {
   gpu_mem_t *mem; /* the mapping; NULL: free */
-  char *base;
-  uint64_t size, buffer_id;
+  uint64_t buffer_id;
   gpu_export_t blob;
   gpu_event_t *used; /* recorded after the latest step that copied into it */
   uint64_t stamp;    /* for least-recently-used eviction */
@@ -58,7 +57,7 @@ struct ce {
   _Atomic int reported;      /* the stuck step was logged */
   import_t imports[CE_IMPORTS];
   uint64_t clock;
-  struct step_msg *offers; /* ce_offer's messages, one per candidate step of the plan, for ce_settle */
+  struct offer *offers; /* ce_offer's messages, one per candidate step of the plan, for ce_settle */
   int noffers, cap_offers;
   _Atomic uint64_t logged[OP_COUNT]; /* size classes whose first step was logged (TUNING) */
 };
@@ -81,6 +80,12 @@ typedef struct step_msg {
   uint64_t send_bytes[CE_MAX_XFERS], recv_bytes[CE_MAX_XFERS];
   gpu_ptr_export_t out[CE_MAX_XFERS]; /* this rank's output of each receive, in list order */
 } step_msg_t;
+
+/* A message sent by ce_offer, and the step it describes. */
+typedef struct offer {
+  int step;
+  step_msg_t msg;
+} offer_t;
 
 static void release(ce_t *ce) {
   for (int i = 0; i < CE_IMPORTS; i++) {
@@ -249,7 +254,7 @@ static ncclResult_t import(ce_t *ce, const gpu_ptr_export_t *x, char **base_p) {
     import_t *e = &ce->imports[i];
     if (e->mem != NULL && e->buffer_id == x->buffer_id && memcmp(&e->blob, &x->blob, sizeof e->blob) == 0) {
       e->stamp = ++ce->clock;
-      *base_p = e->base;
+      *base_p = gpu_mem_ptr(e->mem);
       return ncclSuccess;
     }
     if (victim == NULL || (victim->mem != NULL && (e->mem == NULL || e->stamp < victim->stamp))) victim = e;
@@ -263,14 +268,12 @@ static ncclResult_t import(ce_t *ce, const gpu_ptr_export_t *x, char **base_p) {
   gpu_mem_t *mem;
   CHECK(gpu_mem_import(ce->dev, &x->blob, &mem));
   victim->mem = mem;
-  victim->base = gpu_mem_ptr(mem);
-  victim->size = gpu_mem_size(mem);
   victim->buffer_id = x->buffer_id;
   victim->blob = x->blob;
   victim->stamp = ++ce->clock;
-  INFO(LOG_ALLOC | LOG_P2P, "%s rank %d: mapped %llu bytes of rank %d's memory for the copy engines at %p",
-       ce->name, ce->rank, (unsigned long long)victim->size, ce->peer, (void *)victim->base);
-  *base_p = victim->base;
+  *base_p = gpu_mem_ptr(mem);
+  INFO(LOG_ALLOC | LOG_P2P, "%s rank %d: mapped %zu bytes of rank %d's memory for the copy engines at %p",
+       ce->name, ce->rank, gpu_mem_size(mem), ce->peer, (void *)*base_p);
   return ncclSuccess;
 }
 
@@ -301,8 +304,7 @@ static void log_step(ce_t *ce, const step_t *st, const step_msg_t *m) {
 }
 
 ncclResult_t ce_offer(ce_t *ce, plan_t *plan) {
-  for (int s = 0; s < plan->nsteps; s++) plan->steps[s].ce = 0;
-  if (ce == NULL) return ncclSuccess;
+  if (ce == NULL) return ncclSuccess; /* plan_build left every step_t.ce 0 */
   ce->noffers = 0;
   int entered = 0, capturing = -1;
   gpu_scope_t scope;
@@ -321,7 +323,7 @@ ncclResult_t ce_offer(ce_t *ce, plan_t *plan) {
     }
     if (ce->noffers == ce->cap_offers) {
       int cap = ce->cap_offers < 4 ? 4 : 2 * ce->cap_offers;
-      step_msg_t *o = realloc(ce->offers, (size_t)cap * sizeof *o);
+      offer_t *o = realloc(ce->offers, (size_t)cap * sizeof *o);
       if (o == NULL) {
         res = log_err(ncclSystemError, "%s: out of host memory for %d copy-engine offers", ce->name, cap);
         goto out;
@@ -329,9 +331,10 @@ ncclResult_t ce_offer(ce_t *ce, plan_t *plan) {
       ce->offers = o;
       ce->cap_offers = cap;
     }
-    step_msg_t *m = &ce->offers[ce->noffers++];
-    describe(ce, plan, st, capturing, m);
-    CHECK_GOTO(boot_send(ce->boot, ce->peer, TAG_CE_STEP, m, sizeof *m), res, out);
+    offer_t *o = &ce->offers[ce->noffers++];
+    o->step = s;
+    describe(ce, plan, st, capturing, &o->msg);
+    CHECK_GOTO(boot_send(ce->boot, ce->peer, TAG_CE_STEP, &o->msg, sizeof o->msg), res, out);
   }
 out:
   if (entered) gpu_leave(&scope);
@@ -343,11 +346,9 @@ ncclResult_t ce_settle(ce_t *ce, plan_t *plan) {
   gpu_scope_t scope;
   CHECK(gpu_enter(ce->dev, &scope));
   ncclResult_t res = ncclSuccess;
-  int k = 0;
-  for (int s = 0; s < plan->nsteps && k < ce->noffers; s++) {
-    step_t *st = &plan->steps[s];
-    if (!candidate(ce, plan, st)) continue;
-    const step_msg_t *mine = &ce->offers[k++];
+  for (int k = 0; k < ce->noffers; k++) {
+    step_t *st = &plan->steps[ce->offers[k].step];
+    const step_msg_t *mine = &ce->offers[k].msg;
     step_msg_t theirs;
     CHECK_GOTO(boot_recv(ce->boot, ce->peer, TAG_CE_STEP, &theirs, sizeof theirs), res, out);
     if (!agree(mine, &theirs)) {
@@ -401,7 +402,8 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream) {
     if (x[i].send_peer < 0) continue;
     for (int k = 0; k < CE_IMPORTS; k++) {
       import_t *e = &ce->imports[k];
-      if (e->mem != NULL && x[i].ce_dst >= e->base && x[i].ce_dst < e->base + e->size)
+      const char *base = e->mem != NULL ? gpu_mem_ptr(e->mem) : NULL;
+      if (base != NULL && x[i].ce_dst >= base && x[i].ce_dst < base + gpu_mem_size(e->mem))
         CHECK(gpu_event_record(e->used, stream));
     }
   }

@@ -570,30 +570,43 @@ unlock:
   return res;
 }
 
+/* An export blob of this process's allocation of `kind`, without its handle yet. */
+static export_blob_t blob_header(int kind, size_t size, int dev) {
+  export_blob_t b;
+  memset(&b, 0, sizeof b);
+  b.magic = EXPORT_MAGIC;
+  b.kind = (uint32_t)kind;
+  b.size = size;
+  b.pid = (int32_t)getpid();
+  b.dev = dev;
+  return b;
+}
+
+/* The blob of a cuMemAlloc allocation at `base`, through legacy IPC. The caller has entered `dev`. */
+static ncclResult_t legacy_blob(int dev, CUdeviceptr base, size_t size, gpu_export_t *blob_p) {
+  export_blob_t b = blob_header(MEM_LEGACY, size, dev);
+  CU_CALL(cuIpcGetMemHandle, (&b.ipc, base), "%zu bytes at %p on device %d", size, (void *)base, dev);
+  memset(blob_p, 0, sizeof *blob_p);
+  memcpy(blob_p->bytes, &b, sizeof b);
+  return ncclSuccess;
+}
+
 ncclResult_t gpu_mem_export(const gpu_mem_t *mem, gpu_export_t *blob_p) {
   /* The allocation is never a const object: serve_once records its token in it. */
   gpu_mem_t *m = (gpu_mem_t *)mem;
   if (m->imported)
     return log_err(ncclInvalidUsage, "gpu_mem_export: %zu bytes at %p were imported; only the owner exports",
                    m->size, (void *)m->ptr);
-  export_blob_t b;
-  memset(&b, 0, sizeof b);
-  b.magic = EXPORT_MAGIC;
-  b.kind = (uint32_t)m->kind;
-  b.size = m->size;
-  b.pid = (int32_t)getpid();
-  b.dev = m->dev;
-  if (m->kind == MEM_VMM) {
-    CHECK(serve_once(m));
-    b.token = m->token;
-  } else {
+  if (m->kind != MEM_VMM) {
     gpu_scope_t scope;
     CHECK(gpu_enter(m->dev, &scope));
-    CUresult r = drv.cuIpcGetMemHandle(&b.ipc, m->ptr);
+    ncclResult_t res = legacy_blob(m->dev, m->ptr, m->size, blob_p);
     gpu_leave(&scope);
-    if (r != CUDA_SUCCESS)
-      return cu_fail(r, "cuIpcGetMemHandle", "%zu bytes at %p on device %d", m->size, (void *)m->ptr, m->dev);
+    return res;
   }
+  CHECK(serve_once(m));
+  export_blob_t b = blob_header(MEM_VMM, m->size, m->dev);
+  b.token = m->token;
   memset(blob_p, 0, sizeof *blob_p);
   memcpy(blob_p->bytes, &b, sizeof b);
   return ncclSuccess;
@@ -916,16 +929,7 @@ ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *
   size_t size = 0;
   CU_GOTO(cuMemGetAddressRange, (&base, &size, (CUdeviceptr)ptr), res, leave, "the allocation holding %p",
           ptr);
-  export_blob_t b;
-  memset(&b, 0, sizeof b);
-  b.magic = EXPORT_MAGIC;
-  b.kind = MEM_LEGACY;
-  b.size = size;
-  b.pid = (int32_t)getpid();
-  b.dev = dev;
-  CU_GOTO(cuIpcGetMemHandle, (&b.ipc, base), res, leave, "%zu bytes at %p on device %d", size, (void *)base,
-          dev);
-  memcpy(x->blob.bytes, &b, sizeof b);
+  CHECK_GOTO(legacy_blob(dev, base, size, &x->blob), res, leave);
   /* the driver's buffer ids are unique in the process; keep them apart from the tokens above */
   x->buffer_id = (uint64_t)id | 1ull << 63;
   x->offset = (uint64_t)((CUdeviceptr)ptr - base);
