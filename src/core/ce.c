@@ -1,12 +1,13 @@
 /*
  * Copy engines straight into the peer's buffer (see ce.h).
  *
- * The peer's outputs are mapped once per allocation: a small cache keyed by the owner's buffer id and export
- * (a new allocation at the same address has another id, so it is mapped afresh, never written through a stale
- * mapping). An entry leaves the cache, least recently used first, only once the copies into it have finished;
- * the rest are unmapped when the communicator is destroyed. CUDA documents freeing an exported allocation
- * while another process still has it mapped as undefined: the mapping outlives the call that made it until
- * one of those two moments.
+ * Eagerly, the peer's outputs are mapped once per allocation: a small cache keyed by the owner's buffer id
+ * and export (a new allocation at the same address has another id, so it is mapped afresh, never written
+ * through a stale mapping). An entry leaves the cache, least recently used first, only once the copies into
+ * it have finished; the rest are unmapped when the communicator is destroyed. A captured step maps the peer's
+ * output afresh and hands the mapping to the graph (ce_exec_t.keep), which unmaps it when it is destroyed: a
+ * replay may come at any time until then. CUDA documents freeing an exported allocation while another process
+ * still has it mapped as undefined: the mapping outlives the call that made it until one of those moments.
  */
 #include "ce.h"
 
@@ -17,7 +18,6 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "base/param.h"
-#include "base/timeutil.h"
 #include "gpu/gpu.h"
 
 #define TAG_CE_INIT  0x43454930u /* "0IEC": flag words and the threshold, at init */
@@ -29,7 +29,7 @@
  * rank may send), [W_DONE] the peer's copy into this rank's outputs has finished. */
 enum { W_READY = 0, W_DONE = 1, W_COUNT = 2 };
 
-/* Mapped allocations of the peer kept at most. */
+/* Mapped allocations of the peer kept at most for eager steps. */
 enum { CE_IMPORTS = 16 };
 
 typedef struct {
@@ -45,20 +45,18 @@ struct ce {
   const char *name;
   alloc_acct_t *acct;
   boot_t *boot;
-  uint64_t min_bytes;        /* the larger of the two ranks' BRAID_CE_MIN_BYTES */
-  gpu_mem_t *words;          /* this rank's words */
-  gpu_mem_t *peer_words;     /* the peer's, mapped */
-  uint32_t *mine, *theirs;   /* their device addresses */
-  cudaStream_t side;         /* local copies, beside the link's copy */
-  gpu_event_t *fork, *join;  /* order the side stream after the call's stream, and back */
-  gpu_event_t *last;         /* recorded after the latest step */
-  _Atomic uint64_t last_us;  /* when that step was enqueued (time_now in µs); 0: none */
-  _Atomic uint64_t last_seq; /* its call */
-  _Atomic int reported;      /* the stuck step was logged */
+  uint64_t min_bytes;       /* the larger of the two ranks' BRAID_CE_MIN_BYTES */
+  gpu_mem_t *words;         /* this rank's words */
+  gpu_mem_t *peer_words;    /* the peer's, mapped */
+  uint32_t *mine, *theirs;  /* their device addresses */
+  cudaStream_t side;        /* local copies, beside the link's copy */
+  gpu_event_t *fork, *join; /* order the side stream after the call's stream, and back */
   import_t imports[CE_IMPORTS];
   uint64_t clock;
   struct offer *offers; /* ce_offer's messages, one per candidate step of the plan, for ce_settle */
   int noffers, cap_offers;
+  struct held *held; /* captured steps' mappings made by ce_settle, until ce_step hands them to the graph */
+  int nheld, cap_held;
   _Atomic uint64_t logged[OP_COUNT]; /* size classes whose first step was logged (TUNING) */
 };
 
@@ -76,7 +74,7 @@ typedef struct step_msg {
   int32_t kind;    /* the step's call (point-to-point steps as OP_SEND) */
   int32_t willing; /* this rank can take the copy engines for the step */
   int32_t nsend, nrecv;
-  int32_t pad;
+  int32_t captured; /* the call is being captured into a graph (both ranks must be, or neither) */
   uint64_t send_bytes[CE_MAX_XFERS], recv_bytes[CE_MAX_XFERS];
   gpu_ptr_export_t out[CE_MAX_XFERS]; /* this rank's output of each receive, in list order */
 } step_msg_t;
@@ -87,6 +85,18 @@ typedef struct offer {
   step_msg_t msg;
 } offer_t;
 
+/* A mapping of the peer's output made for a captured step. */
+typedef struct held {
+  int step;
+  gpu_mem_t *mem;
+} held_t;
+
+/* Unmaps what no graph took (a launch that failed between ce_settle and ce_step). */
+static void drop_held(ce_t *ce) {
+  for (int i = 0; i < ce->nheld; i++) gpu_mem_release(ce->held[i].mem);
+  ce->nheld = 0;
+}
+
 static void release(ce_t *ce) {
   for (int i = 0; i < CE_IMPORTS; i++) {
     import_t *e = &ce->imports[i];
@@ -94,9 +104,10 @@ static void release(ce_t *ce) {
     if (e->used != NULL) gpu_event_destroy(e->used);
   }
   free(ce->offers);
+  drop_held(ce);
+  free(ce->held);
   if (ce->fork != NULL) gpu_event_destroy(ce->fork);
   if (ce->join != NULL) gpu_event_destroy(ce->join);
-  if (ce->last != NULL) gpu_event_destroy(ce->last);
   gpu_stream_destroy(ce->side);
   if (ce->peer_words != NULL) gpu_mem_release(ce->peer_words);
   if (ce->words != NULL) {
@@ -151,7 +162,7 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
     ce->min_bytes = mine.min_bytes > theirs.min_bytes ? mine.min_bytes : theirs.min_bytes;
     ok = gpu_mem_import(dev, &theirs.words, &ce->peer_words) == ncclSuccess &&
          gpu_stream_create(&ce->side) == ncclSuccess && gpu_event_create(&ce->fork) == ncclSuccess &&
-         gpu_event_create(&ce->join) == ncclSuccess && gpu_event_create(&ce->last) == ncclSuccess;
+         gpu_event_create(&ce->join) == ncclSuccess;
     /* also keeps each rank's words (and their export) until the other has mapped them */
     CHECK_GOTO(both_ok(ce, TAG_CE_READY, &ok), res, fail_leave);
   }
@@ -211,7 +222,8 @@ static void describe(const ce_t *ce, const plan_t *plan, const step_t *st, int c
   memset(m, 0, sizeof *m);
   m->magic = CE_MAGIC;
   m->kind = st->task->kind == OP_RECV ? OP_SEND : (int32_t)st->task->kind;
-  m->willing = !capturing;
+  m->willing = 1;
+  m->captured = capturing != 0;
   for (int i = 0; i < st->count; i++) {
     const xfer_t *x = &plan->xfers[st->first + i];
     if (!is_peer(x)) {
@@ -238,7 +250,7 @@ static void describe(const ce_t *ce, const plan_t *plan, const step_t *st, int c
 /* The decision, the same on both ranks: a symmetric test of the two messages. */
 static int agree(const step_msg_t *a, const step_msg_t *b) {
   if (a->magic != CE_MAGIC || b->magic != CE_MAGIC || a->kind != b->kind || a->nsend != b->nrecv ||
-      a->nrecv != b->nsend)
+      a->nrecv != b->nsend || a->captured != b->captured)
     return 0;
   for (int i = 0; i < a->nsend; i++)
     if (a->send_bytes[i] != b->recv_bytes[i]) return 0;
@@ -277,14 +289,39 @@ static ncclResult_t import(ce_t *ce, const gpu_ptr_export_t *x, char **base_p) {
   return ncclSuccess;
 }
 
-/* Points each send of the agreed step at the peer's output. */
-static ncclResult_t point_sends(ce_t *ce, plan_t *plan, const step_t *st, const step_msg_t *peer) {
+/* The peer's allocation described by x, mapped afresh for captured step s (held until ce_step). Mapping is
+ * among the calls a capture forbids in its strict modes: the thread relaxes its mode around it. */
+static ncclResult_t import_held(ce_t *ce, int s, const gpu_ptr_export_t *x, char **base_p) {
+  if (ce->nheld == ce->cap_held) {
+    int cap = ce->cap_held < 4 ? 4 : 2 * ce->cap_held;
+    held_t *h = realloc(ce->held, (size_t)cap * sizeof *h);
+    if (h == NULL)
+      return log_err(ncclSystemError, "%s: out of host memory for %d graph mappings", ce->name, cap);
+    ce->held = h;
+    ce->cap_held = cap;
+  }
+  int saved;
+  CHECK(gpu_capture_relax(&saved));
+  gpu_mem_t *mem;
+  ncclResult_t res = gpu_mem_import(ce->dev, &x->blob, &mem);
+  gpu_capture_restore(saved);
+  if (res != ncclSuccess) return res;
+  ce->held[ce->nheld++] = (held_t){s, mem};
+  *base_p = gpu_mem_ptr(mem);
+  INFO(LOG_ALLOC | LOG_P2P, "%s rank %d: mapped %zu bytes of rank %d's memory for a captured copy at %p",
+       ce->name, ce->rank, gpu_mem_size(mem), ce->peer, (void *)*base_p);
+  return ncclSuccess;
+}
+
+/* Points each send of the agreed step s at the peer's output. */
+static ncclResult_t point_sends(ce_t *ce, plan_t *plan, int s, const step_msg_t *peer) {
+  const step_t *st = &plan->steps[s];
   int k = 0;
   for (int i = 0; i < st->count; i++) {
     xfer_t *x = &plan->xfers[st->first + i];
     if (x->send_peer < 0) continue;
-    char *base;
-    CHECK(import(ce, &peer->out[k], &base));
+    char *base = NULL;
+    CHECK(peer->captured ? import_held(ce, s, &peer->out[k], &base) : import(ce, &peer->out[k], &base));
     x->ce_dst = base + peer->out[k].offset;
     k++;
   }
@@ -306,9 +343,14 @@ static void log_step(ce_t *ce, const step_t *st, const step_msg_t *m) {
 ncclResult_t ce_offer(ce_t *ce, plan_t *plan) {
   if (ce == NULL) return ncclSuccess; /* plan_build left every step_t.ce 0 */
   ce->noffers = 0;
-  int entered = 0, capturing = -1;
+  int entered = 0, capturing = -1, saved = 0, relaxed = 0;
   gpu_scope_t scope;
   ncclResult_t res = ncclSuccess;
+  if (ce->nheld > 0) { /* mappings of a launch that failed */
+    CHECK(gpu_enter(ce->dev, &scope));
+    entered = 1;
+    drop_held(ce);
+  }
   for (int s = 0; s < plan->nsteps; s++) {
     step_t *st = &plan->steps[s];
     if (!candidate(ce, plan, st)) continue;
@@ -320,6 +362,8 @@ ncclResult_t ce_offer(ce_t *ce, plan_t *plan) {
       void *graph;
       uint64_t id;
       if (gpu_stream_capture(plan->tasks[0].stream, &capturing, &graph, &id) != ncclSuccess) capturing = 1;
+      /* describing an output is among the calls a capture forbids in its strict modes */
+      if (capturing && gpu_capture_relax(&saved) == ncclSuccess) relaxed = 1;
     }
     if (ce->noffers == ce->cap_offers) {
       int cap = ce->cap_offers < 4 ? 4 : 2 * ce->cap_offers;
@@ -337,6 +381,7 @@ ncclResult_t ce_offer(ce_t *ce, plan_t *plan) {
     CHECK_GOTO(boot_send(ce->boot, ce->peer, TAG_CE_STEP, &o->msg, sizeof o->msg), res, out);
   }
 out:
+  if (relaxed) gpu_capture_restore(saved);
   if (entered) gpu_leave(&scope);
   return res;
 }
@@ -352,14 +397,14 @@ ncclResult_t ce_settle(ce_t *ce, plan_t *plan) {
     step_msg_t theirs;
     CHECK_GOTO(boot_recv(ce->boot, ce->peer, TAG_CE_STEP, &theirs, sizeof theirs), res, out);
     if (!agree(mine, &theirs)) {
-      if (mine->willing && theirs.willing)
+      if (mine->willing && theirs.willing && mine->captured == theirs.captured)
         WARN("%s rank %d: %s (call %llu): rank %d describes a different step (%d sends and %d receives); "
              "the kernels move it",
              ce->name, ce->rank, plan_op_name(st->task->kind), (unsigned long long)st->task->seq, ce->peer,
              theirs.nsend, theirs.nrecv);
       continue;
     }
-    CHECK_GOTO(point_sends(ce, plan, st, &theirs), res, out);
+    CHECK_GOTO(point_sends(ce, plan, ce->offers[k].step, &theirs), res, out);
     st->ce = 1;
     log_step(ce, st, mine);
   }
@@ -369,15 +414,26 @@ out:
   return res;
 }
 
-ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream) {
+ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, int capturing,
+                     const ce_exec_t *ex) {
   const step_t *st = &plan->steps[s];
   const xfer_t *x = &plan->xfers[st->first];
+  const uint64_t seq = st->task->seq;
   int sends = 0, recvs = 0, locals = 0;
   for (int i = 0; i < st->count; i++) {
     if (x[i].send_peer >= 0) sends++;
     if (x[i].recv_peer >= 0) recvs++;
     if (!is_peer(&x[i])) locals++;
   }
+  if (capturing) /* the graph owns the step's mappings from now on */
+    for (int i = 0; i < ce->nheld;) {
+      if (ce->held[i].step != s) {
+        i++;
+        continue;
+      }
+      CHECK(ex->keep(ex->arg, ce->held[i].mem));
+      ce->held[i] = ce->held[--ce->nheld];
+    }
   if (locals > 0) {
     CHECK(gpu_event_record(ce->fork, stream));
     CHECK(gpu_stream_wait(ce->side, ce->fork));
@@ -387,18 +443,15 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream) {
   }
   if (recvs > 0) CHECK(gpu_stream_write32(stream, &ce->theirs[W_READY], 1));
   if (sends > 0) {
-    CHECK(gpu_stream_wait32(stream, &ce->mine[W_READY], 1));
-    CHECK(gpu_stream_write32(stream, &ce->mine[W_READY], 0));
+    CHECK(ex->wait(ex->arg, stream, &ce->mine[W_READY], ce->peer, 1, seq));
     for (int i = 0; i < st->count; i++)
       if (x[i].send_peer >= 0) CHECK(gpu_copy_dd_async(x[i].ce_dst, x[i].src, x[i].bytes, stream));
     CHECK(gpu_stream_write32(stream, &ce->theirs[W_DONE], 1));
   }
-  if (recvs > 0) {
-    CHECK(gpu_stream_wait32(stream, &ce->mine[W_DONE], 1));
-    CHECK(gpu_stream_write32(stream, &ce->mine[W_DONE], 0));
-  }
+  if (recvs > 0) CHECK(ex->wait(ex->arg, stream, &ce->mine[W_DONE], ce->peer, 0, seq));
   if (locals > 0) CHECK(gpu_stream_wait(stream, ce->join));
-  for (int i = 0; i < st->count; i++) { /* the mappings written must outlive these copies */
+  if (capturing) return ncclSuccess;
+  for (int i = 0; i < st->count; i++) { /* the cached mappings written must outlive these copies */
     if (x[i].send_peer < 0) continue;
     for (int k = 0; k < CE_IMPORTS; k++) {
       import_t *e = &ce->imports[k];
@@ -407,38 +460,7 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream) {
         CHECK(gpu_event_record(e->used, stream));
     }
   }
-  CHECK(gpu_event_record(ce->last, stream));
-  atomic_store_explicit(&ce->last_seq, st->task->seq, memory_order_relaxed);
-  atomic_store_explicit(&ce->last_us, (uint64_t)(time_now() * 1e6), memory_order_release);
   return ncclSuccess;
-}
-
-ncclResult_t ce_error(ce_t *ce) {
-  if (ce == NULL) return ncclSuccess;
-  uint64_t at = atomic_load_explicit(&ce->last_us, memory_order_acquire);
-  int64_t limit_s = param_int(P_BRAID_TIMEOUT_S);
-  if (at == 0 || limit_s <= 0 || time_now() * 1e6 - (double)at < (double)limit_s * 1e6) return ncclSuccess;
-  int done = 0;
-  gpu_scope_t scope;
-  if (gpu_enter(ce->dev, &scope) != ncclSuccess) return ncclSuccess;
-  ncclResult_t q = gpu_event_query(ce->last, &done);
-  gpu_leave(&scope);
-  if (q != ncclSuccess || done) return ncclSuccess;
-  if (atomic_exchange(&ce->reported, 1)) return ncclRemoteError;
-  return log_err(ncclRemoteError,
-                 "%s rank %d: a copy-engine step (call %llu) has waited more than %lld s for rank %d (its "
-                 "stream waits for the peer's ready or done word; BRAID_TIMEOUT_S)",
-                 ce->name, ce->rank, (unsigned long long)atomic_load(&ce->last_seq), (long long)limit_s,
-                 ce->peer);
-}
-
-void ce_abort(ce_t *ce) {
-  gpu_scope_t scope;
-  if (ce == NULL || gpu_enter(ce->dev, &scope) != ncclSuccess) return;
-  /* a stream waiting for the peer goes on (and clears the word itself) */
-  gpu_stream_write32(ce->side, &ce->mine[W_READY], 1);
-  gpu_stream_write32(ce->side, &ce->mine[W_DONE], 1);
-  gpu_leave(&scope);
 }
 
 void ce_destroy(ce_t *ce) {

@@ -7,16 +7,20 @@
  * and none combines, prepares or forwards (broadcast, gather, scatter, all-gather, all-to-all out of place,
  * send/receive; never a reduction), with at most CE_MAX_XFERS transfers each way: a pure function of the
  * calls, so both ranks find the same steps. For each such step, in order, the ranks then exchange one
- * message over the bootstrap: whether this rank can take the copy engines now (not capturing a graph, each
- * output exportable (ncclMemAlloc or cudaMalloc memory), no output overlapping an input of the step), the
- * sizes it sends and receives, and the handles. Both decide from the two messages with the same symmetric
- * test, so they agree; a step either refuses stays on the kernels.
+ * message over the bootstrap: whether this rank can take the copy engines for it (each output exportable
+ * (ncclMemAlloc or cudaMalloc memory), no output overlapping an input of the step), whether the call is being
+ * captured into a CUDA graph, the sizes it sends and receives, and the handles. Both decide from the two
+ * messages with the same symmetric test, so they agree; a step either refuses, or that one rank captures and
+ * the other runs eagerly, stays on the kernels.
  *
- * On the GPU, per step, with no host counter (DESIGN.md, principle 3): the receiver's stream raises the
- * sender's `ready` word once it reaches the step (its outputs are free); the sender's stream waits for
- * `ready`, clears it, copies into the peer's mapped outputs and raises the receiver's `done` word; the
- * receiver waits for `done` and clears it. Every word is 0 again after each step. The step's local copies run
- * on a stream of this module's own, forked from and joined to the call's stream, beside the link's copy.
+ * On the GPU, per step, with no host counter (DESIGN.md, principle 3), so that a graph replays it any number
+ * of times between eager calls: the receiver's stream raises the sender's `ready` word once it reaches the
+ * step (its outputs are free); the sender's stream waits for `ready`, clears it, copies into the peer's
+ * mapped outputs and raises the receiver's `done` word; the receiver waits for `done` and clears it. Every
+ * word is 0 again after each step. The waits are one-thread kernels (dev_wait_t): like the kernels' own waits
+ * they give up after BRAID_TIMEOUT_S or on an abort and report it through ncclCommGetAsyncError. The step's
+ * local copies run on a stream of this module's own, forked from and joined to the call's stream, beside the
+ * link's copy.
  *
  * The exchange waits on the host for the peer to reach the same call (at most BRAID_TIMEOUT_S, and the abort
  * flag ends it): like NCCL, large calls on several communicators must be issued in the same order on every
@@ -33,6 +37,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/links.h"
 #include "core/plan.h"
+#include "gpu/gpu.h"
 #include "transport/transport.h"
 
 typedef struct ce ce_t;
@@ -52,14 +57,20 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
  * ce_offer must be followed by ce_settle on the same plan. */
 ncclResult_t ce_offer(ce_t *ce, plan_t *plan);
 ncclResult_t ce_settle(ce_t *ce, plan_t *plan);
-/* Enqueues step `s` (agreed by ce_settle) on `stream`, which the caller has ordered after earlier work. */
-ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream);
-/* ncclSuccess, or ncclRemoteError once a step has waited for the peer more than BRAID_TIMEOUT_S (logged
- * once, naming the call and what it waits for). */
-ncclResult_t ce_error(ce_t *ce);
-/* Raises this rank's words so that a stream waiting for the peer goes on (abort). */
-void ce_abort(ce_t *ce);
-/* Frees it; the caller has made sure no step is still running (gx_destroy). */
+/* What the executor does for a step (core/launch.c): enqueues on `stream` the wait for this rank's `word`
+ * (raised by the peer about call `seq`; is_send: the word says the peer's output is free), and, for a
+ * captured step, takes a mapping the graph must keep until it is destroyed. */
+typedef struct {
+  ncclResult_t (*wait)(void *arg, cudaStream_t stream, uint32_t *word, int peer, int is_send, uint64_t seq);
+  ncclResult_t (*keep)(void *arg, gpu_mem_t *mapping);
+  void *arg;
+} ce_exec_t;
+/* Enqueues step `s` (agreed by ce_settle) on `stream`, which the caller has ordered after earlier work;
+ * `capturing`: the stream is being captured (as it was at ce_offer). */
+ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, int capturing,
+                     const ce_exec_t *ex);
+/* Frees it; the caller has made sure no step is still running and no graph holds one (gx_destroy, which
+ * owns it once gx_set_ce gave it). */
 void ce_destroy(ce_t *ce);
 
 #endif

@@ -319,7 +319,6 @@ ncclResult_t comm_async_error(ncclComm_t comm) {
   ncclResult_t res = (ncclResult_t)atomic_load_explicit(&comm->async_error, memory_order_acquire);
   if (res != ncclSuccess || comm->gx == NULL) return res;
   res = gx_error(comm->gx);
-  if (res == ncclSuccess) res = ce_error(comm->ce);
   if (res != ncclSuccess) comm_set_error(comm, res);
   return res;
 }
@@ -369,13 +368,12 @@ void comm_destroy(ncclComm_t comm) {
     comm->init_thread_live = 0;
   }
   if (gx_graphs(comm->gx) > 0) {
-    /* only after ncclCommAbort (destroy and finalize refuse): replays may still reach the kernel view and the
-     * rings, so both stay until the last graph goes (graphs never hold copy-engine steps) */
+    /* only after ncclCommAbort (destroy and finalize refuse): replays may still reach the kernel view, the
+     * rings and the copy-engine path's words and mappings, so they stay until the last graph goes */
     gx_retire(comm->gx, links_release, comm->links);
-    ce_destroy(comm->ce);
-  } else if (gx_destroy(comm->gx) == ncclSuccess) { /* first: waits until no kernel or copy uses them */
+  } else if (gx_destroy(comm->gx) == ncclSuccess) { /* first: waits until no kernel or copy uses them; it
+                                                     * frees the copy-engine path too (gx_set_ce) */
     links_destroy(comm->links);
-    ce_destroy(comm->ce);
   } /* else a kernel or a copy may still use the rings and mappings: they stay (gx_destroy said so) */
   comm->gx = NULL;
   comm->ce = NULL;
@@ -394,7 +392,6 @@ void comm_destroy(ncclComm_t comm) {
 void comm_abort(ncclComm_t comm) {
   __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
   gx_abort(comm->gx);           /* kernels waiting for a peer leave */
-  ce_abort(comm->ce);           /* and so do copy-engine steps */
   if (comm->init_thread_live) { /* the abort flag ends its waits */
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;

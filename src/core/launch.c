@@ -71,12 +71,13 @@ struct gx {
   gpu_func_t *func_small;    /* braid_kernel_small, for launches of at most DEV_SMALL_XFERS transfers */
   gpu_func_t *func_ll;       /* braid_kernel_ll, for small launches of LL transfers only (ll_only) */
   gpu_func_t *func_bulk;     /* braid_kernel_bulk, for one-slice Simple launches over p2p (bulk_only) */
+  gpu_func_t *func_wait;     /* braid_kernel_wait, the copy-engine steps' waits (ce_exec_t) */
   int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
   int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
   int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
   int one_way;               /* the launch being built has one-way steps only (one_way_kind) */
-  ce_t *ce;                  /* moves the steps marked for the copy engines (gx_set_ce) */
+  ce_t *ce;                  /* moves the steps marked for the copy engines (gx_set_ce); owned */
   int spread;                /* lanes of the widest step (BRAID_SPREAD): narrower launches spread their blocks
                               * over a grid of that many lanes (dev_comm_t.interleave); 0: never */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
@@ -306,6 +307,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_SMALL_NAME, &gx->func_small), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_LL_NAME, &gx->func_ll), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_BULK_NAME, &gx->func_bulk), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_WAIT_NAME, &gx->func_wait), res, fail);
   gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
   gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
   gx->split_lane = param_int(P_BRAID_SPLIT_LANE) != 0;
@@ -362,12 +364,14 @@ static ncclResult_t wait_last(gx_t *gx) {
 
 /* ---- Graph tokens ---- */
 
-/* One allocation a token owns: device memory, and the page-locked copy it is filled from (or NULL). */
+/* One allocation a token owns: device memory, and the page-locked copy it is filled from (or NULL); or a
+ * mapping of the peer's memory that a copy-engine step writes (ce_exec_t.keep). */
 typedef struct tbuf {
   struct tbuf *next;
   gpu_mem_t *mem;
   void *stage;
   size_t stage_bytes;
+  gpu_mem_t *mapped;
 } tbuf_t;
 
 /* The graph's release callback, on a driver thread: no CUDA call, only two atomic operations. The token is
@@ -393,6 +397,7 @@ static void token_free(gx_t *gx, token_t *t) {
       mem_release(gx->acct, b->stage_bytes, 0);
       gpu_host_free(b->stage);
     }
+    if (b->mapped != NULL) gpu_mem_release(b->mapped);
     free(b);
   }
   free(t);
@@ -1039,6 +1044,34 @@ static int wide_step(const gx_t *gx, const step_t *st) {
   return gx->rings > gx->nch && one_way_kind(st->task->kind);
 }
 
+/* ---- What the copy-engine path asks of the executor (ce_exec_t) ---- */
+
+typedef struct {
+  gx_t *gx;
+  const launch_ctx_t *lc;
+} exec_ctx_t;
+
+static ncclResult_t exec_wait(void *arg, cudaStream_t stream, uint32_t *word, int peer, int is_send,
+                              uint64_t seq) {
+  const exec_ctx_t *c = arg;
+  dev_wait_t w = {.comm = c->gx->dcomm, .word = word, .seq = seq, .peer = peer, .is_send = is_send};
+  return gpu_launch(c->gx->func_wait, 1, 32, &w, sizeof w, stream);
+}
+
+/* The graph being captured keeps `mapping` (its token unmaps it when the graph is destroyed). */
+static ncclResult_t exec_keep(void *arg, gpu_mem_t *mapping) {
+  const exec_ctx_t *c = arg;
+  tbuf_t *b = calloc(1, sizeof *b);
+  if (b == NULL) {
+    gpu_mem_release(mapping);
+    return log_err(ncclSystemError, "%s: out of host memory for a graph token", c->gx->name);
+  }
+  b->mapped = mapping;
+  b->next = c->lc->token->bufs;
+  c->lc->token->bufs = b;
+  return ncclSuccess;
+}
+
 /* Appends step `s` of the plan to the launch being built, launching first when it would not fit: in the
  * parameters or the work queue, or in the grid (a launch's blocks wait for each other, so they must all run
  * at once: at most grid_max of them, the widest step's lanes of nch channels, which a wide step's two lanes
@@ -1047,11 +1080,13 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
   const step_t *st = &plan->steps[s];
   dev_work_t *w = &gx->work;
   if (st->ce) { /* after the steps before it, on the same stream */
-    if (gx->ce == NULL || lc->capturing)
+    if (gx->ce == NULL)
       return log_err(ncclInternalError, "%s: a copy-engine step (call %llu) on an executor without them",
                      gx->name, (unsigned long long)st->task->seq);
     CHECK(flush(gx, lc, st->task->seq));
-    return ce_step(gx->ce, plan, s, lc->s);
+    exec_ctx_t c = {gx, lc};
+    const ce_exec_t ex = {exec_wait, exec_keep, &c};
+    return ce_step(gx->ce, plan, s, lc->s, lc->capturing, &ex);
   }
   /* an eager launch's list must fit the queue (an entry is a header and the list) */
   uint64_t max = DEV_MAX_SPILL, fits = (gx->wq.cap - WQ_ALIGN) / sizeof(dev_xfer_t);
@@ -1185,6 +1220,12 @@ ncclResult_t gx_error(gx_t *gx) {
   gx->reported = 1;
   if (code == DEV_ERR_ABORTED)
     return log_err(res, "%s rank %d: the communicator was aborted while a kernel waited", gx->name, gx->rank);
+  if (e->channel < 0) /* a copy-engine step's wait (dev_wait_t) */
+    return log_err(res,
+                   "%s rank %d: a copy-engine step waited %.1f s for rank %d %s (call %lu) and gave up "
+                   "(BRAID_TIMEOUT_S); the peer is gone or stuck",
+                   gx->name, gx->rank, e->waited_ns / 1e9, e->peer,
+                   e->is_send ? "to free its output" : "to finish its copy", (unsigned long)e->seq);
   return log_err(res,
                  "%s rank %d: a kernel waited %.1f s %s rank %d on channel %d (call %lu) and gave up "
                  "(BRAID_TIMEOUT_S); the peer is gone or stuck",
@@ -1229,6 +1270,7 @@ ncclResult_t gx_destroy(gx_t *gx) {
   wq_free(&gx->wq);
   free(gx->xf);
   mem_free(gx->acct, gx->peer_caps, (size_t)gx->nranks);
+  ce_destroy(gx->ce);
   if (entered) gpu_leave(&scope);
   mem_free(gx->acct, gx, sizeof *gx);
   return ncclSuccess;

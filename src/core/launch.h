@@ -31,7 +31,8 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
                      const char *name, gx_t **gx_p);
 /* Device scratch for the plan's in-place all-to-alls (grown before plan_build; never during capture). */
 ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks);
-/* Steps the plan marks for the copy engines (step_t.ce) are enqueued through `ce` (NULL: none are). */
+/* Steps the plan marks for the copy engines (step_t.ce) are enqueued through `ce` (NULL: none are), which
+ * the executor owns from then on: gx_destroy frees it, once no graph holds a step of it. */
 void gx_set_ce(gx_t *gx, ce_t *ce);
 /* Launches a built plan (the calls' streams are in its tasks). */
 ncclResult_t gx_launch(gx_t *gx, const plan_t *plan);

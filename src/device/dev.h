@@ -48,6 +48,7 @@
 #define DEV_KERNEL_SMALL_NAME "braid_kernel_small"
 #define DEV_KERNEL_LL_NAME    "braid_kernel_ll"
 #define DEV_KERNEL_BULK_NAME  "braid_kernel_bulk"
+#define DEV_KERNEL_WAIT_NAME  "braid_kernel_wait"
 
 /* The control block of one ring; 128-byte fields keep the two writers' counters on separate lines. */
 typedef struct {
@@ -256,6 +257,18 @@ typedef struct {
   DEV_WORK_FIELDS
   dev_xfer_t xfers[DEV_SMALL_XFERS];
 } dev_work_small_t;
+
+/* The copy-engine path's wait (core/ce.h), a fifth entry point of one thread: it spins until `*word` is 1,
+ * then sets it back to 0, as spin loops do everywhere (wait.cuh): a wait that outlasts the timeout, or an
+ * abort, ends it with the error recorded for ncclCommGetAsyncError, and the stream goes on. A stream memory
+ * operation would wait forever instead, replayed from a graph as well as eagerly. */
+typedef struct {
+  dev_comm_t comm;
+  uint32_t *word; /* in this rank's device memory, raised by the peer's stream */
+  uint64_t seq;   /* the call, for the error */
+  int32_t peer;
+  int32_t is_send; /* the word says the peer's output is free (1) or its copy into ours is done (0) */
+} dev_wait_t;
 
 /* Helpers for the slicing arithmetic above, one definition for the host (planner, tests) and the kernel. */
 #ifdef __CUDACC__

@@ -841,3 +841,13 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_small(const __grid_constant__ dev_work_small_t work) {
   kernel_run(work);
 }
+
+extern "C" __global__ void __launch_bounds__(32, 1) braid_kernel_wait(const __grid_constant__ dev_wait_t w) {
+  if (threadIdx.x != 0) return;
+  const wait_what what = {w.peer, -1, w.is_send, w.seq};
+  volatile uint32_t *word = w.word;
+  spin_t s = {0, 0};
+  while (*word != 1)
+    if (spin_fails(&w.comm, &s, what)) return;
+  *word = 0; /* the stream's next operation (a copy, or the next step's wait) comes after the kernel */
+}

@@ -117,12 +117,11 @@ ncclResult_t gpu_copy_async(void *dst, const void *src, size_t bytes, cudaStream
 /* Waits for everything enqueued on the stream (teardown only; collectives never call it). */
 ncclResult_t gpu_stream_sync(cudaStream_t stream);
 
-/* ---- Copy engines into another process's buffer (core/copies) ----
- * Stream memory operations on 32-bit words of device memory (this device's or a peer's mapped one): a write
- * that follows everything before it on the stream (with a memory barrier), and a wait until the word equals a
- * value. The caller has entered the device. */
+/* ---- Copy engines into another process's buffer (core/ce.h) ----
+ * A stream memory operation on a 32-bit word of device memory (this device's or a peer's mapped one): a write
+ * that follows everything before it on the stream (with a memory barrier). The caller has entered the
+ * device. */
 ncclResult_t gpu_stream_write32(cudaStream_t stream, void *word, uint32_t value);
-ncclResult_t gpu_stream_wait32(cudaStream_t stream, void *word, uint32_t value);
 /* Copies device memory to device memory (of this device or mapped from a peer) in stream order. */
 ncclResult_t gpu_copy_dd_async(void *dst, const void *src, size_t bytes, cudaStream_t stream);
 /* A stream of the library's own that does not synchronise with the legacy default stream. */

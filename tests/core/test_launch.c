@@ -625,6 +625,66 @@ static void ce_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
+/* Mapped allocations of the peer, as the stand-in driver counts them (cuMem mappings and opened IPC). */
+static int live_mappings(const mock_cuda_stats_t *st) {
+  return st->live_maps + st->live_legacy;
+}
+
+/* Captured calls. Both ranks capturing take the copy engines: the stand-in runs what is captured at once, as
+ * one replay would, so the data moves; each step waits through the wait kernel, once per direction it has,
+ * and the graph keeps its own mapping of the peer's output until it is destroyed. One rank capturing and the
+ * other eager stay on the kernels, without a warning. */
+static void ce_capture_rank(int rank, int nranks, void *arg) {
+  char log_path[128];
+  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
+  cudaStream_t cap = (cudaStream_t)MOCK_CUDA_CAPTURING;
+  void *s, *r;
+  EXPECT_OK(ncclMemAlloc(&s, (2 * CE_N + 1) * sizeof(float)));
+  EXPECT_OK(ncclMemAlloc(&r, (2 * CE_N + 1) * sizeof(float)));
+  ce_bufs_t b = {(float *)s + 1, (float *)r + 1, rank, 0};
+  b.seed = 91;
+  mock_cuda_stats_t *st = mock_stats();
+  const int maps = live_mappings(st);
+  const uint64_t copies = st->dd_copies, waits = st->wait_launches;
+  ce_fresh(&b);
+  EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, cap));
+  for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "captured all-gather");
+  EXPECT(st->dd_copies == copies + 2 && st->wait_launches == waits + 2,
+         "rank %d: a captured all-gather took %llu copies and %llu waits", rank,
+         (unsigned long long)(st->dd_copies - copies), (unsigned long long)(st->wait_launches - waits));
+  EXPECT(live_mappings(st) == maps + 1, "rank %d: %d mappings for the graph", rank, live_mappings(st) - maps);
+  ce_fresh(&b); /* in the same graph: only the root maps its peer's output */
+  EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N, ncclFloat, 0, comm, cap));
+  ce_expect(&b, b.recv, CE_N, 0, 0, "captured broadcast");
+  EXPECT(live_mappings(st) == maps + 1 + (rank == 0), "rank %d: %d mappings for the graph", rank,
+         live_mappings(st) - maps);
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  void *sym = lib != NULL ? dlsym(lib, MOCK_CUDA_GRAPH_DESTROY) : NULL;
+  EXPECT(sym != NULL);
+  mock_cuda_graph_destroy_fn destroy;
+  memcpy(&destroy, &sym, sizeof sym);
+  EXPECT(destroy() == 1, "rank %d: the graph held more than the communicator's token", rank);
+  ce_fresh(&b); /* below the threshold: the kernels; the launch frees what the graph held */
+  EXPECT_OK(ncclBroadcast(b.send, b.recv, 100, ncclFloat, 0, comm, NULL));
+  EXPECT(live_mappings(st) == maps, "rank %d: %d mappings outlived the graph", rank,
+         live_mappings(st) - maps);
+  const int launches = st->launches;
+  const uint64_t copies_now = st->dd_copies;
+  ce_fresh(&b); /* rank 0 captures, rank 1 runs eagerly: the kernels (which move nothing here) */
+  EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, rank == 0 ? cap : NULL));
+  EXPECT(st->dd_copies == copies_now && st->launches == launches + 1,
+         "rank %d: a half-captured all-gather took %llu copies, %d launches", rank,
+         (unsigned long long)(st->dd_copies - copies_now), st->launches - launches);
+  EXPECT(test_file_lines(log_path, "describes a different step") == 0, "rank %d: warned", rank);
+  destroy();
+  ce_fresh(&b); /* and the path still pairs the ranks' next step */
+  EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, NULL));
+  for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "all-gather after");
+  EXPECT_OK(ncclMemFree(s));
+  EXPECT_OK(ncclMemFree(r));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
 /* BRAID_CE_MIN_BYTES=0 on one rank only: both ranks go without the path, and say so. */
 static void ce_off_rank(int rank, int nranks, void *arg) {
   if (rank == 1) setenv("BRAID_CE_MIN_BYTES", "0", 1);
@@ -648,8 +708,10 @@ static void copy_engines(void) {
   setenv("NCCL_ALGO", "allreduce:ring", 1); /* not one-shot, which two ranks' all-reduce is up to 16 MiB */
   unsetenv("MOCK_CUDA_STUCK");
   run_with_logs(ce_rank, 60);
+  run_with_logs(ce_capture_rank, 60);
   setenv("MOCK_CUDA_NO_VMM", "1", 1);
   run_with_logs(ce_rank, 60);
+  run_with_logs(ce_capture_rank, 60);
   run_with_logs(ce_off_rank, 60);
   unsetenv("BRAID_CE_MIN_BYTES");
   unsetenv("BRAID_AR_SPLIT_BYTES");

@@ -61,7 +61,7 @@ int mock_cuda_graph_destroy(void) {
   mock_graph.nobjs = 0;
   return n;
 }
-static struct CUfunc_st kernel, kernel_small, kernel_ll, kernel_bulk;
+static struct CUfunc_st kernel, kernel_small, kernel_ll, kernel_bulk, kernel_wait;
 static _Thread_local CUcontext current;
 
 /* cuMemAlloc allocations (own and opened through IPC), backed by POSIX shared memory. */
@@ -553,25 +553,13 @@ static CUresult mock_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t 
   return mock_cuMemcpyHtoD(dst, src, bytes);
 }
 
-/* Stream memory operations and copies run at once: a wait spins (at most MOCK_CUDA_WAIT_S) until another
- * process sharing the memory writes the value. */
+/* Stream memory operations and copies run at once (and so does the wait kernel: run_wait). */
 static CUresult mock_cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value,
                                           unsigned int flags) {
   if (flags != CU_STREAM_WRITE_VALUE_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
   __atomic_store_n((cuuint32_t *)addr, value, __ATOMIC_SEQ_CST);
   mock_cuda_stats.stream_writes++;
   return CUDA_SUCCESS;
-}
-
-static CUresult mock_cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value,
-                                         unsigned int flags) {
-  if (flags != CU_STREAM_WAIT_VALUE_EQ) return CUDA_ERROR_INVALID_VALUE;
-  mock_cuda_stats.stream_waits++;
-  for (long i = 0; i < MOCK_CUDA_WAIT_S * 100000L; i++) {
-    if (__atomic_load_n((cuuint32_t *)addr, __ATOMIC_SEQ_CST) == value) return CUDA_SUCCESS;
-    usleep(10);
-  }
-  return CUDA_ERROR_LAUNCH_TIMEOUT;
 }
 
 static CUresult mock_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
@@ -625,8 +613,35 @@ static CUresult mock_cuModuleGetFunction(CUfunction *f, CUmodule mod, const char
     *f = &kernel_ll;
   } else if (strcmp(name, MOCK_CUDA_KERNEL_BULK) == 0) {
     *f = &kernel_bulk;
+  } else if (strcmp(name, MOCK_CUDA_KERNEL_WAIT) == 0) {
+    *f = &kernel_wait;
   } else {
     return CUDA_ERROR_NOT_FOUND;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* MOCK_CUDA_KERNEL_WAIT, run at once as the kernel would run: until its word is 1 (written by another
+ * process sharing the memory), then 0 again; an abort, or MOCK_CUDA_WAIT_S without the value, records the
+ * kernel's error instead. */
+static CUresult run_wait(const dev_wait_t *w) {
+  mock_cuda_stats.wait_launches++;
+  volatile uint32_t *word = w->word;
+  for (long i = 0; i < MOCK_CUDA_WAIT_S * 100000L; i++) {
+    if (__atomic_load_n(word, __ATOMIC_SEQ_CST) == 1) {
+      __atomic_store_n(word, 0, __ATOMIC_SEQ_CST);
+      return CUDA_SUCCESS;
+    }
+    if (*w->comm.abort_flag != 0) break;
+    usleep(10);
+  }
+  dev_error_t *e = w->comm.error;
+  if (e->code == DEV_OK) {
+    e->peer = w->peer;
+    e->channel = -1;
+    e->is_send = w->is_send;
+    e->seq = w->seq;
+    e->code = *w->comm.abort_flag != 0 ? DEV_ERR_ABORTED : DEV_ERR_TIMEOUT;
   }
   return CUDA_SUCCESS;
 }
@@ -634,6 +649,10 @@ static CUresult mock_cuModuleGetFunction(CUfunction *f, CUmodule mod, const char
 static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                                     CUstream stream, void **params, void **extra) {
+  if (f == &kernel_wait)
+    return gx == 1 && gy == 1 && gz == 1 && by == 1 && bz == 1 && params != NULL && extra == NULL
+               ? run_wait(params[0])
+               : CUDA_ERROR_INVALID_VALUE;
   const int small_work = f == &kernel_small || f == &kernel_ll || f == &kernel_bulk;
   if ((f != &kernel && !small_work) || gy != 1 || gz != 1 || by != 1 || bz != 1 || params == NULL ||
       extra != NULL)

@@ -21,16 +21,17 @@
 #define MOCK_CUDA_KERNEL_SMALL "braid_kernel_small"
 #define MOCK_CUDA_KERNEL_LL    "braid_kernel_ll"
 #define MOCK_CUDA_KERNEL_BULK  "braid_kernel_bulk"
-#define MOCK_CUDA_GARBAGE      0xAB /* fresh device and pinned memory is filled with this */
-#define MOCK_CUDA_MAX_OBJS     64   /* user objects the capturing stream's one graph can hold */
-#define MOCK_CUDA_WAIT_S       30   /* a cuStreamWaitValue32 whose value never comes fails after this */
+#define MOCK_CUDA_KERNEL_WAIT  "braid_kernel_wait" /* run at once: waits for its word (below) */
+#define MOCK_CUDA_GARBAGE      0xAB                /* fresh device and pinned memory is filled with this */
+#define MOCK_CUDA_MAX_OBJS     64 /* user objects the capturing stream's one graph can hold */
+#define MOCK_CUDA_WAIT_S       30 /* a MOCK_CUDA_KERNEL_WAIT whose value never comes fails after this */
 
 typedef struct {
   int proc_version;    /* cudaVersion of the last cuGetProcAddress */
   int legacy_stream;   /* it asked for the legacy default stream's variants */
   int retains;         /* cuDevicePrimaryCtxRetain calls */
   int module_loads;    /* modules loaded and not unloaded */
-  int launches;        /* cuLaunchKernel calls */
+  int launches;        /* cuLaunchKernel calls, MOCK_CUDA_KERNEL_WAIT's aside */
   uint64_t last_param; /* the first 8 bytes of the last launch's parameter */
   unsigned last_grid, last_block;
   int last_small;                /* the last launch was of MOCK_CUDA_KERNEL_SMALL */
@@ -48,9 +49,10 @@ typedef struct {
   int live_legacy;               /* cuMemAlloc and opened IPC allocations not freed or closed */
   int live_host;                 /* cuMemHostAlloc allocations and registrations not freed */
   int live_events;               /* events not destroyed */
-  int capture_mode; /* the calling thread's capture mode as last exchanged (CUstreamCaptureMode) */
-  uint64_t stream_writes, stream_waits; /* cuStreamWriteValue32 and cuStreamWaitValue32 calls */
-  uint64_t dd_copies;                   /* cuMemcpyDtoDAsync calls */
+  int capture_mode;       /* the calling thread's capture mode as last exchanged (CUstreamCaptureMode) */
+  uint64_t stream_writes; /* cuStreamWriteValue32 calls */
+  uint64_t dd_copies;     /* cuMemcpyDtoDAsync calls */
+  uint64_t wait_launches; /* launches of MOCK_CUDA_KERNEL_WAIT */
 } mock_cuda_stats_t;
 
 /* Destroys the capturing stream's graph: runs the destructor of every user object it holds (exported; tests

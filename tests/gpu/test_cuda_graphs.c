@@ -11,6 +11,7 @@
  * in turn between eager all-reduces issued on a second stream; several_graphs   three graphs (an all-reduce;
  * a group of an all-gather and a send/recv exchange; a reduce-scatter then a broadcast) replayed in a
  * rotating order between eager calls on two more streams, ordered by events only, 3,000 iterations;
+ *   graphs_ce        two_graphs and several_graphs with the copy engines from 4 KiB (BRAID_CE_MIN_BYTES);
  *   groups_repro     the reproduction with every eager and captured call a group (an all-reduce, an
  *                    all-gather and a send/recv exchange), 20,000 iterations, a replay every 500;
  *   one_thread       the reproduction with one thread driving every GPU (ncclCommInitAll): each call is a
@@ -272,6 +273,16 @@ static void several_graphs(void) {
   EXPECT(cuda_run_ranks(cuda_nranks, 200, several_rank, NULL) == 0, "a rank failed");
 }
 
+/* two_graphs and several_graphs with BRAID_CE_MIN_BYTES=4096: on two GPUs the copy engines move the
+ * all-gathers, send/receive exchanges and broadcast of 4 KiB and more, in the graphs and eagerly between
+ * their replays, through the same words. */
+static void graphs_ce(void) {
+  setenv("BRAID_CE_MIN_BYTES", "4096", 1);
+  EXPECT(cuda_run_ranks(cuda_nranks, 200, two_graphs_rank, NULL) == 0, "a rank failed (two graphs)");
+  EXPECT(cuda_run_ranks(cuda_nranks, 200, several_rank, NULL) == 0, "a rank failed (several graphs)");
+  unsetenv("BRAID_CE_MIN_BYTES");
+}
+
 /* ---- groups_repro ---- */
 
 enum { GR_ITERS = 20000, GR_REPLAY_EVERY = 500, GR_CHECK_EVERY = 1000 };
@@ -381,6 +392,7 @@ int main(int argc, char **argv) {
   TEST(fifo_repro_min, 420);
   TEST(two_graphs, 220);
   TEST(several_graphs, 220);
+  TEST(graphs_ce, 420);
   TEST(groups_repro, 220);
   TEST(one_thread, 220);
   return test_summary();
