@@ -434,6 +434,11 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, i
       CHECK(ex->keep(ex->arg, ce->held[i].mem));
       ce->held[i] = ce->held[--ce->nheld];
     }
+  if (recvs > 0) CHECK(gpu_stream_write32(stream, &ce->theirs[W_READY], 1));
+  if (sends > 0) CHECK(ex->wait(ex->arg, stream, &ce->mine[W_READY], ce->peer, 1, seq));
+  /* The local copies fork only now: the driver may run a copy within the device as a kernel, whose blocks
+   * would hold the SMs the wait kernel above needs, and the link's copy would start only once they ended
+   * (2 ms instead of 1.4 for an all-gather of 1 GiB on two H200s) */
   if (locals > 0) {
     CHECK(gpu_event_record(ce->fork, stream));
     CHECK(gpu_stream_wait(ce->side, ce->fork));
@@ -441,9 +446,7 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, i
       if (!is_peer(&x[i])) CHECK(gpu_copy_dd_async(x[i].dst, x[i].src, x[i].bytes, ce->side));
     CHECK(gpu_event_record(ce->join, ce->side));
   }
-  if (recvs > 0) CHECK(gpu_stream_write32(stream, &ce->theirs[W_READY], 1));
   if (sends > 0) {
-    CHECK(ex->wait(ex->arg, stream, &ce->mine[W_READY], ce->peer, 1, seq));
     for (int i = 0; i < st->count; i++)
       if (x[i].send_peer >= 0) CHECK(gpu_copy_dd_async(x[i].ce_dst, x[i].src, x[i].bytes, stream));
     CHECK(gpu_stream_write32(stream, &ce->theirs[W_DONE], 1));
