@@ -42,12 +42,13 @@ typedef struct {
 
 struct ce {
   int dev, rank, peer;
+  int local; /* the peer is a rank of this process: addresses travel as they are, nothing is mapped */
   const char *name;
   alloc_acct_t *acct;
   boot_t *boot;
   uint64_t min_bytes;       /* the larger of the two ranks' BRAID_CE_MIN_BYTES */
   gpu_mem_t *words;         /* this rank's words */
-  gpu_mem_t *peer_words;    /* the peer's, mapped */
+  gpu_mem_t *peer_words;    /* the peer's, mapped (another process) */
   uint32_t *mine, *theirs;  /* their device addresses */
   cudaStream_t side;        /* local copies, beside the link's copy */
   gpu_event_t *fork, *join; /* order the side stream after the call's stream, and back */
@@ -63,9 +64,10 @@ struct ce {
 /* What each rank sends the other at init. */
 typedef struct {
   uint32_t magic;
-  uint32_t pad;
+  int32_t dev; /* the sender's device (a peer in this process enables access to it) */
   uint64_t min_bytes;
-  gpu_export_t words;
+  gpu_export_t words; /* another process: the words' export */
+  uint64_t words_at;  /* this process: their address */
 } init_msg_t;
 
 /* What each rank sends the other for a candidate step. */
@@ -77,6 +79,7 @@ typedef struct step_msg {
   int32_t captured; /* the call is being captured into a graph (both ranks must be, or neither) */
   uint64_t send_bytes[CE_MAX_XFERS], recv_bytes[CE_MAX_XFERS];
   gpu_ptr_export_t out[CE_MAX_XFERS]; /* this rank's output of each receive, in list order */
+  uint64_t out_at[CE_MAX_XFERS];      /* the peer in this process: their addresses instead */
 } step_msg_t;
 
 /* A message sent by ce_offer, and the step it describes. */
@@ -133,22 +136,24 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   if (dev < 0 || nranks != 2) return ncclSuccess;
   const int peer = 1 - rank;
   /* the same answer on both ranks: both see the same peer table and pick the same transport */
-  if (peers[peer].host_hash != peers[rank].host_hash || peers[peer].pid == peers[rank].pid ||
-      tp_select(links->tp, peer) != &tp_p2p_ops)
+  if (peers[peer].host_hash != peers[rank].host_hash || tp_select(links->tp, peer) != &tp_p2p_ops)
     return ncclSuccess;
+  const int local = peers[peer].pid == peers[rank].pid;
   ce_t *ce;
   CHECK(MEM_CALLOC(acct, ce, 1, "copy-engine path"));
-  *ce = (ce_t){.dev = dev, .rank = rank, .peer = peer, .name = name, .acct = acct, .boot = boot};
+  *ce = (ce_t){
+      .dev = dev, .rank = rank, .peer = peer, .local = local, .name = name, .acct = acct, .boot = boot};
   ncclResult_t res;
   gpu_scope_t scope;
   CHECK_GOTO(gpu_enter(dev, &scope), res, fail);
   /* The path is an optimisation: a rank that cannot set it up (logged) says so, and both go without it;
    * only a failed exchange with the peer fails init. */
   int64_t min = param_int(P_BRAID_CE_MIN_BYTES);
-  init_msg_t mine = {.magic = CE_MAGIC, .min_bytes = min > 0 ? (uint64_t)min : 0}, theirs;
+  init_msg_t mine = {.magic = CE_MAGIC, .dev = dev, .min_bytes = min > 0 ? (uint64_t)min : 0}, theirs;
   if (mine.min_bytes > 0 && (gpu_dev_alloc(dev, W_COUNT * sizeof(uint32_t), &ce->words) != ncclSuccess ||
-                             gpu_mem_export(ce->words, &mine.words) != ncclSuccess))
+                             (!local && gpu_mem_export(ce->words, &mine.words) != ncclSuccess)))
     mine.min_bytes = 0;
+  if (ce->words != NULL) mine.words_at = (uint64_t)(uintptr_t)gpu_mem_ptr(ce->words);
   if (ce->words != NULL) mem_charge(acct, gpu_mem_size(ce->words), 1, "copy-engine flag words");
   CHECK_GOTO(boot_send(boot, peer, TAG_CE_INIT, &mine, sizeof mine), res, fail_leave);
   CHECK_GOTO(boot_recv(boot, peer, TAG_CE_INIT, &theirs, sizeof theirs), res, fail_leave);
@@ -160,7 +165,9 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   int ok = mine.min_bytes > 0 && theirs.min_bytes > 0;
   if (ok) {
     ce->min_bytes = mine.min_bytes > theirs.min_bytes ? mine.min_bytes : theirs.min_bytes;
-    ok = gpu_mem_import(dev, &theirs.words, &ce->peer_words) == ncclSuccess &&
+    ok = (!local              ? gpu_mem_import(dev, &theirs.words, &ce->peer_words)
+          : theirs.dev != dev ? gpu_enable_peer_access(dev, theirs.dev)
+                              : ncclSuccess) == ncclSuccess &&
          gpu_stream_create(&ce->side) == ncclSuccess && gpu_event_create(&ce->fork) == ncclSuccess &&
          gpu_event_create(&ce->join) == ncclSuccess;
     /* also keeps each rank's words (and their export) until the other has mapped them */
@@ -176,7 +183,7 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
     return ncclSuccess;
   }
   ce->mine = gpu_mem_ptr(ce->words);
-  ce->theirs = gpu_mem_ptr(ce->peer_words);
+  ce->theirs = local ? (uint32_t *)(uintptr_t)theirs.words_at : gpu_mem_ptr(ce->peer_words);
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: copy engines move steps whose every transfer to or from rank %d moves at least %llu "
        "bytes and combines nothing (BRAID_CE_MIN_BYTES)",
@@ -239,10 +246,14 @@ static void describe(const ce_t *ce, const plan_t *plan, const step_t *st, int c
       const xfer_t *y = &plan->xfers[st->first + j];
       if (overlaps(x->dst, x->bytes, y->src, y->bytes)) m->willing = 0;
     }
-    /* a driver failure here (logged) is a refusal, not an error: the peer still gets its answer */
+    /* a driver failure here (logged) is a refusal, not an error: the peer still gets its answer; a peer in
+     * this process needs no export, only memory its device can write */
     int ok = 0;
-    if (m->willing && gpu_ptr_export(ce->dev, x->dst, &m->out[m->nrecv], &ok) != ncclSuccess) ok = 0;
+    if (m->willing &&
+        gpu_ptr_export(ce->dev, x->dst, ce->local ? NULL : &m->out[m->nrecv], &ok) != ncclSuccess)
+      ok = 0;
     if (!ok) m->willing = 0;
+    m->out_at[m->nrecv] = (uint64_t)(uintptr_t)x->dst;
     m->recv_bytes[m->nrecv++] = x->bytes;
   }
 }
@@ -320,9 +331,13 @@ static ncclResult_t point_sends(ce_t *ce, plan_t *plan, int s, const step_msg_t 
   for (int i = 0; i < st->count; i++) {
     xfer_t *x = &plan->xfers[st->first + i];
     if (x->send_peer < 0) continue;
-    char *base = NULL;
-    CHECK(peer->captured ? import_held(ce, s, &peer->out[k], &base) : import(ce, &peer->out[k], &base));
-    x->ce_dst = base + peer->out[k].offset;
+    if (ce->local) {
+      x->ce_dst = (char *)(uintptr_t)peer->out_at[k];
+    } else {
+      char *base = NULL;
+      CHECK(peer->captured ? import_held(ce, s, &peer->out[k], &base) : import(ce, &peer->out[k], &base));
+      x->ce_dst = base + peer->out[k].offset;
+    }
     k++;
   }
   return ncclSuccess;

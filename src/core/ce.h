@@ -1,7 +1,9 @@
 /*
  * Copy engines straight into the peer's buffer: the large one-way transfers of a two-rank GPU communicator
- * whose ranks are separate processes, moved by cuMemcpy into the receiver's own output instead of by the
- * kernels through a staging ring. The copy engines reach the link's limit with no SM (docs/perf-notes.md).
+ * over p2p, moved by cuMemcpy into the receiver's own output instead of by the kernels through a staging
+ * ring. The copy engines reach the link's limit with no SM (docs/perf-notes.md). The ranks may be separate
+ * processes (the receiver's output and words are exported and mapped in the sender) or one process (their
+ * addresses are used as they are, with peer access between the devices).
  *
  * Which steps: a step of the plan whose every transfer between the ranks moves at least BRAID_CE_MIN_BYTES
  * and none combines, prepares or forwards (broadcast, gather, scatter, all-gather, all-to-all out of place,
@@ -9,14 +11,14 @@
  * calls, so both ranks find the same steps. For each such step, in order, the ranks then exchange one
  * message over the bootstrap: whether this rank can take the copy engines for it (each output exportable
  * (ncclMemAlloc or cudaMalloc memory), no output overlapping an input of the step), whether the call is being
- * captured into a CUDA graph, the sizes it sends and receives, and the handles. Both decide from the two
- * messages with the same symmetric test, so they agree; a step either refuses, or that one rank captures and
- * the other runs eagerly, stays on the kernels.
+ * captured into a CUDA graph, the sizes it sends and receives, and the handles (or addresses). Both decide
+ * from the two messages with the same symmetric test, so they agree; a step either refuses, or that one rank
+ * captures and the other runs eagerly, stays on the kernels.
  *
  * On the GPU, per step, with no host counter (DESIGN.md, principle 3), so that a graph replays it any number
  * of times between eager calls: the receiver's stream raises the sender's `ready` word once it reaches the
  * step (its outputs are free); the sender's stream waits for `ready`, clears it, copies into the peer's
- * mapped outputs and raises the receiver's `done` word; the receiver waits for `done` and clears it. Every
+ * outputs and raises the receiver's `done` word; the receiver waits for `done` and clears it. Every
  * word is 0 again after each step. The waits are one-thread kernels (dev_wait_t): like the kernels' own waits
  * they give up after BRAID_TIMEOUT_S or on an abort and report it through ncclCommGetAsyncError. The step's
  * local copies run on a stream of this module's own, forked from and joined to the call's stream, beside the
@@ -45,9 +47,9 @@ typedef struct ce ce_t;
 /* Transfers each way a step may have and still take the copy engines. */
 #define CE_MAX_XFERS 4
 
-/* The copy-engine path of a communicator, or *ce_p = NULL where it has none: not two ranks, the peer in
- * this process or reached by a transport other than p2p, not a GPU communicator, BRAID_CE_MIN_BYTES 0. Both
- * ranks decide alike; those that make one exchange their flag words over the bootstrap. */
+/* The copy-engine path of a communicator, or *ce_p = NULL where it has none: not two ranks, the peer reached
+ * by a transport other than p2p, not a GPU communicator, BRAID_CE_MIN_BYTES 0. Both ranks decide alike;
+ * those that make one exchange their flag words over the bootstrap. */
 ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, links_t *links, boot_t *boot,
                      alloc_acct_t *acct, const char *name, ce_t **ce_p);
 /* Agreeing with the peer on which steps of the built plan the copy engines move, in two halves so that one

@@ -139,7 +139,9 @@ typedef struct {
 /* Describes the allocation holding device address `ptr` on `dev` for gpu_mem_import in another process:
  * memory from ncclMemAlloc (exported as gpu_mem_export does), or from cuMemAlloc/cudaMalloc (legacy CUDA
  * IPC). *ok_p = 0 (and ncclSuccess) for anything else: other cuMem allocations, memory pools, host memory,
- * memory of another device. */
+ * memory of another device. With x NULL, only says whether it is such memory: memory that another device of
+ * this process can then write too (ncclMemAlloc maps it for every device that can access it; cudaMalloc
+ * memory, once peer access is enabled). */
 ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *ok_p);
 
 typedef struct gpu_func gpu_func_t; /* a kernel of a loaded module */

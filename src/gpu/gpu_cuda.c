@@ -892,10 +892,14 @@ static gpu_mem_t *registered(const void *ptr) {
 ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *ok_p) {
   CHECK(check_dev(dev, "gpu_ptr_export"));
   *ok_p = 0;
-  memset(x, 0, sizeof *x);
+  if (x != NULL) memset(x, 0, sizeof *x);
   gpu_mem_t *m = registered(ptr);
   if (m != NULL && m->kind == MEM_VMM) { /* ncclMemAlloc's cuMem memory: its descriptor, as for our own */
     if (m->dev != dev) return ncclSuccess;
+    if (x == NULL) {
+      *ok_p = 1;
+      return ncclSuccess;
+    }
     CHECK(gpu_mem_export(m, &x->blob));
     export_blob_t b;
     memcpy(&b, x->blob.bytes, sizeof b);
@@ -918,6 +922,10 @@ ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *
   /* a pointer the driver does not know (host memory) is no error here: it is simply not exportable */
   if (drv.cuPointerGetAttributes(4, attrs, data, (CUdeviceptr)ptr) != CUDA_SUCCESS) goto leave;
   if (type != CU_MEMORYTYPE_DEVICE || ordinal != (int)devs[dev].dev || !legacy || id == 0) goto leave;
+  if (x == NULL) {
+    *ok_p = 1;
+    goto leave;
+  }
   CUdeviceptr base = 0;
   size_t size = 0;
   CU_GOTO(cuMemGetAddressRange, (&base, &size, (CUdeviceptr)ptr), res, leave, "the allocation holding %p",

@@ -31,6 +31,7 @@
 
 #include "core/launch.h"
 #include "core/workq.h"
+#include "gpu/gpu.h"
 #include "device/dev.h"
 #include "../gpu/mock_cuda.h"
 
@@ -58,6 +59,17 @@ static void run_with_logs(void (*fn)(int rank, int nranks, void *arg), int timeo
   EXPECT(mkdtemp(sh.log_dir) != NULL);
   EXPECT_OK(ncclGetUniqueId(&sh.id));
   EXPECT(run_ranks(2, timeout_s, fn, &sh) == 0, "a rank failed");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", sh.log_dir);
+  EXPECT(system(cmd) == 0);
+}
+
+/* Runs fn in one process (rank 0 of 1) that logs into a fresh folder, removed afterwards. */
+static void run_one_process(void (*fn)(int rank, int nranks, void *arg), int timeout_s) {
+  shared_t sh;
+  snprintf(sh.log_dir, sizeof sh.log_dir, "/tmp/braid-test-launch-XXXXXX");
+  EXPECT(mkdtemp(sh.log_dir) != NULL);
+  EXPECT(run_ranks(1, timeout_s, fn, &sh) == 0, "the process failed");
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", sh.log_dir);
   EXPECT(system(cmd) == 0);
@@ -625,6 +637,16 @@ static void ce_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
+/* Destroys the stand-in driver's one graph (mock_cuda.h); how many user objects it held. */
+static int mock_graph_destroy(void) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  void *sym = lib != NULL ? dlsym(lib, MOCK_CUDA_GRAPH_DESTROY) : NULL;
+  EXPECT(sym != NULL, "the stand-in driver exports no %s", MOCK_CUDA_GRAPH_DESTROY);
+  mock_cuda_graph_destroy_fn destroy;
+  memcpy(&destroy, &sym, sizeof sym);
+  return destroy();
+}
+
 /* Mapped allocations of the peer, as the stand-in driver counts them (cuMem mappings and opened IPC). */
 static int live_mappings(const mock_cuda_stats_t *st) {
   return st->live_maps + st->live_legacy;
@@ -658,12 +680,7 @@ static void ce_capture_rank(int rank, int nranks, void *arg) {
   ce_expect(&b, b.recv, CE_N, 0, 0, "captured broadcast");
   EXPECT(live_mappings(st) == maps + 1 + (rank == 0), "rank %d: %d mappings for the graph", rank,
          live_mappings(st) - maps);
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  void *sym = lib != NULL ? dlsym(lib, MOCK_CUDA_GRAPH_DESTROY) : NULL;
-  EXPECT(sym != NULL);
-  mock_cuda_graph_destroy_fn destroy;
-  memcpy(&destroy, &sym, sizeof sym);
-  EXPECT(destroy() == 1, "rank %d: the graph held more than the communicator's token", rank);
+  EXPECT(mock_graph_destroy() == 1, "rank %d: the graph held more than the communicator's token", rank);
   ce_fresh(&b); /* below the threshold: the kernels; the launch frees what the graph held */
   EXPECT_OK(ncclBroadcast(b.send, b.recv, 100, ncclFloat, 0, comm, NULL));
   EXPECT(live_mappings(st) == maps, "rank %d: %d mappings outlived the graph", rank,
@@ -676,13 +693,83 @@ static void ce_capture_rank(int rank, int nranks, void *arg) {
          "rank %d: a half-captured all-gather took %llu copies, %d launches", rank,
          (unsigned long long)(st->dd_copies - copies_now), st->launches - launches);
   EXPECT(test_file_lines(log_path, "describes a different step") == 0, "rank %d: warned", rank);
-  destroy();
+  mock_graph_destroy();
   ce_fresh(&b); /* and the path still pairs the ranks' next step */
   EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, NULL));
   for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "all-gather after");
   EXPECT_OK(ncclMemFree(s));
   EXPECT_OK(ncclMemFree(r));
   EXPECT_OK(ncclCommDestroy(comm));
+}
+
+/* One process, a thread per rank of a communicator from ncclCommInitAll: each rank writes straight into the
+ * other's output at the address that rank gave, with nothing exported or mapped. */
+typedef struct {
+  ncclComm_t comm;
+  int rank;
+  void *s, *r; /* ncclMemAlloc'd on the rank's device (by the main thread: the stand-in's allocations are
+                * not thread-safe) */
+} ce_local_t;
+
+static void *ce_local_thread(void *arg) {
+  const ce_local_t *t = arg;
+  ce_bufs_t b = {(float *)t->s + 1, (float *)t->r + 1, t->rank, 0};
+  b.seed = 123;
+  const int peer = 1 - t->rank;
+  ce_fresh(&b);
+  EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, t->comm, NULL));
+  for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "all-gather, one process");
+  for (int root = 0; root < 2; root++) {
+    ce_fresh(&b);
+    EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N, ncclFloat, root, t->comm, NULL));
+    ce_expect(&b, b.recv, CE_N, root, 0, "broadcast, one process");
+  }
+  ce_fresh(&b);
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(b.send, CE_N - 1, ncclFloat, peer, t->comm, NULL));
+  EXPECT_OK(ncclRecv(b.recv, CE_N - 1, ncclFloat, peer, t->comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  ce_expect(&b, b.recv, CE_N - 1, peer, 0, "send/receive, one process");
+  ce_fresh(&b); /* captured by both ranks (ce_local_proc checks that nothing was mapped for the graph) */
+  EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, t->comm, (cudaStream_t)MOCK_CUDA_CAPTURING));
+  for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "captured, one process");
+  return NULL;
+}
+
+static void ce_local_proc(int rank, int nranks, void *arg) {
+  char log_path[128];
+  rank_log(arg, rank, log_path, sizeof log_path);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING,ALLOC", 1);
+  param_reload();
+  log_init();
+  ncclComm_t comms[2];
+  EXPECT_OK(ncclCommInitAll(comms, 2, NULL));
+  EXPECT(test_file_lines(log_path, "copy engines move steps whose every transfer") == 2,
+         "the communicators of one process have no copy-engine path");
+  const uint64_t copies = mock_stats()->dd_copies;
+  ce_local_t t[2] = {{comms[0], 0, NULL, NULL}, {comms[1], 1, NULL, NULL}};
+  for (int i = 0; i < 2; i++) {
+    gpu_scope_t scope; /* ncclMemAlloc allocates on the current device */
+    EXPECT_OK(gpu_enter(i, &scope));
+    EXPECT_OK(ncclMemAlloc(&t[i].s, (2 * CE_N + 1) * sizeof(float)));
+    EXPECT_OK(ncclMemAlloc(&t[i].r, (2 * CE_N + 1) * sizeof(float)));
+    gpu_leave(&scope);
+  }
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) EXPECT(pthread_create(&th[i], NULL, ce_local_thread, &t[i]) == 0);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  EXPECT(mock_stats()->dd_copies >= copies + 6, "%llu copies in one process",
+         (unsigned long long)(mock_stats()->dd_copies - copies));
+  EXPECT(test_file_lines(log_path, "memory for the copy engines") == 0 &&
+             test_file_lines(log_path, "memory for a captured copy") == 0,
+         "a rank mapped its peer's memory in one process");
+  mock_graph_destroy(); /* the capture's graph held the communicators */
+  for (int i = 0; i < 2; i++) {
+    EXPECT_OK(ncclCommDestroy(comms[i]));
+    EXPECT_OK(ncclMemFree(t[i].s));
+    EXPECT_OK(ncclMemFree(t[i].r));
+  }
 }
 
 /* BRAID_CE_MIN_BYTES=0 on one rank only: both ranks go without the path, and say so. */
@@ -709,9 +796,11 @@ static void copy_engines(void) {
   unsetenv("MOCK_CUDA_STUCK");
   run_with_logs(ce_rank, 60);
   run_with_logs(ce_capture_rank, 60);
+  run_one_process(ce_local_proc, 60);
   setenv("MOCK_CUDA_NO_VMM", "1", 1);
   run_with_logs(ce_rank, 60);
   run_with_logs(ce_capture_rank, 60);
+  run_one_process(ce_local_proc, 60);
   run_with_logs(ce_off_rank, 60);
   unsetenv("BRAID_CE_MIN_BYTES");
   unsetenv("BRAID_AR_SPLIT_BYTES");

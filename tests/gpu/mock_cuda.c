@@ -7,6 +7,7 @@
 #include <cuda.h>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,6 +322,10 @@ static int legacy_slot(CUdeviceptr ptr) {
   return -1;
 }
 
+/* The table is shared by the threads of a process (ncclCommInitAll initialises its ranks on threads of
+ * their own): every function that reads or writes it holds this lock. */
+static pthread_mutex_t legacy_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static CUresult map_shm(const char *name, size_t size, int create, CUdeviceptr *ptr) {
   int slot = legacy_slot(0);
   if (slot < 0) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -341,7 +346,7 @@ static CUresult map_shm(const char *name, size_t size, int create, CUdeviceptr *
   return CUDA_SUCCESS;
 }
 
-static CUresult mock_cuMemAlloc(CUdeviceptr *ptr, size_t size) {
+static CUresult cuMemAlloc_unlocked(CUdeviceptr *ptr, size_t size) {
   static int serial;
   if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -363,11 +368,11 @@ static CUresult unmap_legacy(CUdeviceptr ptr, int own) {
   return CUDA_SUCCESS;
 }
 
-static CUresult mock_cuMemFree(CUdeviceptr ptr) {
+static CUresult cuMemFree_unlocked(CUdeviceptr ptr) {
   return unmap_legacy(ptr, 1);
 }
 
-static CUresult mock_cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr ptr) {
+static CUresult cuIpcGetMemHandle_unlocked(CUipcMemHandle *handle, CUdeviceptr ptr) {
   int slot = legacy_slot(ptr);
   if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   if (ptr == 0 || slot < 0 || !legacy[slot].own) return CUDA_ERROR_INVALID_VALUE;
@@ -378,7 +383,7 @@ static CUresult mock_cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr ptr) 
   return CUDA_SUCCESS;
 }
 
-static CUresult mock_cuIpcOpenMemHandle(CUdeviceptr *ptr, CUipcMemHandle handle, unsigned int flags) {
+static CUresult cuIpcOpenMemHandle_unlocked(CUdeviceptr *ptr, CUipcMemHandle handle, unsigned int flags) {
   if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   if (flags != CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) return CUDA_ERROR_INVALID_VALUE;
   size_t size;
@@ -386,7 +391,7 @@ static CUresult mock_cuIpcOpenMemHandle(CUdeviceptr *ptr, CUipcMemHandle handle,
   return map_shm(handle.reserved + sizeof(size_t), size, 0, ptr);
 }
 
-static CUresult mock_cuIpcCloseMemHandle(CUdeviceptr ptr) {
+static CUresult cuIpcCloseMemHandle_unlocked(CUdeviceptr ptr) {
   return unmap_legacy(ptr, 0);
 }
 
@@ -397,7 +402,7 @@ static int legacy_holding(CUdeviceptr ptr) {
   return -1;
 }
 
-static CUresult mock_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+static CUresult cuMemGetAddressRange_unlocked(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
   int slot = legacy_holding(ptr);
   if (slot < 0) return CUDA_ERROR_NOT_FOUND;
   *base = legacy[slot].ptr;
@@ -406,8 +411,8 @@ static CUresult mock_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdev
 }
 
 /* Answers for cuMemAlloc allocations; anything else is unknown (an error, as host memory is). */
-static CUresult mock_cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
-                                            CUdeviceptr ptr) {
+static CUresult cuPointerGetAttributes_unlocked(unsigned int n, CUpointer_attribute *attrs, void **data,
+                                                CUdeviceptr ptr) {
   int slot = legacy_holding(ptr);
   if (slot < 0 || current == NULL) return CUDA_ERROR_INVALID_VALUE;
   for (unsigned i = 0; i < n; i++) {
@@ -429,6 +434,57 @@ static CUresult mock_cuPointerGetAttributes(unsigned int n, CUpointer_attribute 
     }
   }
   return CUDA_SUCCESS;
+}
+
+/* The legacy table's entry points, each holding legacy_lock. */
+static CUresult mock_cuMemAlloc(CUdeviceptr *ptr, size_t size) {
+  pthread_mutex_lock(&legacy_lock);
+  CUresult r = cuMemAlloc_unlocked(ptr, size);
+  pthread_mutex_unlock(&legacy_lock);
+  return r;
+}
+
+static CUresult mock_cuMemFree(CUdeviceptr ptr) {
+  pthread_mutex_lock(&legacy_lock);
+  CUresult r = cuMemFree_unlocked(ptr);
+  pthread_mutex_unlock(&legacy_lock);
+  return r;
+}
+
+static CUresult mock_cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr ptr) {
+  pthread_mutex_lock(&legacy_lock);
+  CUresult r = cuIpcGetMemHandle_unlocked(handle, ptr);
+  pthread_mutex_unlock(&legacy_lock);
+  return r;
+}
+
+static CUresult mock_cuIpcOpenMemHandle(CUdeviceptr *ptr, CUipcMemHandle handle, unsigned int flags) {
+  pthread_mutex_lock(&legacy_lock);
+  CUresult r = cuIpcOpenMemHandle_unlocked(ptr, handle, flags);
+  pthread_mutex_unlock(&legacy_lock);
+  return r;
+}
+
+static CUresult mock_cuIpcCloseMemHandle(CUdeviceptr ptr) {
+  pthread_mutex_lock(&legacy_lock);
+  CUresult r = cuIpcCloseMemHandle_unlocked(ptr);
+  pthread_mutex_unlock(&legacy_lock);
+  return r;
+}
+
+static CUresult mock_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+  pthread_mutex_lock(&legacy_lock);
+  CUresult r = cuMemGetAddressRange_unlocked(base, size, ptr);
+  pthread_mutex_unlock(&legacy_lock);
+  return r;
+}
+
+static CUresult mock_cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
+                                            CUdeviceptr ptr) {
+  pthread_mutex_lock(&legacy_lock);
+  CUresult r = cuPointerGetAttributes_unlocked(n, attrs, data, ptr);
+  pthread_mutex_unlock(&legacy_lock);
+  return r;
 }
 
 /* ---- Host memory ---- */

@@ -8,7 +8,8 @@
  * Modes, one case each:
  *   procs_*   one process per GPU (ncclCommInitRank); procs_ce with BRAID_CE_MIN_BYTES=4096, so that on two
  *             GPUs the copy engines move every transfer of 4 KiB and more that combines nothing;
- *   single_*  one process and thread driving every GPU (ncclCommInitAll, one group per case);
+ *   single_*  one process and thread driving every GPU (ncclCommInitAll, one group per case); single_ce with
+ *             BRAID_CE_MIN_BYTES=4096, as procs_ce;
  *   shm_*     one process per GPU with NCCL_P2P_DISABLE=1: host shared memory between the GPUs;
  *   tcp_*     one process per GPU with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: TCP sockets.
  * The transport modes run a quick sweep (every collective, four types, three operations); with --full they
@@ -248,6 +249,13 @@ static void single_large(void) {
   run_single(TIER_LARGE_SINGLE);
 }
 
+static void single_ce(void) {
+  setenv("BRAID_CE_MIN_BYTES", "4096", 1);
+  run_single(TIER_QUICK);
+  run_single(TIER_LARGE_SINGLE);
+  unsetenv("BRAID_CE_MIN_BYTES");
+}
+
 /* ---- Transports ---- */
 
 static void shm_quick(void) {
@@ -276,6 +284,7 @@ int main(int argc, char **argv) {
   TEST(procs_ce, 620);
   TEST(single_small, 320);
   TEST(single_large, 320);
+  TEST(single_ce, 620);
   TEST(shm_quick, 320);
   TEST(tcp_quick, 320);
   return test_summary();
