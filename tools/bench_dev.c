@@ -147,7 +147,14 @@ ncclResult_t dev_capture_begin(dev_rank_t *d) {
 
 ncclResult_t dev_capture_end(dev_rank_t *d) {
   CHECK(drv_use_device(d->dev));
-  return drv_capture_end(d->stream, &d->graph);
+  return drv_capture_end(d->stream, &d->captured);
+}
+
+ncclResult_t dev_graph_instantiate(dev_rank_t *d) {
+  CHECK(drv_use_device(d->dev));
+  void *captured = d->captured;
+  d->captured = NULL;
+  return drv_graph_instantiate(captured, &d->graph);
 }
 
 ncclResult_t dev_replay(dev_rank_t *d) {

@@ -31,6 +31,7 @@ typedef struct {
   drv_event_t *events; /* [nmarks] on a GPU */
   double *clock;       /* [nmarks] on the host: seconds */
   drv_graph_t graph;   /* the graph being timed, or NULL */
+  void *captured;      /* what the capture ended with, until it is instantiated into `graph` */
   ncclComm_t comms[DEV_MAX_LIBS];
 } dev_rank_t;
 
@@ -55,9 +56,11 @@ ncclResult_t dev_mark(dev_rank_t *d, int i);
 /* Microseconds from mark i to mark j (waits for mark j). */
 ncclResult_t dev_between_us(dev_rank_t *d, int i, int j, double *us_p);
 
-/* Graphs: start capturing the stream; end, instantiating the graph; replay it; free it. */
+/* Graphs: start capturing the stream; end the capture; instantiate the graph (once every capture of the
+ * process has ended: drv_graph_instantiate); replay it; free it. */
 ncclResult_t dev_capture_begin(dev_rank_t *d);
 ncclResult_t dev_capture_end(dev_rank_t *d);
+ncclResult_t dev_graph_instantiate(dev_rank_t *d);
 ncclResult_t dev_replay(dev_rank_t *d);
 void dev_graph_free(dev_rank_t *d);
 

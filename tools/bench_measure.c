@@ -100,11 +100,13 @@ static ncclResult_t check_once(const bench_proc_t *p, const coll_t *coll, int li
 }
 
 /* Captures `batch` iterations into a graph per rank, then replays each once untimed (the first launch of a
- * graph also uploads it). */
+ * graph also uploads it). With one process for several ranks, every capture ends before any graph is
+ * instantiated (drv_graph_instantiate). */
 static ncclResult_t capture(bench_proc_t *p, const coll_t *coll, int lib, int batch) {
   for (int i = 0; i < p->nlocal; i++) CHECK(dev_capture_begin(&p->ranks[i]));
   CHECK(repeat(p, coll, lib, batch));
   for (int i = 0; i < p->nlocal; i++) CHECK(dev_capture_end(&p->ranks[i]));
+  for (int i = 0; i < p->nlocal; i++) CHECK(dev_graph_instantiate(&p->ranks[i]));
   for (int i = 0; i < p->nlocal; i++) CHECK(dev_replay(&p->ranks[i]));
   return sync_all(p);
 }

@@ -240,15 +240,19 @@ ncclResult_t drv_capture_begin(cudaStream_t stream) {
   return ncclSuccess;
 }
 
-ncclResult_t drv_capture_end(cudaStream_t stream, drv_graph_t *graph_p) {
+ncclResult_t drv_capture_end(cudaStream_t stream, void **captured_p) {
   CUgraph graph;
-  CUgraphExec exec;
   DRV_CALL(cuStreamEndCapture, (stream, &graph), "stream %p", (void *)stream);
-  CUresult r = drv.cuGraphInstantiateWithFlags(&exec, graph, 0);
+  *captured_p = graph;
+  return ncclSuccess;
+}
+
+ncclResult_t drv_graph_instantiate(void *captured, drv_graph_t *graph_p) {
+  CUgraphExec exec;
+  CUresult r = drv.cuGraphInstantiateWithFlags(&exec, (CUgraph)captured, 0);
   /* The instantiated graph is independent of the captured one, which is not needed any more. */
-  drv.cuGraphDestroy(graph);
-  if (r != CUDA_SUCCESS)
-    return fail(r, "cuGraphInstantiateWithFlags", "graph captured on stream %p", (void *)stream);
+  drv.cuGraphDestroy((CUgraph)captured);
+  if (r != CUDA_SUCCESS) return fail(r, "cuGraphInstantiateWithFlags", "graph %p", captured);
   *graph_p = (drv_graph_t)exec;
   return ncclSuccess;
 }
@@ -402,8 +406,12 @@ ncclResult_t drv_capture_begin(cudaStream_t stream) {
   return refuse("drv_capture_begin");
 }
 
-ncclResult_t drv_capture_end(cudaStream_t stream, drv_graph_t *graph_p) {
+ncclResult_t drv_capture_end(cudaStream_t stream, void **captured_p) {
   return refuse("drv_capture_end");
+}
+
+ncclResult_t drv_graph_instantiate(void *captured, drv_graph_t *graph_p) {
+  return refuse("drv_graph_instantiate");
 }
 
 ncclResult_t drv_graph_launch(drv_graph_t graph, cudaStream_t stream) {

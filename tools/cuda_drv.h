@@ -66,8 +66,13 @@ ncclResult_t drv_event_elapsed_ms(drv_event_t start, drv_event_t stop, float *ms
 
 /* Starts capturing `stream` into a graph (global capture mode). */
 ncclResult_t drv_capture_begin(cudaStream_t stream);
-/* Ends the capture of `stream` and instantiates what it captured. */
-ncclResult_t drv_capture_end(cudaStream_t stream, drv_graph_t *graph_p);
+/* Ends the capture of `stream`: *captured_p holds what it captured, for drv_graph_instantiate. */
+ncclResult_t drv_capture_end(cudaStream_t stream, void **captured_p);
+/* Instantiates a captured graph into *graph_p, and frees the captured one. Not while another stream of the
+ * process is capturing in global mode: the driver refuses the call then and invalidates that capture
+ * (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), so one process capturing several ranks ends every capture first.
+ */
+ncclResult_t drv_graph_instantiate(void *captured, drv_graph_t *graph_p);
 ncclResult_t drv_graph_launch(drv_graph_t graph, cudaStream_t stream);
 ncclResult_t drv_graph_destroy(drv_graph_t graph);
 
