@@ -79,7 +79,7 @@ static ncclResult_t init_rank(const char *func, ncclComm_t *comm_p, int nranks, 
     a->comm = comm;
     a->nid = nid;
     memcpy(a->ids, ids, nid * sizeof *ids);
-    return group_job(deferred_init, a);
+    return group_job(deferred_init, a, &comm->abort_flag);
   }
   ncclResult_t res = comm_init(comm, ids, nid);
   if (res != ncclSuccess) {
@@ -163,7 +163,7 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     }
   }
   *newcomm = NULL;
-  return group_job(run_split, a);
+  return group_job(run_split, a, NULL);
 }
 
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
@@ -185,7 +185,7 @@ static ncclResult_t deferred_finalize(void *arg) {
  * finalizes: one thread may finalize every rank of a communicator it drives. */
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   CHECK(group_error(comm_check_ready(comm, "ncclCommFinalize")));
-  if (group_depth() > 0) return group_job(deferred_finalize, comm);
+  if (group_depth() > 0) return group_job(deferred_finalize, comm, NULL);
   return comm_finalize(comm);
 }
 

@@ -4,6 +4,7 @@
 #include "group.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +17,12 @@
 typedef struct job {
   group_job_fn_t fn;
   void *arg;
+  volatile int *abort_flag; /* raised when another job of the group fails (group_job) */
+  _Atomic int stopped;      /* it was: its own error is then only a consequence */
+  _Atomic int done;         /* fn returned (a finished job is left alone) */
   ncclResult_t res;
   pthread_t thread;
+  struct job *group; /* the first job of its group */
   struct job *next;
 } job_t;
 
@@ -46,40 +51,58 @@ ncclResult_t group_start(void) {
   return ncclSuccess;
 }
 
+/* Runs one job; when it fails, raises the abort flags of the group's other jobs (they may be waiting for it).
+ */
 static void *job_main(void *arg) {
   job_t *job = arg;
   job->res = job->fn(job->arg);
+  atomic_store(&job->done, 1);
+  if (job->res == ncclSuccess || job->res == ncclInProgress) return NULL;
+  for (job_t *o = job->group; o != NULL; o = o->next) {
+    if (o == job || o->abort_flag == NULL || atomic_load(&o->done) || atomic_exchange(&o->stopped, 1))
+      continue;
+    __atomic_store_n(o->abort_flag, 1, __ATOMIC_RELEASE);
+  }
   return NULL;
 }
 
-/* Runs the deferred jobs, concurrently when there are several; returns the first error. */
+/* Runs the deferred jobs, concurrently when there are several; returns the first error of a job that failed
+ * on its own (else the first error). */
 static ncclResult_t run_jobs(void) {
-  ncclResult_t first = ncclSuccess;
+  ncclResult_t first = ncclSuccess, cause = ncclSuccess;
   job_t *jobs = grp.jobs;
   grp.jobs = NULL;
   int several = jobs != NULL && jobs->next != NULL;
+  for (job_t *j = jobs; j != NULL; j = j->next) j->group = jobs;
   for (job_t *j = jobs; j != NULL; j = j->next) {
     if (several && pthread_create(&j->thread, NULL, job_main, j) == 0) continue;
     j->thread = 0;
     job_main(j);
   }
+  int stopped = 0;
   while (jobs != NULL) {
     job_t *j = jobs;
     jobs = j->next;
     if (j->thread != 0) pthread_join(j->thread, NULL);
     if (first == ncclSuccess) first = j->res;
+    if (cause == ncclSuccess && !atomic_load(&j->stopped)) cause = j->res;
+    stopped += atomic_load(&j->stopped) && j->res != ncclSuccess;
     free(j);
   }
-  return first;
+  if (stopped > 0)
+    INFO(LOG_INIT, "ncclGroupEnd: %d of the group's inits stopped waiting for one that failed (%s)", stopped,
+         log_result_name(cause != ncclSuccess ? cause : first));
+  return cause != ncclSuccess ? cause : first;
 }
 
-ncclResult_t group_job(group_job_fn_t fn, void *arg) {
+ncclResult_t group_job(group_job_fn_t fn, void *arg, volatile int *abort_flag) {
   if (grp.depth == 0) return fn(arg);
   job_t *j = calloc(1, sizeof *j);
   if (j == NULL)
     return group_error(log_err(ncclSystemError, "out of host memory deferring an init to ncclGroupEnd"));
   j->fn = fn;
   j->arg = arg;
+  j->abort_flag = abort_flag;
   j->next = grp.jobs;
   grp.jobs = j;
   return ncclSuccess;

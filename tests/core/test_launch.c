@@ -786,6 +786,28 @@ static void ce_off_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
+/* ncclCommInitAll where one device's init fails (its memory runs out): the call returns that error, and the
+ * other rank, which waits for the failed one, stops waiting at once instead of after BRAID_TIMEOUT_S (the
+ * 60 s this process is given would end first). */
+static void init_all_fail_proc(int rank, int nranks, void *arg) {
+  char log_path[128];
+  rank_log(arg, rank, log_path, sizeof log_path);
+  setenv("MOCK_CUDA_FAIL_DEVICE", "1", 1);
+  ncclComm_t comms[2] = {(ncclComm_t)1, (ncclComm_t)1};
+  ncclResult_t res = ncclCommInitAll(comms, 2, NULL);
+  EXPECT(res != ncclSuccess && res != ncclInvalidUsage, "ncclCommInitAll returned %d", (int)res);
+  EXPECT(comms[0] == NULL && comms[1] == NULL, "a communicator is left after the failed init");
+  unsetenv("MOCK_CUDA_FAIL_DEVICE");
+  EXPECT_OK(ncclCommInitAll(comms, 2, NULL)); /* and the next one works */
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(comms[i]));
+}
+
+static void init_all_failure(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  unsetenv("MOCK_CUDA_STUCK");
+  run_one_process(init_all_fail_proc, 60);
+}
+
 /* With ncclMemAlloc's memory from cuMem (exported as a file descriptor), then from cuMemAlloc (legacy IPC).
  */
 static void copy_engines(void) {
@@ -817,6 +839,7 @@ int main(int argc, char **argv) {
   TEST(full_queue_wait, 90);
   TEST(tuning_log, 60);
   TEST(copy_engines, 90);
+  TEST(init_all_failure, 90);
   return test_summary();
 }
 

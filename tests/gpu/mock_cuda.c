@@ -219,6 +219,12 @@ static CUresult mock_cuMemGetAllocationGranularity(size_t *g, const CUmemAllocat
   return CUDA_SUCCESS;
 }
 
+/* Whether the current context's device is MOCK_CUDA_FAIL_DEVICE. */
+static int failing_device(void) {
+  const char *v = getenv("MOCK_CUDA_FAIL_DEVICE");
+  return v != NULL && current != NULL && current->dev == atoi(v);
+}
+
 static CUresult mock_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                                  const CUmemAllocationProp *prop, unsigned long long flags) {
   if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
@@ -226,7 +232,7 @@ static CUresult mock_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
       !(prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
       prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return CUDA_ERROR_INVALID_VALUE;
-  if (size > MOCK_CUDA_MEM_LIMIT) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (size > MOCK_CUDA_MEM_LIMIT || failing_device()) return CUDA_ERROR_OUT_OF_MEMORY;
   int fd = memfd_create("mock-cuda-mem", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, (off_t)size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
   void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -350,7 +356,7 @@ static CUresult cuMemAlloc_unlocked(CUdeviceptr *ptr, size_t size) {
   static int serial;
   if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (size > MOCK_CUDA_MEM_LIMIT) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (size > MOCK_CUDA_MEM_LIMIT || failing_device()) return CUDA_ERROR_OUT_OF_MEMORY;
   char name[48];
   snprintf(name, sizeof name, "/mock-cuda-%d-%d", (int)getpid(), serial++);
   CUresult r = map_shm(name, size, 1, ptr);

@@ -4,7 +4,8 @@
  * as file descriptors really crosses processes), cuMemAlloc allocations are POSIX shared memory (so legacy
  * IPC handles do too). Its environment knobs: MOCK_CUDA_DEVICES (default 2; 0: cuInit reports no device),
  * MOCK_CUDA_NO_VMM (set: no cuMem support, so allocations fall back to cuMemAlloc), MOCK_CUDA_STUCK (set: a
- * recorded event never completes, as on a GPU whose kernels never finish).
+ * recorded event never completes, as on a GPU whose kernels never finish), MOCK_CUDA_FAIL_DEVICE (a device
+ * ordinal: cuMemCreate and cuMemAlloc on it are out of memory).
  *
  * What it saw is exported as `mock_cuda_stats`, which tests read through dlsym.
  */
