@@ -442,56 +442,23 @@ static CUresult cuPointerGetAttributes_unlocked(unsigned int n, CUpointer_attrib
   return CUDA_SUCCESS;
 }
 
-/* The legacy table's entry points, each holding legacy_lock. */
-static CUresult mock_cuMemAlloc(CUdeviceptr *ptr, size_t size) {
-  pthread_mutex_lock(&legacy_lock);
-  CUresult r = cuMemAlloc_unlocked(ptr, size);
-  pthread_mutex_unlock(&legacy_lock);
-  return r;
-}
-
-static CUresult mock_cuMemFree(CUdeviceptr ptr) {
-  pthread_mutex_lock(&legacy_lock);
-  CUresult r = cuMemFree_unlocked(ptr);
-  pthread_mutex_unlock(&legacy_lock);
-  return r;
-}
-
-static CUresult mock_cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr ptr) {
-  pthread_mutex_lock(&legacy_lock);
-  CUresult r = cuIpcGetMemHandle_unlocked(handle, ptr);
-  pthread_mutex_unlock(&legacy_lock);
-  return r;
-}
-
-static CUresult mock_cuIpcOpenMemHandle(CUdeviceptr *ptr, CUipcMemHandle handle, unsigned int flags) {
-  pthread_mutex_lock(&legacy_lock);
-  CUresult r = cuIpcOpenMemHandle_unlocked(ptr, handle, flags);
-  pthread_mutex_unlock(&legacy_lock);
-  return r;
-}
-
-static CUresult mock_cuIpcCloseMemHandle(CUdeviceptr ptr) {
-  pthread_mutex_lock(&legacy_lock);
-  CUresult r = cuIpcCloseMemHandle_unlocked(ptr);
-  pthread_mutex_unlock(&legacy_lock);
-  return r;
-}
-
-static CUresult mock_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
-  pthread_mutex_lock(&legacy_lock);
-  CUresult r = cuMemGetAddressRange_unlocked(base, size, ptr);
-  pthread_mutex_unlock(&legacy_lock);
-  return r;
-}
-
-static CUresult mock_cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
-                                            CUdeviceptr ptr) {
-  pthread_mutex_lock(&legacy_lock);
-  CUresult r = cuPointerGetAttributes_unlocked(n, attrs, data, ptr);
-  pthread_mutex_unlock(&legacy_lock);
-  return r;
-}
+/* The legacy table's entry points: each runs its _unlocked body holding legacy_lock. */
+#define LOCKED(name, params, args)                                                                           \
+  static CUresult mock_##name params {                                                                       \
+    pthread_mutex_lock(&legacy_lock);                                                                        \
+    CUresult r = name##_unlocked args;                                                                       \
+    pthread_mutex_unlock(&legacy_lock);                                                                      \
+    return r;                                                                                                \
+  }
+LOCKED(cuMemAlloc, (CUdeviceptr * ptr, size_t size), (ptr, size))
+LOCKED(cuMemFree, (CUdeviceptr ptr), (ptr))
+LOCKED(cuIpcGetMemHandle, (CUipcMemHandle * handle, CUdeviceptr ptr), (handle, ptr))
+LOCKED(cuIpcOpenMemHandle, (CUdeviceptr * ptr, CUipcMemHandle handle, unsigned int flags),
+       (ptr, handle, flags))
+LOCKED(cuIpcCloseMemHandle, (CUdeviceptr ptr), (ptr))
+LOCKED(cuMemGetAddressRange, (CUdeviceptr * base, size_t *size, CUdeviceptr ptr), (base, size, ptr))
+LOCKED(cuPointerGetAttributes, (unsigned int n, CUpointer_attribute *attrs, void **data, CUdeviceptr ptr),
+       (n, attrs, data, ptr))
 
 /* ---- Host memory ---- */
 
