@@ -153,8 +153,10 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   if (mine.min_bytes > 0 && (gpu_dev_alloc(dev, W_COUNT * sizeof(uint32_t), &ce->words) != ncclSuccess ||
                              (!local && gpu_mem_export(ce->words, &mine.words) != ncclSuccess)))
     mine.min_bytes = 0;
-  if (ce->words != NULL) mine.words_at = (uint64_t)(uintptr_t)gpu_mem_ptr(ce->words);
-  if (ce->words != NULL) mem_charge(acct, gpu_mem_size(ce->words), 1, "copy-engine flag words");
+  if (ce->words != NULL) {
+    mine.words_at = (uint64_t)(uintptr_t)gpu_mem_ptr(ce->words);
+    mem_charge(acct, gpu_mem_size(ce->words), 1, "copy-engine flag words");
+  }
   CHECK_GOTO(boot_send(boot, peer, TAG_CE_INIT, &mine, sizeof mine), res, fail_leave);
   CHECK_GOTO(boot_recv(boot, peer, TAG_CE_INIT, &theirs, sizeof theirs), res, fail_leave);
   if (theirs.magic != CE_MAGIC) {
@@ -270,6 +272,14 @@ static int agree(const step_msg_t *a, const step_msg_t *b) {
   return a->willing && b->willing;
 }
 
+/* Maps the peer's allocation described by x (for `what`, in the log). */
+static ncclResult_t map_peer(ce_t *ce, const gpu_ptr_export_t *x, const char *what, gpu_mem_t **mem_p) {
+  CHECK(gpu_mem_import(ce->dev, &x->blob, mem_p));
+  INFO(LOG_ALLOC | LOG_P2P, "%s rank %d: mapped %zu bytes of rank %d's memory for %s at %p", ce->name,
+       ce->rank, gpu_mem_size(*mem_p), ce->peer, what, gpu_mem_ptr(*mem_p));
+  return ncclSuccess;
+}
+
 /* The peer's allocation described by x, mapped here (from the cache, or mapped now). */
 static ncclResult_t import(ce_t *ce, const gpu_ptr_export_t *x, char **base_p) {
   import_t *victim = NULL;
@@ -288,15 +298,11 @@ static ncclResult_t import(ce_t *ce, const gpu_ptr_export_t *x, char **base_p) {
     victim->mem = NULL;
   }
   if (victim->used == NULL) CHECK(gpu_event_create(&victim->used));
-  gpu_mem_t *mem;
-  CHECK(gpu_mem_import(ce->dev, &x->blob, &mem));
-  victim->mem = mem;
+  CHECK(map_peer(ce, x, "the copy engines", &victim->mem));
   victim->buffer_id = x->buffer_id;
   victim->blob = x->blob;
   victim->stamp = ++ce->clock;
-  *base_p = gpu_mem_ptr(mem);
-  INFO(LOG_ALLOC | LOG_P2P, "%s rank %d: mapped %zu bytes of rank %d's memory for the copy engines at %p",
-       ce->name, ce->rank, gpu_mem_size(mem), ce->peer, (void *)*base_p);
+  *base_p = gpu_mem_ptr(victim->mem);
   return ncclSuccess;
 }
 
@@ -314,13 +320,11 @@ static ncclResult_t import_held(ce_t *ce, int s, const gpu_ptr_export_t *x, char
   int saved;
   CHECK(gpu_capture_relax(&saved));
   gpu_mem_t *mem;
-  ncclResult_t res = gpu_mem_import(ce->dev, &x->blob, &mem);
+  ncclResult_t res = map_peer(ce, x, "a captured copy", &mem);
   gpu_capture_restore(saved);
   if (res != ncclSuccess) return res;
   ce->held[ce->nheld++] = (held_t){s, mem};
   *base_p = gpu_mem_ptr(mem);
-  INFO(LOG_ALLOC | LOG_P2P, "%s rank %d: mapped %zu bytes of rank %d's memory for a captured copy at %p",
-       ce->name, ce->rank, gpu_mem_size(mem), ce->peer, (void *)*base_p);
   return ncclSuccess;
 }
 

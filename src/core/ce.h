@@ -61,7 +61,7 @@ ncclResult_t ce_offer(ce_t *ce, plan_t *plan);
 ncclResult_t ce_settle(ce_t *ce, plan_t *plan);
 /* What the executor does for a step (core/launch.c): enqueues on `stream` the wait for this rank's `word`
  * (raised by the peer about call `seq`; is_send: the word says the peer's output is free), and, for a
- * captured step, takes a mapping the graph must keep until it is destroyed. */
+ * captured step, takes a mapping the graph must keep until it is destroyed (on failure, not taken). */
 typedef struct {
   ncclResult_t (*wait)(void *arg, cudaStream_t stream, uint32_t *word, int peer, int is_send, uint64_t seq);
   ncclResult_t (*keep)(void *arg, gpu_mem_t *mapping);

@@ -1058,14 +1058,12 @@ static ncclResult_t exec_wait(void *arg, cudaStream_t stream, uint32_t *word, in
   return gpu_launch(c->gx->func_wait, 1, 32, &w, sizeof w, stream);
 }
 
-/* The graph being captured keeps `mapping` (its token unmaps it when the graph is destroyed). */
+/* The graph being captured keeps `mapping` (its token unmaps it when the graph is destroyed); on failure
+ * the caller still owns it. */
 static ncclResult_t exec_keep(void *arg, gpu_mem_t *mapping) {
   const exec_ctx_t *c = arg;
   tbuf_t *b = calloc(1, sizeof *b);
-  if (b == NULL) {
-    gpu_mem_release(mapping);
-    return log_err(ncclSystemError, "%s: out of host memory for a graph token", c->gx->name);
-  }
+  if (b == NULL) return log_err(ncclSystemError, "%s: out of host memory for a graph token", c->gx->name);
   b->mapped = mapping;
   b->next = c->lc->token->bufs;
   c->lc->token->bufs = b;
