@@ -723,7 +723,9 @@ ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes, 
       c.esize = dtype_size(t->type);
       c.slice = slice_bytes / c.esize > 0 ? slice_bytes / c.esize : 1;
       c.whole_blocks = t->kind == OP_REDUCESCATTER || t->kind == OP_ALLGATHER;
-      CHECK(builder_of(t, nranks, tuning)(&c));
+      const build_fn_t build = builder_of(t, nranks, tuning);
+      plan->steps[plan->nsteps - 1].oneshot = build == oneshot_builders[t->kind];
+      CHECK(build(&c));
       if (!is_p2p) close_step(plan);
     }
     if (p2p_open) close_step(plan);

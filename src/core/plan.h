@@ -90,6 +90,7 @@ typedef struct {
   int first, count;   /* range in plan_t.xfers */
   const task_t *task; /* the call this step serves (the first point-to-point call for the p2p step) */
   int ce;             /* the copy engines move it, as both ranks agreed (core/ce.h) */
+  int oneshot;        /* a one-shot algorithm built it (every rank's step of the call alike) */
 } step_t;
 
 /* A communicator's plan for one group. Its arrays grow and are reused, so building allocates nothing once
