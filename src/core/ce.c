@@ -18,6 +18,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "base/param.h"
+#include "device/dev.h"
 #include "gpu/gpu.h"
 
 #define TAG_CE_INIT  0x43454930u /* "0IEC": flag words and the threshold, at init */
@@ -25,8 +26,13 @@
 #define TAG_CE_STEP  0x43455330u /* "0SEC": one message per candidate step */
 #define CE_MAGIC     0x42434531u
 
+/* A reduction's chunks start at multiples of this many bytes of its transfer: whole elements of any type,
+ * and 16-byte parts for the combine's blocks. */
+#define CE_CHUNK_ALIGN (64u * 1024)
+
 /* A rank's flag words (in its own memory), raised by the peer: [W_READY] the peer's outputs are free (this
- * rank may send), [W_DONE] the peer's copy into this rank's outputs has finished. */
+ * rank may send), [W_DONE] the peer's copy into this rank's outputs has finished (a reduction's: how many of
+ * its chunks have landed, reduce_step). */
 enum { W_READY = 0, W_DONE = 1, W_COUNT = 2 };
 
 /* Mapped allocations of the peer kept at most for eager steps. */
@@ -47,10 +53,11 @@ struct ce {
   alloc_acct_t *acct;
   boot_t *boot;
   uint64_t min_bytes;       /* the larger of the two ranks' BRAID_CE_MIN_BYTES */
+  uint64_t chunk_min;       /* the larger of the two ranks' BRAID_CE_CHUNK_BYTES (at least CE_CHUNK_ALIGN) */
   gpu_mem_t *words;         /* this rank's words */
   gpu_mem_t *peer_words;    /* the peer's, mapped (another process) */
   uint32_t *mine, *theirs;  /* their device addresses */
-  cudaStream_t side;        /* local copies, beside the link's copy */
+  cudaStream_t side;        /* local copies, beside the link's copy; a reduction's combine */
   gpu_event_t *fork, *join; /* order the side stream after the call's stream, and back */
   import_t imports[CE_IMPORTS];
   uint64_t clock;
@@ -66,6 +73,7 @@ typedef struct {
   uint32_t magic;
   int32_t dev; /* the sender's device (a peer in this process enables access to it) */
   uint64_t min_bytes;
+  uint64_t chunk_min;
   gpu_export_t words; /* another process: the words' export */
   uint64_t words_at;  /* this process: their address */
 } init_msg_t;
@@ -77,6 +85,7 @@ typedef struct step_msg {
   int32_t willing; /* this rank can take the copy engines for the step */
   int32_t nsend, nrecv;
   int32_t captured; /* the call is being captured into a graph (both ranks must be, or neither) */
+  int32_t combine;  /* a reduction: the receiver combines what lands (both ranks must say so) */
   uint64_t send_bytes[CE_MAX_XFERS], recv_bytes[CE_MAX_XFERS];
   gpu_ptr_export_t out[CE_MAX_XFERS]; /* this rank's output of each receive, in list order */
   uint64_t out_at[CE_MAX_XFERS];      /* the peer in this process: their addresses instead */
@@ -148,8 +157,12 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   CHECK_GOTO(gpu_enter(dev, &scope), res, fail);
   /* The path is an optimisation: a rank that cannot set it up (logged) says so, and both go without it;
    * only a failed exchange with the peer fails init. */
-  int64_t min = param_int(P_BRAID_CE_MIN_BYTES);
-  init_msg_t mine = {.magic = CE_MAGIC, .dev = dev, .min_bytes = min > 0 ? (uint64_t)min : 0}, theirs;
+  int64_t min = param_int(P_BRAID_CE_MIN_BYTES), chunk = param_int(P_BRAID_CE_CHUNK_BYTES);
+  init_msg_t mine = {.magic = CE_MAGIC,
+                     .dev = dev,
+                     .min_bytes = min > 0 ? (uint64_t)min : 0,
+                     .chunk_min = chunk > CE_CHUNK_ALIGN ? (uint64_t)chunk : CE_CHUNK_ALIGN},
+             theirs;
   if (mine.min_bytes > 0 && (gpu_dev_alloc(dev, W_COUNT * sizeof(uint32_t), &ce->words) != ncclSuccess ||
                              (!local && gpu_mem_export(ce->words, &mine.words) != ncclSuccess)))
     mine.min_bytes = 0;
@@ -167,6 +180,7 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   int ok = mine.min_bytes > 0 && theirs.min_bytes > 0;
   if (ok) {
     ce->min_bytes = mine.min_bytes > theirs.min_bytes ? mine.min_bytes : theirs.min_bytes;
+    ce->chunk_min = mine.chunk_min > theirs.chunk_min ? mine.chunk_min : theirs.chunk_min;
     ok = (!local              ? gpu_mem_import(dev, &theirs.words, &ce->peer_words)
           : theirs.dev != dev ? gpu_enable_peer_access(dev, theirs.dev)
                               : ncclSuccess) == ncclSuccess &&
@@ -204,22 +218,58 @@ static int is_peer(const xfer_t *x) {
   return x->recv_peer >= 0 || x->send_peer >= 0;
 }
 
+/* Whether a peer transfer belongs to a reduction the copy engines can carry: a send of this rank's input
+ * (prepared, which is a copy for every operation but PreMulSum), or a receive combined with this rank's
+ * operand into its output. PreMulSum would need the peer's bytes scaled on the way. */
+static int combining(const xfer_t *x) {
+  return (x->flags & (XF_REDUCE | XF_PREPARE)) != 0;
+}
+static int combinable(const xfer_t *x) {
+  if (x->red == NULL || x->red->kind == RED_PREMULSUM) return 0;
+  return x->send_peer >= 0 ? (x->flags & XF_REDUCE) == 0 : (x->flags & XF_REDUCE) != 0;
+}
+
 /* Whether the step may take the copy engines, from its transfers between the ranks alone: what one rank
- * sends the other receives, so both ranks answer alike. */
+ * sends the other receives, and a reduction's send faces a combining receive, so both ranks answer alike.
+ * A reduction's step has at most one transfer each way and no local copy. */
 static int candidate(const ce_t *ce, const plan_t *plan, const step_t *st) {
-  int nsend = 0, nrecv = 0;
+  int nsend = 0, nrecv = 0, combines = 0, locals = 0;
   for (int i = 0; i < st->count; i++) {
     const xfer_t *x = &plan->xfers[st->first + i];
-    if (!is_peer(x)) continue;
+    if (!is_peer(x)) {
+      locals++;
+      continue;
+    }
     if ((x->recv_peer >= 0 && x->send_peer >= 0) || x->bytes < ce->min_bytes ||
-        (x->flags & (XF_REDUCE | XF_PREPARE | XF_SEQ | XF_PREPARED)))
+        (x->flags & (XF_SEQ | XF_PREPARED)) || (combining(x) && !combinable(x)))
       return 0;
+    combines += combining(x);
     if (x->send_peer >= 0)
       nsend++;
     else
       nrecv++;
   }
+  /* one-shot, the root of a reduce combines in its lane of XF_SEQ transfers (refused above) while the other
+   * rank's send looks like the ring's: the step's algorithm settles it for both */
+  if (combines > 0 && (st->oneshot || nsend > 1 || nrecv > 1 || locals > 0)) return 0;
   return nsend + nrecv > 0 && nsend <= CE_MAX_XFERS && nrecv <= CE_MAX_XFERS;
+}
+
+/* Where the chunks of a reduction's transfer of `bytes` end (ends[], returned: how many): each half of what
+ * is left, at least chunk_min, at multiples of CE_CHUNK_ALIGN, so that the last ones, whose combine nothing
+ * hides, are small, and the chunks few: each costs the link about 5.5 us on two H200s, the copy's end, the
+ * flag and the next copy's start (docs/perf-notes.md). A function of the size and the agreed minimum: both
+ * ranks cut alike. */
+static uint32_t chunk_ends(const ce_t *ce, uint64_t bytes, uint64_t *ends) {
+  uint32_t n = 0;
+  for (uint64_t at = 0; at < bytes;) {
+    uint64_t left = bytes - at, c = left / 2 / CE_CHUNK_ALIGN * CE_CHUNK_ALIGN;
+    if (c < ce->chunk_min) c = ce->chunk_min;
+    if (c > left || n == DEV_COMBINE_CHUNKS - 1) c = left;
+    at += c;
+    ends[n++] = at;
+  }
+  return n;
 }
 
 static int overlaps(const char *a, size_t na, const char *b, size_t nb) {
@@ -235,6 +285,7 @@ static void describe(const ce_t *ce, const plan_t *plan, const step_t *st, int c
   m->captured = capturing != 0;
   for (int i = 0; i < st->count; i++) {
     const xfer_t *x = &plan->xfers[st->first + i];
+    if (is_peer(x) && combining(x)) m->combine = 1;
     if (!is_peer(x)) {
       if (x->flags != 0) m->willing = 0; /* local copies here are plain copies only */
       continue;
@@ -243,7 +294,8 @@ static void describe(const ce_t *ce, const plan_t *plan, const step_t *st, int c
       m->send_bytes[m->nsend++] = x->bytes;
       continue;
     }
-    /* the peer writes this output as soon as this rank's stream reaches the step: no input may share it */
+    /* the peer writes this output as soon as this rank's stream reaches the step: no input may share it
+     * (in place, a reduction's output is its operand) */
     for (int j = 0; j < st->count; j++) {
       const xfer_t *y = &plan->xfers[st->first + j];
       if (overlaps(x->dst, x->bytes, y->src, y->bytes)) m->willing = 0;
@@ -263,7 +315,7 @@ static void describe(const ce_t *ce, const plan_t *plan, const step_t *st, int c
 /* The decision, the same on both ranks: a symmetric test of the two messages. */
 static int agree(const step_msg_t *a, const step_msg_t *b) {
   if (a->magic != CE_MAGIC || b->magic != CE_MAGIC || a->kind != b->kind || a->nsend != b->nrecv ||
-      a->nrecv != b->nsend || a->captured != b->captured)
+      a->nrecv != b->nsend || a->captured != b->captured || a->combine != b->combine)
     return 0;
   for (int i = 0; i < a->nsend; i++)
     if (a->send_bytes[i] != b->recv_bytes[i]) return 0;
@@ -352,11 +404,15 @@ static void log_step(ce_t *ce, const step_t *st, const step_msg_t *m) {
   for (int i = 0; i < m->nsend; i++) bytes += m->send_bytes[i];
   for (int i = 0; i < m->nrecv; i++) bytes += m->recv_bytes[i];
   int lvl = log_first_of_class(&ce->logged[st->task->kind], bytes) ? LOG_INFO : LOG_TRACE;
-  LOG_AT(
-      lvl, LOG_TUNING,
-      "%s rank %d: %s (call %llu) by the copy engines: %d send%s and %d receive%s, %llu bytes with rank %d",
-      ce->name, ce->rank, plan_op_name(st->task->kind), (unsigned long long)st->task->seq, m->nsend,
-      m->nsend == 1 ? "" : "s", m->nrecv, m->nrecv == 1 ? "" : "s", (unsigned long long)bytes, ce->peer);
+  uint64_t ends[DEV_COMBINE_CHUNKS];
+  LOG_AT(lvl, LOG_TUNING,
+         "%s rank %d: %s (call %llu) by the copy engines: %d send%s and %d receive%s, %llu bytes with rank "
+         "%d%s%u%s",
+         ce->name, ce->rank, plan_op_name(st->task->kind), (unsigned long long)st->task->seq, m->nsend,
+         m->nsend == 1 ? "" : "s", m->nrecv, m->nrecv == 1 ? "" : "s", (unsigned long long)bytes, ce->peer,
+         m->combine ? ", combined as it lands in " : "",
+         m->combine ? chunk_ends(ce, m->nsend ? m->send_bytes[0] : m->recv_bytes[0], ends) : 0,
+         m->combine ? " chunks" : "");
 }
 
 ncclResult_t ce_offer(ce_t *ce, plan_t *plan) {
@@ -433,16 +489,52 @@ out:
   return res;
 }
 
+/* The transfers of a reduction's step (candidate: at most one each way, no local copy): the send goes in
+ * chunks (chunk_ends), each raising the receiver's W_DONE to its number; the receive is combined chunk by
+ * chunk as it lands, by a kernel on the side stream when this rank also sends (forked after the wait for the
+ * peer: its copies must not wait for it), after which the stream clears W_DONE. Sends are enqueued first:
+ * where the driver runs what it is given at once, the combine waits for the peer's chunks, and the peer's
+ * combine for these. */
+static ncclResult_t reduce_step(ce_t *ce, const xfer_t *send, const xfer_t *recv, cudaStream_t stream,
+                                uint64_t seq, const ce_exec_t *ex) {
+  uint64_t ends[DEV_COMBINE_CHUNKS];
+  if (send != NULL) {
+    const uint32_t n = chunk_ends(ce, send->bytes, ends);
+    uint64_t at = 0;
+    for (uint32_t c = 0; c < n; c++) {
+      CHECK(gpu_copy_dd_async(send->ce_dst + at, send->src + at, ends[c] - at, stream));
+      CHECK(gpu_stream_write32(stream, &ce->theirs[W_DONE], c + 1));
+      at = ends[c];
+    }
+  }
+  if (recv == NULL) return ncclSuccess;
+  cudaStream_t on = stream;
+  if (send != NULL) {
+    on = ce->side;
+    CHECK(gpu_stream_wait(on, ce->fork));
+  }
+  const uint32_t n = chunk_ends(ce, recv->bytes, ends);
+  CHECK(ex->combine(ex->arg, on, recv, &ce->mine[W_DONE], ce->peer, seq, n, ends));
+  CHECK(gpu_stream_write32(on, &ce->mine[W_DONE], 0));
+  if (send != NULL) {
+    CHECK(gpu_event_record(ce->join, on));
+    CHECK(gpu_stream_wait(stream, ce->join));
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, int capturing,
                      const ce_exec_t *ex) {
   const step_t *st = &plan->steps[s];
   const xfer_t *x = &plan->xfers[st->first];
   const uint64_t seq = st->task->seq;
-  int sends = 0, recvs = 0, locals = 0;
+  int sends = 0, recvs = 0, locals = 0, combines = 0;
+  const xfer_t *send = NULL, *recv = NULL;
   for (int i = 0; i < st->count; i++) {
-    if (x[i].send_peer >= 0) sends++;
-    if (x[i].recv_peer >= 0) recvs++;
+    if (x[i].send_peer >= 0) sends++, send = &x[i];
+    if (x[i].recv_peer >= 0) recvs++, recv = &x[i];
     if (!is_peer(&x[i])) locals++;
+    if (is_peer(&x[i]) && combining(&x[i])) combines++;
   }
   if (capturing) /* the graph owns the step's mappings from now on */
     for (int i = 0; i < ce->nheld;) {
@@ -457,21 +549,27 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, i
   if (sends > 0) CHECK(ex->wait(ex->arg, stream, &ce->mine[W_READY], ce->peer, 1, seq));
   /* The local copies fork only now: the driver may run a copy within the device as a kernel, whose blocks
    * would hold the SMs the wait kernel above needs, and the link's copy would start only once they ended
-   * (2 ms instead of 1.4 for an all-gather of 1 GiB on two H200s) */
-  if (locals > 0) {
-    CHECK(gpu_event_record(ce->fork, stream));
-    CHECK(gpu_stream_wait(ce->side, ce->fork));
-    for (int i = 0; i < st->count; i++)
-      if (!is_peer(&x[i])) CHECK(gpu_copy_dd_async(x[i].dst, x[i].src, x[i].bytes, ce->side));
-    CHECK(gpu_event_record(ce->join, ce->side));
+   * (2 ms instead of 1.4 for an all-gather of 1 GiB on two H200s); so does a reduction's combine, whose
+   * blocks would otherwise hold the SMs while its chunks wait for the peer's, and the peer's for this rank's
+   * copies */
+  if (locals > 0 || (combines > 0 && sends > 0 && recvs > 0)) CHECK(gpu_event_record(ce->fork, stream));
+  if (combines > 0) {
+    CHECK(reduce_step(ce, send, recv, stream, seq, ex));
+  } else {
+    if (locals > 0) {
+      CHECK(gpu_stream_wait(ce->side, ce->fork));
+      for (int i = 0; i < st->count; i++)
+        if (!is_peer(&x[i])) CHECK(gpu_copy_dd_async(x[i].dst, x[i].src, x[i].bytes, ce->side));
+      CHECK(gpu_event_record(ce->join, ce->side));
+    }
+    if (sends > 0) {
+      for (int i = 0; i < st->count; i++)
+        if (x[i].send_peer >= 0) CHECK(gpu_copy_dd_async(x[i].ce_dst, x[i].src, x[i].bytes, stream));
+      CHECK(gpu_stream_write32(stream, &ce->theirs[W_DONE], 1));
+    }
+    if (recvs > 0) CHECK(ex->wait(ex->arg, stream, &ce->mine[W_DONE], ce->peer, 0, seq));
+    if (locals > 0) CHECK(gpu_stream_wait(stream, ce->join));
   }
-  if (sends > 0) {
-    for (int i = 0; i < st->count; i++)
-      if (x[i].send_peer >= 0) CHECK(gpu_copy_dd_async(x[i].ce_dst, x[i].src, x[i].bytes, stream));
-    CHECK(gpu_stream_write32(stream, &ce->theirs[W_DONE], 1));
-  }
-  if (recvs > 0) CHECK(ex->wait(ex->arg, stream, &ce->mine[W_DONE], ce->peer, 0, seq));
-  if (locals > 0) CHECK(gpu_stream_wait(stream, ce->join));
   if (capturing) return ncclSuccess;
   for (int i = 0; i < st->count; i++) { /* the cached mappings written must outlive these copies */
     if (x[i].send_peer < 0) continue;

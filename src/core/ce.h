@@ -6,23 +6,27 @@
  * addresses are used as they are, with peer access between the devices).
  *
  * Which steps: a step of the plan whose every transfer between the ranks moves at least BRAID_CE_MIN_BYTES
- * and none combines, prepares or forwards (broadcast, gather, scatter, all-gather, all-to-all out of place,
- * send/receive; never a reduction), with at most CE_MAX_XFERS transfers each way: a pure function of the
- * calls, so both ranks find the same steps. For each such step, in order, the ranks then exchange one
- * message over the bootstrap: whether this rank can take the copy engines for it (each output exportable
- * (ncclMemAlloc or cudaMalloc memory), no output overlapping an input of the step), whether the call is being
- * captured into a CUDA graph, the sizes it sends and receives, and the handles (or addresses). Both decide
- * from the two messages with the same symmetric test, so they agree; a step either refuses, or that one rank
- * captures and the other runs eagerly, stays on the kernels.
+ * and none forwards, with at most CE_MAX_XFERS transfers each way: broadcast, gather, scatter, all-gather,
+ * all-to-all, send/receive; and the reductions of two ranks (reduce, reduce-scatter, an all-reduce's
+ * reduce-scatter step: one transfer each way at most, no local copy), whose receiver combines what lands
+ * with its own operand, except PreMulSum (and so float averages), whose peer bytes would need scaling. A pure
+ * function of the calls, so both ranks find the same steps. For each such step, in order, the ranks then
+ * exchange one message over the bootstrap: whether this rank can take the copy engines for it (each output
+ * exportable (ncclMemAlloc or cudaMalloc memory), no output overlapping an input of the step), whether the
+ * call is being captured into a CUDA graph, the sizes it sends and receives, and the handles (or addresses).
+ * Both decide from the two messages with the same symmetric test, so they agree; a step either refuses, or
+ * that one rank captures and the other runs eagerly, stays on the kernels.
  *
  * On the GPU, per step, with no host counter (DESIGN.md, principle 3), so that a graph replays it any number
  * of times between eager calls: the receiver's stream raises the sender's `ready` word once it reaches the
  * step (its outputs are free); the sender's stream waits for `ready`, clears it, copies into the peer's
- * outputs and raises the receiver's `done` word; the receiver waits for `done` and clears it. Every
- * word is 0 again after each step. The waits are one-thread kernels (dev_wait_t): like the kernels' own waits
- * they give up after BRAID_TIMEOUT_S or on an abort and report it through ncclCommGetAsyncError. The step's
- * local copies run on a stream of this module's own, forked from and joined to the call's stream, beside the
- * link's copy.
+ * outputs and raises the receiver's `done` word; the receiver waits for `done` and clears it. A reduction's
+ * send goes in chunks (BRAID_CE_CHUNK_BYTES), each raising `done` to its number, and the receiver's combine
+ * kernel (dev_combine_t) combines each chunk once `done` says it landed, while the next ones cross the link;
+ * its stream clears `done` after it. Every word is 0 again after each step. The waits are one-thread kernels
+ * (dev_wait_t): like the kernels' own waits they give up after BRAID_TIMEOUT_S or on an abort and report it
+ * through ncclCommGetAsyncError. The step's local copies run on a stream of this module's own, forked from
+ * and joined to the call's stream, beside the link's copy.
  *
  * The exchange waits on the host for the peer to reach the same call (at most BRAID_TIMEOUT_S, and the abort
  * flag ends it): like NCCL, large calls on several communicators must be issued in the same order on every
@@ -60,10 +64,14 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
 ncclResult_t ce_offer(ce_t *ce, plan_t *plan);
 ncclResult_t ce_settle(ce_t *ce, plan_t *plan);
 /* What the executor does for a step (core/launch.c): enqueues on `stream` the wait for this rank's `word`
- * (raised by the peer about call `seq`; is_send: the word says the peer's output is free), and, for a
- * captured step, takes a mapping the graph must keep until it is destroyed (on failure, not taken). */
+ * (raised by the peer about call `seq`; is_send: the word says the peer's output is free) and a reduction's
+ * combine, and, for a captured step, takes a mapping the graph must keep until it is destroyed (on failure,
+ * not taken). */
 typedef struct {
   ncclResult_t (*wait)(void *arg, cudaStream_t stream, uint32_t *word, int peer, int is_send, uint64_t seq);
+  /* enqueues the combine of receive `x` (dev_combine_t: chunk c of it landed once `word` reached c + 1) */
+  ncclResult_t (*combine)(void *arg, cudaStream_t stream, const xfer_t *x, uint32_t *word, int peer,
+                          uint64_t seq, uint32_t nchunks, const uint64_t *ends);
   ncclResult_t (*keep)(void *arg, gpu_mem_t *mapping);
   void *arg;
 } ce_exec_t;

@@ -72,6 +72,8 @@ struct gx {
   gpu_func_t *func_ll;       /* braid_kernel_ll, for small launches of LL transfers only (ll_only) */
   gpu_func_t *func_bulk;     /* braid_kernel_bulk, for one-slice Simple launches over p2p (bulk_only) */
   gpu_func_t *func_wait;     /* braid_kernel_wait, the copy-engine steps' waits (ce_exec_t) */
+  gpu_func_t *func_combine;  /* braid_kernel_combine, their combines (ce_exec_t) */
+  unsigned combine_blocks;   /* BRAID_CE_COMBINE_BLOCKS: the combine's grid */
   int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
   int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
   int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
@@ -308,6 +310,9 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_LL_NAME, &gx->func_ll), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_BULK_NAME, &gx->func_bulk), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_WAIT_NAME, &gx->func_wait), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_COMBINE_NAME, &gx->func_combine), res, fail);
+  int64_t blocks = param_int(P_BRAID_CE_COMBINE_BLOCKS);
+  gx->combine_blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : (unsigned)blocks;
   gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
   gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
   gx->split_lane = param_int(P_BRAID_SPLIT_LANE) != 0;
@@ -1058,6 +1063,18 @@ static ncclResult_t exec_wait(void *arg, cudaStream_t stream, uint32_t *word, in
   return gpu_launch(c->gx->func_wait, 1, 32, &w, sizeof w, stream);
 }
 
+static ncclResult_t exec_combine(void *arg, cudaStream_t stream, const xfer_t *x, uint32_t *word, int peer,
+                                 uint64_t seq, uint32_t nchunks, const uint64_t *ends) {
+  const exec_ctx_t *c = arg;
+  if (nchunks < 1 || nchunks > DEV_COMBINE_CHUNKS)
+    return log_err(ncclInternalError, "%s: a combine of %u chunks (at most %d)", c->gx->name, nchunks,
+                   DEV_COMBINE_CHUNKS);
+  dev_combine_t w = {.comm = c->gx->dcomm, .word = word, .seq = seq, .peer = peer, .nchunks = nchunks};
+  fill_xfer(c->gx, x, 0, 1, &w.x);
+  memcpy(w.ends, ends, nchunks * sizeof *ends);
+  return gpu_launch(c->gx->func_combine, c->gx->combine_blocks, DEV_THREADS, &w, sizeof w, stream);
+}
+
 /* The graph being captured keeps `mapping` (its token unmaps it when the graph is destroyed); on failure
  * the caller still owns it. */
 static ncclResult_t exec_keep(void *arg, gpu_mem_t *mapping) {
@@ -1083,7 +1100,7 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
                      gx->name, (unsigned long long)st->task->seq);
     CHECK(flush(gx, lc, st->task->seq));
     exec_ctx_t c = {gx, lc};
-    const ce_exec_t ex = {exec_wait, exec_keep, &c};
+    const ce_exec_t ex = {exec_wait, exec_combine, exec_keep, &c};
     return ce_step(gx->ce, plan, s, lc->s, lc->capturing, &ex);
   }
   /* an eager launch's list must fit the queue (an entry is a header and the list) */

@@ -33,22 +33,23 @@
 
 #include <stdint.h>
 
-#define DEV_SLOTS             8
-#define DEV_SLOT_BYTES        (128 * 1024)
-#define DEV_SLICE_BYTES       (DEV_SLOTS / 2 * DEV_SLOT_BYTES) /* per channel per slice: half a ring */
-#define DEV_MAX_CHANNELS      64
-#define DEV_THREADS           512   /* threads per block */
-#define DEV_MAX_XFERS         56    /* transfers carried by value in one launch */
-#define DEV_MAX_SPILL         65535 /* transfers of one launch whose list is spilled (dev_work_t.ext) */
-#define DEV_LANE_XFERS        1024  /* transfers of one lane in one step */
-#define DEV_LANE_RINGS        112   /* rings (peer, direction) one lane uses in one step */
-#define DEV_MAX_STEPS         16    /* steps carried by value in one launch */
-#define DEV_SMALL_XFERS       8     /* transfers of a launch through the small entry point */
-#define DEV_KERNEL_NAME       "braid_kernel"
-#define DEV_KERNEL_SMALL_NAME "braid_kernel_small"
-#define DEV_KERNEL_LL_NAME    "braid_kernel_ll"
-#define DEV_KERNEL_BULK_NAME  "braid_kernel_bulk"
-#define DEV_KERNEL_WAIT_NAME  "braid_kernel_wait"
+#define DEV_SLOTS               8
+#define DEV_SLOT_BYTES          (128 * 1024)
+#define DEV_SLICE_BYTES         (DEV_SLOTS / 2 * DEV_SLOT_BYTES) /* per channel per slice: half a ring */
+#define DEV_MAX_CHANNELS        64
+#define DEV_THREADS             512   /* threads per block */
+#define DEV_MAX_XFERS           56    /* transfers carried by value in one launch */
+#define DEV_MAX_SPILL           65535 /* transfers of one launch whose list is spilled (dev_work_t.ext) */
+#define DEV_LANE_XFERS          1024  /* transfers of one lane in one step */
+#define DEV_LANE_RINGS          112   /* rings (peer, direction) one lane uses in one step */
+#define DEV_MAX_STEPS           16    /* steps carried by value in one launch */
+#define DEV_SMALL_XFERS         8     /* transfers of a launch through the small entry point */
+#define DEV_KERNEL_NAME         "braid_kernel"
+#define DEV_KERNEL_SMALL_NAME   "braid_kernel_small"
+#define DEV_KERNEL_LL_NAME      "braid_kernel_ll"
+#define DEV_KERNEL_BULK_NAME    "braid_kernel_bulk"
+#define DEV_KERNEL_WAIT_NAME    "braid_kernel_wait"
+#define DEV_KERNEL_COMBINE_NAME "braid_kernel_combine"
 
 /* The control block of one ring; 128-byte fields keep the two writers' counters on separate lines. */
 typedef struct {
@@ -269,6 +270,25 @@ typedef struct {
   int32_t peer;
   int32_t is_send; /* the word says the peer's output is free (1) or its copy into ours is done (0) */
 } dev_wait_t;
+
+/* The copy-engine path's combine (core/ce.h), a sixth entry point: the peer's copy engines write its
+ * contribution into this rank's output `x.dst` chunk by chunk, raising `*word` to c + 1 once chunk c (bytes
+ * [ends[c - 1], ends[c]), ends[-1] = 0) has landed; the kernel combines each chunk as it comes, in place:
+ * dst = prepare(src) (+) dst, divided at LAST for SUM_POSTDIV, as a transfer that receives would (the
+ * kernels' own order of operands, so the result is bitwise the same). Each block waits for the chunk itself
+ * (thread 0, acquire, spin_fails' timeout and abort) and takes its part of it: 16-byte multiples from the
+ * chunk's start, as dev_part cuts a slice. It leaves the word as it found it raised; the stream clears it
+ * after the kernel. The operation is never PREMULSUM: the peer's bytes arrive as they were, unscaled. */
+#define DEV_COMBINE_CHUNKS 48
+typedef struct {
+  dev_comm_t comm;
+  dev_xfer_t x; /* src: this rank's operand; dst: the output the peer writes into; bytes, type, red, flags */
+  uint32_t *word; /* in this rank's device memory, raised by the peer's stream */
+  uint64_t seq;   /* the call, for the error */
+  int32_t peer;
+  uint32_t nchunks; /* 1 .. DEV_COMBINE_CHUNKS */
+  uint64_t ends[DEV_COMBINE_CHUNKS];
+} dev_combine_t;
 
 /* Helpers for the slicing arithmetic above, one definition for the host (planner, tests) and the kernel. */
 #ifdef __CUDACC__

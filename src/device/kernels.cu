@@ -851,3 +851,34 @@ extern "C" __global__ void __launch_bounds__(32, 1) braid_kernel_wait(const __gr
     if (spin_fails(&w.comm, &s, what)) return;
   *word = 0; /* the stream's next operation (a copy, or the next step's wait) comes after the kernel */
 }
+
+/* The copy-engine path's combine (dev.h, dev_combine_t): chunk by chunk, every block waits for the chunk's
+ * word itself (no grid barrier) and combines its part, in pieces of at most COMBINE_PIECE bytes (piece_t
+ * counts bytes in 32 bits). */
+#define COMBINE_PIECE (1u << 30)
+extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
+    braid_kernel_combine(const __grid_constant__ dev_combine_t w) {
+  const dev_xfer_t &x = w.x;
+  const wait_what what = {w.peer, -1, 0, w.seq};
+  uint64_t begin = 0;
+  for (uint32_t c = 0; c < w.nchunks && c < DEV_COMBINE_CHUNKS; c++) {
+    int failed = 0;
+    if (threadIdx.x == 0) {
+      spin_t s = {0, 0};
+      while (load_acquire_sys32(w.word) < c + 1)
+        if (spin_fails(&w.comm, &s, what)) {
+          failed = 1;
+          break;
+        }
+    }
+    if (__syncthreads_or(failed)) return;
+    const uint64_t len = w.ends[c] - begin, part = ((len + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+    const uint64_t lo = min((uint64_t)blockIdx.x * part, len), hi = min(lo + part, len);
+    for (uint64_t off = begin + lo; off < begin + hi; off += COMBINE_PIECE) {
+      const uint64_t n = min(begin + hi - off, (uint64_t)COMBINE_PIECE);
+      const piece_t pc = {x.src + off, x.dst + off, x.dst + off, NULL, (uint32_t)n};
+      piece_combine(x, pc);
+    }
+    begin = w.ends[c];
+  }
+}

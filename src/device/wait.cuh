@@ -29,6 +29,12 @@ __device__ __forceinline__ uint64_t load_acquire_sys(const volatile uint64_t *p)
   return v;
 }
 
+__device__ __forceinline__ uint32_t load_acquire_sys32(const volatile uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t *p) {
   uint32_t v;
   asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");

@@ -539,6 +539,76 @@ static void ce_fresh(ce_bufs_t *b) {
   data_poison(b->recv, 2 * CE_N * sizeof(float));
 }
 
+/* Checks n floats of out against the sum of the two ranks' inputs from element `first` on (the host's sum
+ * of two floats, in either order, is the one the combine computes). */
+static void ce_expect_sum(const ce_bufs_t *b, const float *out, size_t n, size_t first, const char *what) {
+  for (size_t i = 0; i < n; i++) {
+    const float want = ce_in(b, 0, first + i) + ce_in(b, 1, first + i);
+    if (out[i] != want) {
+      test_fail(__FILE__, __LINE__, "rank %d: %s: element %zu is %g, expected %g", b->rank, what, i,
+                (double)out[i], (double)want);
+      return;
+    }
+  }
+}
+
+/* Reductions through the copy engines: the sender's chunks land in the receiver's output and its combine
+ * kernel (run at once by the stand-in, with the host's arithmetic) adds its own operand, chunk by chunk.
+ * Out of place and on the ring only: in place, the output is the operand; PreMulSum (a float average) would
+ * need the peer's bytes scaled; one-shot steps differ between the ranks. They stay on the kernels, which move
+ * nothing here. */
+static void ce_reductions(ce_bufs_t *b, ncclComm_t comm) {
+  mock_cuda_stats_t *st = mock_stats();
+  const int rank = b->rank;
+  for (int root = 0; root < 2; root++) {
+    ce_fresh(b);
+    const uint64_t combines = st->combine_launches, chunks = st->combine_chunks;
+    EXPECT_OK(ncclReduce(b->send, b->recv, CE_N, ncclFloat, ncclSum, root, comm, NULL));
+    if (rank == root) ce_expect_sum(b, b->recv, CE_N, 0, "reduce");
+    EXPECT(st->combine_launches == combines + (rank == root) &&
+               st->combine_chunks >= chunks + 3 * (uint64_t)(rank == root),
+           "rank %d: a reduce to %d: %llu combines of %llu chunks", rank, root,
+           (unsigned long long)(st->combine_launches - combines),
+           (unsigned long long)(st->combine_chunks - chunks));
+  }
+  ce_fresh(b); /* each rank's block of the output is the sum of the two inputs' blocks */
+  EXPECT_OK(ncclReduceScatter(b->send, b->recv, CE_N, ncclFloat, ncclSum, comm, NULL));
+  ce_expect_sum(b, b->recv, CE_N, (size_t)rank * CE_N, "reduce-scatter");
+  ce_fresh(b); /* both steps of a split all-reduce by the copy engines */
+  EXPECT_OK(ncclAllReduce(b->send, b->recv, CE_N, ncclFloat, ncclSum, comm, NULL));
+  ce_expect_sum(b, b->recv, CE_N, 0, "all-reduce");
+  /* integers averaged: the combine divides the sum (wrapping, then truncating) */
+  int32_t *in = (int32_t *)b->send, *out = (int32_t *)b->recv;
+  b->seed++;
+  data_fill(in, CE_N, b->seed, rank, ncclInt32, ncclAvg);
+  data_poison(out, CE_N * sizeof(int32_t));
+  EXPECT_OK(ncclReduce(in, out, CE_N, ncclInt32, ncclAvg, 1, comm, NULL));
+  for (size_t i = 0; rank == 1 && i < CE_N; i++) {
+    const int32_t want = (int32_t)((uint32_t)data_value(b->seed, 0, i, ncclInt32, ncclAvg) +
+                                   (uint32_t)data_value(b->seed, 1, i, ncclInt32, ncclAvg)) /
+                         2;
+    if (out[i] != want) {
+      test_fail(__FILE__, __LINE__, "integer average: element %zu is %d, expected %d", i, out[i], want);
+      break;
+    }
+  }
+  const uint64_t combines = st->combine_launches;
+  const int launches = st->launches;
+  ce_fresh(b); /* in place: the kernels */
+  float *io = rank == 0 ? b->recv : b->send;
+  memcpy(io, b->send, CE_N * sizeof(float));
+  EXPECT_OK(ncclReduce(io, io, CE_N, ncclFloat, ncclSum, 0, comm, NULL));
+  ce_fresh(b); /* a float average is a PreMulSum: the kernels */
+  EXPECT_OK(ncclReduceScatter(b->send, b->recv, CE_N, ncclFloat, ncclAvg, comm, NULL));
+  /* one-shot (at most BRAID_ONESHOT_MAX_BYTES): the root combines in a lane of its own while the other
+   * rank's send looks like the ring's; both must leave it to the kernels, not wait for each other */
+  ce_fresh(b);
+  EXPECT_OK(ncclReduce(b->send, b->recv, 4096, ncclFloat, ncclSum, 0, comm, NULL));
+  EXPECT(st->combine_launches == combines && st->launches == launches + 3,
+         "rank %d: in place, averaged or one-shot: %llu combines, %d launches", rank,
+         (unsigned long long)(st->combine_launches - combines), st->launches - launches);
+}
+
 /* Checks n floats of out against rank r's input from element `first` on. */
 static void ce_expect(const ce_bufs_t *b, const float *out, size_t n, int r, size_t first, const char *what) {
   for (size_t i = 0; i < n; i++)
@@ -595,19 +665,20 @@ static void ce_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclRecv(b.recv + CE_N, CE_N - 2, ncclFloat, peer, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
   ce_expect(&b, b.recv, 2 * CE_N - 2, peer, 0, "send/receive");
-  /* An all-reduce past BRAID_AR_SPLIT_BYTES: its reduce-scatter step is the kernels' (which move nothing
-   * here), its all-gather step the copy engines'. Each rank's half of the output holds a pattern standing in
-   * for its reduced half; afterwards both halves must be on both ranks. Halves of an odd count: the first
-   * one element longer. */
+  /* An all-reduce in place past BRAID_AR_SPLIT_BYTES: its reduce-scatter step is the kernels' (which move
+   * nothing here), its all-gather step the copy engines'. Each rank's half of the buffer holds a pattern
+   * standing in for its reduced half; afterwards both halves must be on both ranks. Halves of an odd count:
+   * the first one element longer. */
   ce_fresh(&b);
   const size_t half[2] = {CE_N / 2 + 1, CE_N / 2}, first[2] = {0, CE_N / 2 + 1};
   memcpy(b.recv + first[rank], b.send + CE_N + first[rank], half[rank] * sizeof(float)); /* not the input */
-  EXPECT_OK(ncclAllReduce(b.send, b.recv, CE_N, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclAllReduce(b.recv, b.recv, CE_N, ncclFloat, ncclSum, comm, NULL));
   for (int p = 0; p < 2; p++)
     ce_expect(&b, b.recv + first[p], half[p], p, CE_N + first[p], "all-reduce's halves");
+  ce_reductions(&b, comm);
   /* one INFO line per collective and size class: broadcast, all-gather, gather, scatter, alltoall, send,
-   * all-reduce */
-  EXPECT(test_file_lines(log_path, "by the copy engines") == 7,
+   * all-reduce, reduce, reduce-scatter */
+  EXPECT(test_file_lines(log_path, "by the copy engines") == 9,
          "rank %d: %d kinds logged as copy-engine steps", rank,
          test_file_lines(log_path, "by the copy engines"));
   /* Each rank refuses once, the other agrees: both must leave the step to the kernels (which here move
@@ -680,6 +751,13 @@ static void ce_capture_rank(int rank, int nranks, void *arg) {
   ce_expect(&b, b.recv, CE_N, 0, 0, "captured broadcast");
   EXPECT(live_mappings(st) == maps + 1 + (rank == 0), "rank %d: %d mappings for the graph", rank,
          live_mappings(st) - maps);
+  ce_fresh(&b); /* a reduction: each rank maps its peer's output, and combines in the graph */
+  const uint64_t combines = st->combine_launches;
+  EXPECT_OK(ncclReduceScatter(b.send, b.recv, CE_N, ncclFloat, ncclSum, comm, cap));
+  ce_expect_sum(&b, b.recv, CE_N, (size_t)rank * CE_N, "captured reduce-scatter");
+  EXPECT(live_mappings(st) == maps + 2 + (rank == 0) && st->combine_launches == combines + 1,
+         "rank %d: %d mappings for the graph, %llu combines", rank, live_mappings(st) - maps,
+         (unsigned long long)(st->combine_launches - combines));
   EXPECT(mock_graph_destroy() == 1, "rank %d: the graph held more than the communicator's token", rank);
   ce_fresh(&b); /* below the threshold: the kernels; the launch frees what the graph held */
   EXPECT_OK(ncclBroadcast(b.send, b.recv, 100, ncclFloat, 0, comm, NULL));
@@ -730,6 +808,9 @@ static void *ce_local_thread(void *arg) {
   EXPECT_OK(ncclRecv(b.recv, CE_N - 1, ncclFloat, peer, t->comm, NULL));
   EXPECT_OK(ncclGroupEnd());
   ce_expect(&b, b.recv, CE_N - 1, peer, 0, "send/receive, one process");
+  ce_fresh(&b);
+  EXPECT_OK(ncclReduceScatter(b.send, b.recv, CE_N, ncclFloat, ncclSum, t->comm, NULL));
+  ce_expect_sum(&b, b.recv, CE_N, (size_t)t->rank * CE_N, "reduce-scatter, one process");
   ce_fresh(&b); /* captured by both ranks (ce_local_proc checks that nothing was mapped for the graph) */
   EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, t->comm, (cudaStream_t)MOCK_CUDA_CAPTURING));
   for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "captured, one process");
@@ -814,6 +895,7 @@ static void copy_engines(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   setenv("BRAID_CE_MIN_BYTES", "1024", 1);
   setenv("BRAID_AR_SPLIT_BYTES", "1024", 1);
+  setenv("BRAID_CE_CHUNK_BYTES", "1", 1);   /* the least there is: 64 KiB, five chunks of CE_N floats */
   setenv("NCCL_ALGO", "allreduce:ring", 1); /* not one-shot, which two ranks' all-reduce is up to 16 MiB */
   unsetenv("MOCK_CUDA_STUCK");
   run_with_logs(ce_rank, 60);
@@ -826,6 +908,7 @@ static void copy_engines(void) {
   run_with_logs(ce_off_rank, 60);
   unsetenv("BRAID_CE_MIN_BYTES");
   unsetenv("BRAID_AR_SPLIT_BYTES");
+  unsetenv("BRAID_CE_CHUNK_BYTES");
   unsetenv("NCCL_ALGO");
   unsetenv("MOCK_CUDA_NO_VMM");
 }

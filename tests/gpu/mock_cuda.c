@@ -14,8 +14,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/dtype.h"
 #include "device/dev.h"
 #include "gpu/gpu_cuda.h"
+#include "gpu/host_reduce.h"
 #include "mock_cuda.h"
 
 __attribute__((visibility("default"))) mock_cuda_stats_t mock_cuda_stats;
@@ -62,7 +64,7 @@ int mock_cuda_graph_destroy(void) {
   mock_graph.nobjs = 0;
   return n;
 }
-static struct CUfunc_st kernel, kernel_small, kernel_ll, kernel_bulk, kernel_wait;
+static struct CUfunc_st kernel, kernel_small, kernel_ll, kernel_bulk, kernel_wait, kernel_combine;
 static _Thread_local CUcontext current;
 
 /* cuMemAlloc allocations (own and opened through IPC), backed by POSIX shared memory. */
@@ -644,33 +646,60 @@ static CUresult mock_cuModuleGetFunction(CUfunction *f, CUmodule mod, const char
     *f = &kernel_bulk;
   } else if (strcmp(name, MOCK_CUDA_KERNEL_WAIT) == 0) {
     *f = &kernel_wait;
+  } else if (strcmp(name, MOCK_CUDA_KERNEL_COMBINE) == 0) {
+    *f = &kernel_combine;
   } else {
     return CUDA_ERROR_NOT_FOUND;
   }
   return CUDA_SUCCESS;
 }
 
-/* MOCK_CUDA_KERNEL_WAIT, run at once as the kernel would run: until its word is 1 (written by another
- * process sharing the memory), then 0 again; an abort, or MOCK_CUDA_WAIT_S without the value, records the
- * kernel's error instead. */
-static CUresult run_wait(const dev_wait_t *w) {
-  mock_cuda_stats.wait_launches++;
-  volatile uint32_t *word = w->word;
+/* Spins until *word is at least `value` (written by another process sharing the memory, or another
+ * thread); an abort, or MOCK_CUDA_WAIT_S without the value, records the kernel's error instead (false). */
+static int word_wait(const dev_comm_t *comm, volatile uint32_t *word, uint32_t value, int peer, int is_send,
+                     uint64_t seq) {
   for (long i = 0; i < MOCK_CUDA_WAIT_S * 100000L; i++) {
-    if (__atomic_load_n(word, __ATOMIC_SEQ_CST) == 1) {
-      __atomic_store_n(word, 0, __ATOMIC_SEQ_CST);
-      return CUDA_SUCCESS;
-    }
-    if (*w->comm.abort_flag != 0) break;
+    if (__atomic_load_n(word, __ATOMIC_SEQ_CST) >= value) return 1;
+    if (*comm->abort_flag != 0) break;
     usleep(10);
   }
-  dev_error_t *e = w->comm.error;
+  dev_error_t *e = comm->error;
   if (e->code == DEV_OK) {
-    e->peer = w->peer;
+    e->peer = peer;
     e->channel = -1;
-    e->is_send = w->is_send;
-    e->seq = w->seq;
-    e->code = *w->comm.abort_flag != 0 ? DEV_ERR_ABORTED : DEV_ERR_TIMEOUT;
+    e->is_send = is_send;
+    e->seq = seq;
+    e->code = *comm->abort_flag != 0 ? DEV_ERR_ABORTED : DEV_ERR_TIMEOUT;
+  }
+  return 0;
+}
+
+/* MOCK_CUDA_KERNEL_WAIT, run at once as the kernel would run: until its word is 1, then 0 again. */
+static CUresult run_wait(const dev_wait_t *w) {
+  mock_cuda_stats.wait_launches++;
+  if (word_wait(&w->comm, w->word, 1, w->peer, w->is_send, w->seq))
+    __atomic_store_n(w->word, 0, __ATOMIC_SEQ_CST);
+  return CUDA_SUCCESS;
+}
+
+/* MOCK_CUDA_KERNEL_COMBINE, run at once: each chunk once its word says it landed, combined with the
+ * host's reductions (dst = local (+) dst, divided at LAST for SUM_POSTDIV), as the kernel computes it. */
+static CUresult run_combine(const dev_combine_t *w) {
+  mock_cuda_stats.combine_launches++;
+  const dev_xfer_t *x = &w->x;
+  if (w->nchunks < 1 || w->nchunks > DEV_COMBINE_CHUNKS || x->red == DEV_RED_PREMULSUM ||
+      !(x->flags & DEV_XF_REDUCE) || w->ends[w->nchunks - 1] != x->bytes)
+    return CUDA_ERROR_INVALID_VALUE;
+  const red_t red = {.kind = (red_kind_t)x->red, .type = (ncclDataType_t)x->type, .divisor = x->scalar.i};
+  const size_t es = dtype_size(red.type);
+  uint64_t at = 0;
+  for (uint32_t c = 0; c < w->nchunks; c++) {
+    if (w->ends[c] <= at || (w->ends[c] - at) % es != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!word_wait(&w->comm, w->word, c + 1, w->peer, 0, w->seq)) return CUDA_SUCCESS;
+    red_combine(&red, x->dst + at, x->src + at, x->dst + at, (w->ends[c] - at) / es,
+                (x->flags & DEV_XF_LAST) != 0);
+    mock_cuda_stats.combine_chunks++;
+    at = w->ends[c];
   }
   return CUDA_SUCCESS;
 }
@@ -681,6 +710,11 @@ static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
   if (f == &kernel_wait)
     return gx == 1 && gy == 1 && gz == 1 && by == 1 && bz == 1 && params != NULL && extra == NULL
                ? run_wait(params[0])
+               : CUDA_ERROR_INVALID_VALUE;
+  if (f == &kernel_combine)
+    return gx >= 1 && gy == 1 && gz == 1 && bx == DEV_THREADS && by == 1 && bz == 1 && params != NULL &&
+                   extra == NULL
+               ? run_combine(params[0])
                : CUDA_ERROR_INVALID_VALUE;
   const int small_work = f == &kernel_small || f == &kernel_ll || f == &kernel_bulk;
   if ((f != &kernel && !small_work) || gy != 1 || gz != 1 || by != 1 || bz != 1 || params == NULL ||

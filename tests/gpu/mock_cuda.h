@@ -14,25 +14,27 @@
 
 #include <stdint.h>
 
-#define MOCK_CUDA_GRANULARITY  (64 * 1024)  /* cuMemGetAllocationGranularity */
-#define MOCK_CUDA_MEM_LIMIT    (1ull << 32) /* larger cuMemCreate / cuMemAlloc requests are out of memory */
-#define MOCK_CUDA_SMS          132          /* multiprocessors per device */
-#define MOCK_CUDA_CAPTURING    ((void *)0xCA7ull) /* the stream that reports an active capture */
-#define MOCK_CUDA_KERNEL       "braid_kernel"     /* the kernels every module holds */
-#define MOCK_CUDA_KERNEL_SMALL "braid_kernel_small"
-#define MOCK_CUDA_KERNEL_LL    "braid_kernel_ll"
-#define MOCK_CUDA_KERNEL_BULK  "braid_kernel_bulk"
-#define MOCK_CUDA_KERNEL_WAIT  "braid_kernel_wait" /* run at once: waits for its word (below) */
-#define MOCK_CUDA_GARBAGE      0xAB                /* fresh device and pinned memory is filled with this */
-#define MOCK_CUDA_MAX_OBJS     64 /* user objects the capturing stream's one graph can hold */
-#define MOCK_CUDA_WAIT_S       30 /* a MOCK_CUDA_KERNEL_WAIT whose value never comes fails after this */
+#define MOCK_CUDA_GRANULARITY    (64 * 1024)  /* cuMemGetAllocationGranularity */
+#define MOCK_CUDA_MEM_LIMIT      (1ull << 32) /* larger cuMemCreate / cuMemAlloc requests are out of memory */
+#define MOCK_CUDA_SMS            132          /* multiprocessors per device */
+#define MOCK_CUDA_CAPTURING      ((void *)0xCA7ull) /* the stream that reports an active capture */
+#define MOCK_CUDA_KERNEL         "braid_kernel"     /* the kernels every module holds */
+#define MOCK_CUDA_KERNEL_SMALL   "braid_kernel_small"
+#define MOCK_CUDA_KERNEL_LL      "braid_kernel_ll"
+#define MOCK_CUDA_KERNEL_BULK    "braid_kernel_bulk"
+#define MOCK_CUDA_KERNEL_WAIT    "braid_kernel_wait"    /* run at once: waits for its word (below) */
+#define MOCK_CUDA_KERNEL_COMBINE "braid_kernel_combine" /* run at once: waits for each chunk, combines it */
+#define MOCK_CUDA_GARBAGE        0xAB /* fresh device and pinned memory is filled with this */
+#define MOCK_CUDA_MAX_OBJS       64   /* user objects the capturing stream's one graph can hold */
+#define MOCK_CUDA_WAIT_S                                                                                     \
+  30 /* a MOCK_CUDA_KERNEL_WAIT (or COMBINE) whose value never comes fails after this */
 
 typedef struct {
   int proc_version;    /* cudaVersion of the last cuGetProcAddress */
   int legacy_stream;   /* it asked for the legacy default stream's variants */
   int retains;         /* cuDevicePrimaryCtxRetain calls */
   int module_loads;    /* modules loaded and not unloaded */
-  int launches;        /* cuLaunchKernel calls, MOCK_CUDA_KERNEL_WAIT's aside */
+  int launches;        /* cuLaunchKernel calls, MOCK_CUDA_KERNEL_WAIT and _COMBINE aside */
   uint64_t last_param; /* the first 8 bytes of the last launch's parameter */
   unsigned last_grid, last_block;
   int last_small;                /* the last launch was of MOCK_CUDA_KERNEL_SMALL */
@@ -50,10 +52,12 @@ typedef struct {
   int live_legacy;               /* cuMemAlloc and opened IPC allocations not freed or closed */
   int live_host;                 /* cuMemHostAlloc allocations and registrations not freed */
   int live_events;               /* events not destroyed */
-  int capture_mode;       /* the calling thread's capture mode as last exchanged (CUstreamCaptureMode) */
-  uint64_t stream_writes; /* cuStreamWriteValue32 calls */
-  uint64_t dd_copies;     /* cuMemcpyDtoDAsync calls */
-  uint64_t wait_launches; /* launches of MOCK_CUDA_KERNEL_WAIT */
+  int capture_mode;          /* the calling thread's capture mode as last exchanged (CUstreamCaptureMode) */
+  uint64_t stream_writes;    /* cuStreamWriteValue32 calls */
+  uint64_t dd_copies;        /* cuMemcpyDtoDAsync calls */
+  uint64_t wait_launches;    /* launches of MOCK_CUDA_KERNEL_WAIT */
+  uint64_t combine_launches; /* launches of MOCK_CUDA_KERNEL_COMBINE */
+  uint64_t combine_chunks;   /* chunks they combined */
 } mock_cuda_stats_t;
 
 /* Destroys the capturing stream's graph: runs the destructor of every user object it holds (exported; tests
