@@ -361,6 +361,10 @@ static CUresult cuMemAlloc_unlocked(CUdeviceptr *ptr, size_t size) {
   if (size > MOCK_CUDA_MEM_LIMIT || failing_device()) return CUDA_ERROR_OUT_OF_MEMORY;
   char name[48];
   snprintf(name, sizeof name, "/mock-cuda-%d-%d", (int)getpid(), serial++);
+  /* A name of this pid can only be left by an earlier process that had the same pid and ended without
+   * freeing it (the tests of stuck and aborted communicators leave memory allocated on purpose): it goes, or
+   * the exclusive create below would fail and with it the allocation. */
+  shm_unlink(name);
   CUresult r = map_shm(name, size, 1, ptr);
   if (r == CUDA_SUCCESS) fill_garbage((void *)*ptr, size);
   return r;
