@@ -202,8 +202,9 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   ce->theirs = local ? (uint32_t *)(uintptr_t)theirs.words_at : gpu_mem_ptr(ce->peer_words);
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: copy engines move steps whose every transfer to or from rank %d moves at least %llu "
-       "bytes and combines nothing (BRAID_CE_MIN_BYTES)",
-       name, rank, peer, (unsigned long long)ce->min_bytes);
+       "bytes (BRAID_CE_MIN_BYTES); out-of-place reductions land in chunks of at least %llu bytes, combined "
+       "as they come (BRAID_CE_CHUNK_BYTES)",
+       name, rank, peer, (unsigned long long)ce->min_bytes, (unsigned long long)ce->chunk_min);
   *ce_p = ce;
   return ncclSuccess;
 fail_leave:
