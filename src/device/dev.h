@@ -276,9 +276,12 @@ typedef struct {
  * [ends[c - 1], ends[c]), ends[-1] = 0) has landed; the kernel combines each chunk as it comes, in place:
  * dst = prepare(src) (+) dst, divided at LAST for SUM_POSTDIV, as a transfer that receives would (the
  * kernels' own order of operands, so the result is bitwise the same). Each block waits for the chunk itself
- * (thread 0, acquire, spin_fails' timeout and abort) and takes its part of it: 16-byte multiples from the
- * chunk's start, as dev_part cuts a slice. It leaves the word as it found it raised; the stream clears it
- * after the kernel. The operation is never PREMULSUM: the peer's bytes arrive as they were, unscaled. */
+ * (thread 0, spin_fails' timeout and abort) and takes its part of it: 16-byte multiples from the chunk's
+ * start, as dev_part cuts a slice. Ordering: the peer's stream writes the word only once its copy of the
+ * chunk has completed; thread 0 reads it with a system-scope acquire, and the block barrier after that read
+ * orders the other threads' loads of the chunk after it. It leaves the word as it found it raised; the
+ * stream clears it after the kernel. The operation is never PREMULSUM: the peer's bytes arrive as they were,
+ * unscaled. */
 #define DEV_COMBINE_CHUNKS 48
 typedef struct {
   dev_comm_t comm;
