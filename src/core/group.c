@@ -79,11 +79,13 @@ static ncclResult_t run_jobs(void) {
     j->thread = 0;
     job_main(j);
   }
+  /* every job is joined before any is freed: a job that fails walks the whole list (job_main) */
+  for (job_t *j = jobs; j != NULL; j = j->next)
+    if (j->thread != 0) pthread_join(j->thread, NULL);
   int stopped = 0;
   while (jobs != NULL) {
     job_t *j = jobs;
     jobs = j->next;
-    if (j->thread != 0) pthread_join(j->thread, NULL);
     if (first == ncclSuccess) first = j->res;
     if (cause == ncclSuccess && !atomic_load(&j->stopped)) cause = j->res;
     stopped += atomic_load(&j->stopped) && j->res != ncclSuccess;
