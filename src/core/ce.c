@@ -499,6 +499,8 @@ out:
 static ncclResult_t reduce_step(ce_t *ce, const xfer_t *send, const xfer_t *recv, cudaStream_t stream,
                                 uint64_t seq, const ce_exec_t *ex) {
   uint64_t ends[DEV_COMBINE_CHUNKS];
+  const int both = send != NULL && recv != NULL;
+  if (both) CHECK(gpu_event_record(ce->fork, stream));
   if (send != NULL) {
     const uint32_t n = chunk_ends(ce, send->bytes, ends);
     uint64_t at = 0;
@@ -509,15 +511,12 @@ static ncclResult_t reduce_step(ce_t *ce, const xfer_t *send, const xfer_t *recv
     }
   }
   if (recv == NULL) return ncclSuccess;
-  cudaStream_t on = stream;
-  if (send != NULL) {
-    on = ce->side;
-    CHECK(gpu_stream_wait(on, ce->fork));
-  }
+  cudaStream_t on = both ? ce->side : stream;
+  if (both) CHECK(gpu_stream_wait(on, ce->fork));
   const uint32_t n = chunk_ends(ce, recv->bytes, ends);
   CHECK(ex->combine(ex->arg, on, recv, &ce->mine[W_DONE], ce->peer, seq, n, ends));
   CHECK(gpu_stream_write32(on, &ce->mine[W_DONE], 0));
-  if (send != NULL) {
+  if (both) {
     CHECK(gpu_event_record(ce->join, on));
     CHECK(gpu_stream_wait(stream, ce->join));
   }
@@ -553,11 +552,11 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, i
    * (2 ms instead of 1.4 for an all-gather of 1 GiB on two H200s); so does a reduction's combine, whose
    * blocks would otherwise hold the SMs while its chunks wait for the peer's, and the peer's for this rank's
    * copies */
-  if (locals > 0 || (combines > 0 && sends > 0 && recvs > 0)) CHECK(gpu_event_record(ce->fork, stream));
   if (combines > 0) {
     CHECK(reduce_step(ce, send, recv, stream, seq, ex));
   } else {
     if (locals > 0) {
+      CHECK(gpu_event_record(ce->fork, stream));
       CHECK(gpu_stream_wait(ce->side, ce->fork));
       for (int i = 0; i < st->count; i++)
         if (!is_peer(&x[i])) CHECK(gpu_copy_dd_async(x[i].dst, x[i].src, x[i].bytes, ce->side));

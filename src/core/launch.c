@@ -1066,9 +1066,6 @@ static ncclResult_t exec_wait(void *arg, cudaStream_t stream, uint32_t *word, in
 static ncclResult_t exec_combine(void *arg, cudaStream_t stream, const xfer_t *x, uint32_t *word, int peer,
                                  uint64_t seq, uint32_t nchunks, const uint64_t *ends) {
   const exec_ctx_t *c = arg;
-  if (nchunks < 1 || nchunks > DEV_COMBINE_CHUNKS)
-    return log_err(ncclInternalError, "%s: a combine of %u chunks (at most %d)", c->gx->name, nchunks,
-                   DEV_COMBINE_CHUNKS);
   dev_combine_t w = {.comm = c->gx->dcomm, .word = word, .seq = seq, .peer = peer, .nchunks = nchunks};
   fill_xfer(c->gx, x, 0, 1, &w.x);
   memcpy(w.ends, ends, nchunks * sizeof *ends);
