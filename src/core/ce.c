@@ -53,6 +53,7 @@ struct ce {
   alloc_acct_t *acct;
   boot_t *boot;
   uint64_t min_bytes;       /* the larger of the two ranks' BRAID_CE_MIN_BYTES */
+  uint64_t reduce_min;      /* the same of BRAID_CE_REDUCE_MIN_BYTES (UINT64_MAX: reductions never) */
   uint64_t chunk_min;       /* the larger of the two ranks' BRAID_CE_CHUNK_BYTES (at least CE_CHUNK_ALIGN) */
   gpu_mem_t *words;         /* this rank's words */
   gpu_mem_t *peer_words;    /* the peer's, mapped (another process) */
@@ -73,6 +74,7 @@ typedef struct {
   uint32_t magic;
   int32_t dev; /* the sender's device (a peer in this process enables access to it) */
   uint64_t min_bytes;
+  uint64_t reduce_min;
   uint64_t chunk_min;
   gpu_export_t words; /* another process: the words' export */
   uint64_t words_at;  /* this process: their address */
@@ -157,10 +159,12 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   CHECK_GOTO(gpu_enter(dev, &scope), res, fail);
   /* The path is an optimisation: a rank that cannot set it up (logged) says so, and both go without it;
    * only a failed exchange with the peer fails init. */
-  int64_t min = param_int(P_BRAID_CE_MIN_BYTES), chunk = param_int(P_BRAID_CE_CHUNK_BYTES);
+  int64_t min = param_int(P_BRAID_CE_MIN_BYTES), chunk = param_int(P_BRAID_CE_CHUNK_BYTES),
+          reduce_min = param_int(P_BRAID_CE_REDUCE_MIN_BYTES);
   init_msg_t mine = {.magic = CE_MAGIC,
                      .dev = dev,
                      .min_bytes = min > 0 ? (uint64_t)min : 0,
+                     .reduce_min = reduce_min > 0 ? (uint64_t)reduce_min : UINT64_MAX,
                      .chunk_min = chunk > CE_CHUNK_ALIGN ? (uint64_t)chunk : CE_CHUNK_ALIGN},
              theirs;
   if (mine.min_bytes > 0 && (gpu_dev_alloc(dev, W_COUNT * sizeof(uint32_t), &ce->words) != ncclSuccess ||
@@ -180,6 +184,7 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   int ok = mine.min_bytes > 0 && theirs.min_bytes > 0;
   if (ok) {
     ce->min_bytes = mine.min_bytes > theirs.min_bytes ? mine.min_bytes : theirs.min_bytes;
+    ce->reduce_min = mine.reduce_min > theirs.reduce_min ? mine.reduce_min : theirs.reduce_min;
     ce->chunk_min = mine.chunk_min > theirs.chunk_min ? mine.chunk_min : theirs.chunk_min;
     ok = (!local              ? gpu_mem_import(dev, &theirs.words, &ce->peer_words)
           : theirs.dev != dev ? gpu_enable_peer_access(dev, theirs.dev)
@@ -202,9 +207,11 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   ce->theirs = local ? (uint32_t *)(uintptr_t)theirs.words_at : gpu_mem_ptr(ce->peer_words);
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: copy engines move steps whose every transfer to or from rank %d moves at least %llu "
-       "bytes (BRAID_CE_MIN_BYTES); out-of-place reductions land in chunks of at least %llu bytes, combined "
-       "as they come (BRAID_CE_CHUNK_BYTES)",
-       name, rank, peer, (unsigned long long)ce->min_bytes, (unsigned long long)ce->chunk_min);
+       "bytes (BRAID_CE_MIN_BYTES); out-of-place reductions from %llu bytes (BRAID_CE_REDUCE_MIN_BYTES, 0: "
+       "never), landing in chunks of at least %llu bytes, combined as they come (BRAID_CE_CHUNK_BYTES)",
+       name, rank, peer, (unsigned long long)ce->min_bytes,
+       (unsigned long long)(ce->reduce_min == UINT64_MAX ? 0 : ce->reduce_min),
+       (unsigned long long)ce->chunk_min);
   *ce_p = ce;
   return ncclSuccess;
 fail_leave:
@@ -241,8 +248,9 @@ static int candidate(const ce_t *ce, const plan_t *plan, const step_t *st) {
       locals++;
       continue;
     }
-    if ((x->recv_peer >= 0 && x->send_peer >= 0) || x->bytes < ce->min_bytes ||
-        (x->flags & (XF_SEQ | XF_PREPARED)) || (combining(x) && !combinable(x)))
+    if ((x->recv_peer >= 0 && x->send_peer >= 0) ||
+        x->bytes < (combining(x) ? ce->reduce_min : ce->min_bytes) || (x->flags & (XF_SEQ | XF_PREPARED)) ||
+        (combining(x) && !combinable(x)))
       return 0;
     combines += combining(x);
     if (x->send_peer >= 0)

@@ -7,9 +7,10 @@
  *
  * Which steps: a step of the plan whose every transfer between the ranks moves at least BRAID_CE_MIN_BYTES
  * and none forwards, with at most CE_MAX_XFERS transfers each way: broadcast, gather, scatter, all-gather,
- * all-to-all, send/receive; and the reductions of two ranks (reduce, reduce-scatter, an all-reduce's
- * reduce-scatter step: one transfer each way at most, no local copy), whose receiver combines what lands
- * with its own operand, except PreMulSum (and so float averages), whose peer bytes would need scaling. A pure
+ * all-to-all, send/receive; and, from BRAID_CE_REDUCE_MIN_BYTES, the reductions of two ranks (reduce,
+ * reduce-scatter, an all-reduce's reduce-scatter step: one transfer each way at most, no local copy), whose
+ * receiver combines what lands with its own operand, except PreMulSum (and so float averages), whose peer
+ * bytes would need scaling. A pure
  * function of the calls, so both ranks find the same steps. For each such step, in order, the ranks then
  * exchange one message over the bootstrap: whether this rank can take the copy engines for it (each output
  * exportable (ncclMemAlloc or cudaMalloc memory), no output overlapping an input of the step), whether the

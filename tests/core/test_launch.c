@@ -867,6 +867,36 @@ static void ce_off_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
+/* BRAID_CE_REDUCE_MIN_BYTES=0 on one rank only: reductions stay on the kernels on both ranks (which move
+ * nothing here), while the other steps still take the copy engines. */
+static void ce_reduce_off_rank(int rank, int nranks, void *arg) {
+  if (rank == 1) setenv("BRAID_CE_REDUCE_MIN_BYTES", "0", 1);
+  char log_path[128];
+  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
+  EXPECT(test_file_lines(log_path, "out-of-place reductions from 0 bytes") == 1,
+         "rank %d: reductions still take the copy engines", rank);
+  void *s, *r;
+  EXPECT_OK(ncclMemAlloc(&s, (2 * CE_N + 1) * sizeof(float)));
+  EXPECT_OK(ncclMemAlloc(&r, (2 * CE_N + 1) * sizeof(float)));
+  ce_bufs_t b = {(float *)s + 1, (float *)r + 1, rank, 91};
+  mock_cuda_stats_t *st = mock_stats();
+  const uint64_t combines = st->combine_launches;
+  const int launches = st->launches;
+  ce_fresh(&b);
+  EXPECT_OK(ncclReduce(b.send, b.recv, CE_N, ncclFloat, ncclSum, 0, comm, NULL));
+  ce_fresh(&b);
+  EXPECT_OK(ncclReduceScatter(b.send, b.recv, CE_N, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(st->combine_launches == combines && st->launches == launches + 2,
+         "rank %d: reductions with the copy engines off for them: %llu combines, %d launches", rank,
+         (unsigned long long)(st->combine_launches - combines), st->launches - launches);
+  ce_fresh(&b);
+  EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N, ncclFloat, 1, comm, NULL));
+  ce_expect(&b, b.recv, CE_N, 1, 0, "broadcast beside reductions left to the kernels");
+  EXPECT_OK(ncclMemFree(s));
+  EXPECT_OK(ncclMemFree(r));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
 /* ncclCommInitAll where one device's init fails (its memory runs out): the call returns that error, and the
  * other rank, which waits for the failed one, stops waiting at once instead of after BRAID_TIMEOUT_S (the
  * 60 s this process is given would end first). */
@@ -894,6 +924,7 @@ static void init_all_failure(void) {
 static void copy_engines(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   setenv("BRAID_CE_MIN_BYTES", "1024", 1);
+  setenv("BRAID_CE_REDUCE_MIN_BYTES", "1024", 1);
   setenv("BRAID_AR_SPLIT_BYTES", "1024", 1);
   setenv("BRAID_CE_CHUNK_BYTES", "1", 1);   /* the least there is: 64 KiB, five chunks of CE_N floats */
   setenv("NCCL_ALGO", "allreduce:ring", 1); /* not one-shot, which two ranks' all-reduce is up to 16 MiB */
@@ -906,7 +937,9 @@ static void copy_engines(void) {
   run_with_logs(ce_capture_rank, 60);
   run_one_process(ce_local_proc, 60);
   run_with_logs(ce_off_rank, 60);
+  run_with_logs(ce_reduce_off_rank, 60);
   unsetenv("BRAID_CE_MIN_BYTES");
+  unsetenv("BRAID_CE_REDUCE_MIN_BYTES");
   unsetenv("BRAID_AR_SPLIT_BYTES");
   unsetenv("BRAID_CE_CHUNK_BYTES");
   unsetenv("NCCL_ALGO");

@@ -8,8 +8,8 @@
  * Modes, one case each:
  *   procs_*   one process per GPU (ncclCommInitRank); procs_ce with BRAID_CE_MIN_BYTES=4096, so that on two
  *             GPUs the copy engines move every transfer of 4 KiB and more that they can (reductions out of
- *             place too, in chunks of 64 KiB and more: BRAID_CE_CHUNK_BYTES, and the all-reduce's ring as
- *             two steps: BRAID_AR_SPLIT_BYTES=4096);
+ *             place too: BRAID_CE_REDUCE_MIN_BYTES=4096, in chunks of 64 KiB and more: BRAID_CE_CHUNK_BYTES,
+ *             and the all-reduce's ring as two steps: BRAID_AR_SPLIT_BYTES=4096);
  *   single_*  one process and thread driving every GPU (ncclCommInitAll, one group per case); single_ce with
  *             BRAID_CE_MIN_BYTES=4096, as procs_ce;
  *   shm_*     one process per GPU with NCCL_P2P_DISABLE=1: host shared memory between the GPUs;
@@ -193,9 +193,10 @@ static void procs_large(void) {
 
 /* The copy engines from 4 KiB (procs_ce, single_ce), or back to the defaults. */
 static void ce_env(int on) {
-  const char *names[] = {"BRAID_CE_MIN_BYTES", "BRAID_CE_CHUNK_BYTES", "BRAID_AR_SPLIT_BYTES"};
-  const char *values[] = {"4096", "65536", "4096"};
-  for (int i = 0; i < 3; i++)
+  const char *names[] = {"BRAID_CE_MIN_BYTES", "BRAID_CE_REDUCE_MIN_BYTES", "BRAID_CE_CHUNK_BYTES",
+                         "BRAID_AR_SPLIT_BYTES"};
+  const char *values[] = {"4096", "4096", "65536", "4096"};
+  for (int i = 0; i < 4; i++)
     if (on)
       setenv(names[i], values[i], 1);
     else
