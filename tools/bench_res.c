@@ -31,6 +31,7 @@ const res_desc_t res_descs[RES_COUNT] = {
     [RES_MEM_INCREASE] = {"mem_increase_mib", "  increase over before init, MiB per GPU", 1, 1, 1},
     [RES_ENQUEUE_US] = {"enqueue_us", "host us per call (enqueue)", 3, 0, 1},
     [RES_ITER_US] = {"iteration_us", "us per iteration (8 B all_reduce, synchronised)", 3, 0, 1},
+    [RES_FLOOR_US] = {"floor_launch_us", "  floor: host us per empty kernel launch", 3, 0, 0},
     [RES_MEM_END] = {"mem_end_mib", "device memory after the eager loop, MiB per GPU", 1, 1, 1},
 };
 

@@ -37,6 +37,7 @@ typedef enum {
   RES_MEM_INCREASE,    /* the same, less the memory before init */
   RES_ENQUEUE_US,      /* host time per eager call, enqueue only */
   RES_ITER_US,         /* time per iteration of the loop, synchronisation included */
+  RES_FLOOR_US,        /* host time per rank of a context switch and an empty kernel's launch: the floor */
   RES_MEM_END,         /* used device memory after the loop, less the bench's */
   RES_COUNT
 } res_fig_t;

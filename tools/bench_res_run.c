@@ -11,7 +11,9 @@
  *      synchronisation;
  *   4. every other collective, then every in-place form, runs once; memory is read after synchronising;
  *   5. after a synchronised warm-up, a loop of small all_reduces without synchronisation times what a call
- *      costs the host, then the synchronisation is timed with it;
+ *      costs the host, then the synchronisation is timed with it; then the same loop of what any library's
+ *      eager call must do at least, on every GPU: make the rank's context current and launch a kernel (an
+ *      empty one, tools/floor.cu): the floor of the host's time per call;
  *   6. the communicators are destroyed and everything freed.
  * Memory is read device-wide (cuMemGetInfo), so it holds only on GPUs nothing else uses; the figure is the
  * largest over the GPUs. On the host backend there is no device memory: those figures stay NaN.
@@ -23,6 +25,7 @@
 #include <time.h>
 
 #include "base/check.h"
+#include "bench_floor.h"
 
 #define MIB 1048576.0
 
@@ -235,6 +238,45 @@ static ncclResult_t eager_loop(res_proc_t *p) {
   return ncclSuccess;
 }
 
+/* Step 5, continued: the host's floor per call, timed as eager_loop times the library: per iteration and
+ * rank, the rank's context made current (one thread drives every GPU, as a library's calls in a group do)
+ * and one launch of an empty kernel on its stream. NaN on the host and in a build without the kernel. */
+static ncclResult_t launch_empties(res_proc_t *p, drv_function_t *fns, int iters) {
+  floor_args_t args = {0};
+  for (int k = 0; k < iters; k++)
+    for (int i = 0; i < p->n; i++) {
+      CHECK(dev_enter(&p->ranks[i]));
+      CHECK(drv_launch(fns[i], 1, FLOOR_THREADS, &args, p->ranks[i].stream));
+    }
+  return ncclSuccess;
+}
+
+static ncclResult_t floor_loop(res_proc_t *p) {
+  char why[160];
+  if (!p->run->gpu || !floor_available(why, sizeof why)) return ncclSuccess;
+  drv_module_t *mods = calloc((size_t)p->n, sizeof *mods);
+  drv_function_t *fns = calloc((size_t)p->n, sizeof *fns);
+  ncclResult_t res = mods != NULL && fns != NULL ? ncclSuccess : ncclSystemError;
+  if (res != ncclSuccess) fprintf(stderr, "braid bench --resources: out of memory for the floor loop\n");
+  for (int i = 0; i < p->n && res == ncclSuccess; i++) {
+    res = dev_enter(&p->ranks[i]);
+    if (res == ncclSuccess) res = drv_module_load(bench_floor_fatbin, &mods[i]);
+    if (res == ncclSuccess) res = drv_module_function(mods[i], "braid_floor_empty", &fns[i]);
+  }
+  if (res == ncclSuccess) res = launch_empties(p, fns, RES_WARMUP);
+  if (res == ncclSuccess) res = sync_all(p);
+  double t0 = now_s();
+  if (res == ncclSuccess) res = launch_empties(p, fns, RES_LOOP);
+  double t1 = now_s();
+  if (res == ncclSuccess) res = sync_all(p);
+  if (res == ncclSuccess) p->figs->v[RES_FLOOR_US] = (t1 - t0) * 1e6 / ((double)RES_LOOP * p->n);
+  for (int i = 0; mods != NULL && i < p->n; i++)
+    if (mods[i] != NULL && dev_enter(&p->ranks[i]) == ncclSuccess) drv_module_unload(mods[i]);
+  free(mods);
+  free(fns);
+  return res;
+}
+
 /* Step 6: the communicators, then the ranks' buffers and streams. */
 static ncclResult_t destroy_all(res_proc_t *p) {
   ncclResult_t res = ncclSuccess;
@@ -257,6 +299,7 @@ static ncclResult_t run_steps(res_proc_t *p) {
   CHECK(first_call(p));
   CHECK(every_coll(p));
   CHECK(eager_loop(p));
+  CHECK(floor_loop(p));
   return destroy_all(p);
 }
 

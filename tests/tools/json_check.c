@@ -269,8 +269,9 @@ static char *read_all(const char *path, size_t *len) {
 
 /* The figures a resources file holds, in order; those ending in _mib are memory. */
 static const char *const res_whats[] = {
-    "mem_before_init_mib", "init_ms",          "mem_after_init_mib", "mem_bench_mib", "first_all_reduce_ms",
-    "mem_after_all_mib",   "mem_increase_mib", "enqueue_us",         "iteration_us",  "mem_end_mib"};
+    "mem_before_init_mib", "init_ms",           "mem_after_init_mib", "mem_bench_mib",
+    "first_all_reduce_ms", "mem_after_all_mib", "mem_increase_mib",   "enqueue_us",
+    "iteration_us",        "floor_launch_us",   "mem_end_mib"};
 #define RES_NWHATS ((int)(sizeof(res_whats) / sizeof(res_whats[0])))
 
 static int is_memory(const char *what) {
@@ -278,11 +279,16 @@ static int is_memory(const char *what) {
   return n > 4 && strcmp(what + n - 4, "_mib") == 0;
 }
 
+/* The floor of the host's time per call: a GPU's, measured by the bench, not a library's cost. */
+static int is_floor(const char *what) {
+  return strcmp(what, "floor_launch_us") == 0;
+}
+
 /* A figure's ratio: B/A of its values where both are numbers, A's positive, and the figure is the library's
- * own (not the memory before init, not the bench's buffers); null otherwise. */
+ * own (not the memory before init, not the bench's buffers, not the floor); null otherwise. */
 static void check_ratio(const jval_t *fig, const char *what, const jval_t *vals, int nlibs) {
   const jval_t *r = get(fig, "ratio");
-  int own = strcmp(what, "mem_before_init_mib") != 0 && strcmp(what, "mem_bench_mib") != 0;
+  int own = strcmp(what, "mem_before_init_mib") != 0 && strcmp(what, "mem_bench_mib") != 0 && !is_floor(what);
   int defined = own && nlibs > 1 && vals != NULL && vals->n == nlibs && vals->items[0].type == J_NUM &&
                 vals->items[0].num > 0 && vals->items[1].type == J_NUM;
   if (r == NULL || r->type != (defined ? J_NUM : J_NULL)) {
@@ -293,7 +299,8 @@ static void check_ratio(const jval_t *fig, const char *what, const jval_t *vals,
   if (defined && fabs(r->num - want) > 1e-3 * fabs(want) + 1e-9) bad(what, "ratio is not B/A");
 }
 
-/* One figure: its name, one value per library (null exactly for memory on the host), its ratio. */
+/* One figure: its name, one value per library (null exactly for memory and the floor on the host), its
+ * ratio. */
 static void check_figure(const jval_t *fig, const char *what, int nlibs, int host) {
   const jval_t *name = need(fig, "what", J_STR, what);
   if (name != NULL && strcmp(name->str, what) != 0) bad(what, "figure out of order or misnamed");
@@ -301,8 +308,8 @@ static void check_figure(const jval_t *fig, const char *what, int nlibs, int hos
   if (vals != NULL && vals->n != nlibs) bad(what, "not one value per library");
   for (int l = 0; vals != NULL && l < vals->n; l++) {
     const jval_t *v = &vals->items[l];
-    if (is_memory(what) && host) {
-      if (v->type != J_NULL) bad(what, "memory on the host is not null");
+    if ((is_memory(what) || is_floor(what)) && host) {
+      if (v->type != J_NULL) bad(what, "memory or the floor on the host is not null");
     } else if (v->type != J_NUM || v->num < 0 || (!is_memory(what) && v->num <= 0)) {
       bad(what, is_memory(what) ? "memory is not a number >= 0" : "time is not a positive number");
     }

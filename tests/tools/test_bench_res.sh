@@ -28,6 +28,7 @@ memory_lines=("device memory before init, MiB per GPU" "device memory after init
   "  increase over before init, MiB per GPU" "device memory after the eager loop, MiB per GPU")
 time_lines=("ncclCommInitAll, ms" "first all_reduce (1 MiB), ms" "host us per call (enqueue)"
   "us per iteration (8 B all_reduce, synchronised)")
+floor_line="  floor: host us per empty kernel launch" # the GPU's, not a library's: n/a on the host, no ratio
 
 # res_run NAME ARGS...: runs the bench with --resources into $tmp/out; it must exit 0.
 res_run() {
@@ -48,8 +49,8 @@ fields() {
   grep -F -- "#  $1 " "$tmp/out" | head -n 1 | cut -c 54- | awk '{ $1 = $1; print }'
 }
 
-# check_lines NAME NLIBS MEMORY: every figure's line is there with NLIBS values (n/a for memory on the host,
-# numbers otherwise) and, with two libraries, a ratio wherever the figure is the library's own.
+# check_lines NAME NLIBS MEMORY: every figure's line is there with NLIBS values (n/a for memory and the floor
+# on the host, numbers otherwise) and, with two libraries, a ratio wherever the figure is the library's own.
 check_lines() {
   local name=$1 nlibs=$2 memory=$3 line f values n want_ratio kind number='\([0-9][0-9.]* \)*'
   for line in "${memory_lines[@]}" "${time_lines[@]}"; do
@@ -71,6 +72,13 @@ check_lines() {
       echo "$values" | grep -qx "$number" || fail "$name: '$line' is not a number: $f"
     fi
   done
+  f=$(fields "$floor_line")
+  if [ "$memory" = host ]; then
+    [ "$f" = "$(printf 'n/a %.0s' $(seq "$nlibs") | sed 's/ $//')" ] || fail "$name: the floor reads '$f'"
+  else
+    echo "$f " | grep -qx "$number" && [ "$(echo "$f" | awk '{ print NF }')" -eq "$nlibs" ] ||
+      fail "$name: the floor reads '$f'"
+  fi
 }
 
 # The host backend: one library, then --vs a copy of it.
