@@ -1,0 +1,106 @@
+/*
+ * Probe: what the driver calls of one eager launch cost the host, one by one, with one thread driving every
+ * GPU as `braid bench --resources` does (one call per rank per iteration, the ranks' devices in turn). Each
+ * variant adds calls to the one before, so the differences are what each call costs:
+ *   floor    make the rank's primary context current, launch an empty kernel (a 256-byte parameter block);
+ *   scope    the same, between reading the current context and setting it back afterwards;
+ *   capture  and a cuStreamGetCaptureInfo before the launch;
+ *   event    and a cuEventRecord after it, on the same stream;
+ *   group    as event, but the caller's context read once per iteration and set back once, after every rank's
+ *            launch, instead of around each one.
+ * Not part of the build:
+ *
+ *   nvcc -O2 -std=c++17 -arch=sm_90 -o host_calls tools/probes/host_calls.cu -lcuda && ./host_calls
+ *
+ * Prints, per variant, the host microseconds per call (per rank and iteration): the median of 7 runs of 500
+ * iterations, each after 100 untimed ones and a synchronisation.
+ */
+#include <algorithm>
+#include <time.h>
+
+#include "probe.h"
+
+enum { MAX_DEVS = 8, WARMUP = 100, ITERS = 500, RUNS = 7 };
+
+struct params {
+  unsigned long long words[32];
+};
+
+__global__ void empty_kernel(params p) {
+  (void)p;
+}
+
+static double now_us() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+static int ndev;
+static CUcontext ctxs[MAX_DEVS];
+static CUstream streams[MAX_DEVS];
+static CUevent events[MAX_DEVS];
+static CUfunction fns[MAX_DEVS];
+
+enum variant { FLOOR, SCOPE, CAPTURE, EVENT, GROUP, NVARIANTS };
+static const char *names[NVARIANTS] = {"floor", "scope", "capture", "event", "group"};
+
+static void one_call(int v, int d, params *p) {
+  CUcontext saved = nullptr;
+  if (v >= SCOPE && v != GROUP) DK(cuCtxGetCurrent(&saved));
+  if (v == FLOOR || v == GROUP || saved != ctxs[d]) DK(cuCtxSetCurrent(ctxs[d]));
+  if (v >= CAPTURE) {
+    CUstreamCaptureStatus status;
+    cuuint64_t id;
+    CUgraph graph;
+    DK(cuStreamGetCaptureInfo(streams[d], &status, &id, &graph, nullptr, nullptr, nullptr));
+  }
+  void *args[] = {p};
+  DK(cuLaunchKernel(fns[d], 1, 1, 1, 32, 1, 1, 0, streams[d], args, nullptr));
+  if (v >= EVENT) DK(cuEventRecord(events[d], streams[d]));
+  if (v >= SCOPE && v != GROUP && saved != ctxs[d]) DK(cuCtxSetCurrent(saved));
+}
+
+static void iterations(int v, int n, params *p) {
+  for (int k = 0; k < n; k++) {
+    CUcontext saved = nullptr;
+    if (v == GROUP) DK(cuCtxGetCurrent(&saved));
+    for (int d = 0; d < ndev; d++) one_call(v, d, p);
+    if (v == GROUP) DK(cuCtxSetCurrent(saved));
+  }
+}
+
+int main() {
+  DK(cuInit(0));
+  CK(cudaGetDeviceCount(&ndev));
+  ndev = std::min(ndev, (int)MAX_DEVS);
+  for (int d = 0; d < ndev; d++) {
+    CK(cudaSetDevice(d));
+    CK(cudaFree(nullptr)); /* the runtime's primary context */
+    DK(cuCtxGetCurrent(&ctxs[d]));
+    DK(cuStreamCreate(&streams[d], CU_STREAM_NON_BLOCKING));
+    DK(cuEventCreate(&events[d], CU_EVENT_DISABLE_TIMING));
+    cudaFunction_t f;
+    CK(cudaGetFuncBySymbol(&f, (const void *)empty_kernel));
+    fns[d] = (CUfunction)f;
+  }
+  CK(cudaSetDevice(0));
+  params p = {};
+  printf("%d GPUs, one thread; host us per call (per rank and iteration), median of %d runs of %d\n", ndev,
+         RUNS, ITERS);
+  for (int v = 0; v < NVARIANTS; v++) {
+    double runs[RUNS];
+    for (int r = 0; r < RUNS; r++) {
+      iterations(v, WARMUP, &p);
+      for (int d = 0; d < ndev; d++) DK(cuStreamSynchronize(streams[d]));
+      double t0 = now_us();
+      iterations(v, ITERS, &p);
+      double t1 = now_us();
+      for (int d = 0; d < ndev; d++) DK(cuStreamSynchronize(streams[d]));
+      runs[r] = (t1 - t0) / ((double)ITERS * ndev);
+    }
+    std::sort(runs, runs + RUNS);
+    printf("%-8s %7.3f us  (min %.3f, max %.3f)\n", names[v], runs[RUNS / 2], runs[0], runs[RUNS - 1]);
+  }
+  return 0;
+}
