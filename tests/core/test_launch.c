@@ -619,6 +619,17 @@ static void ce_expect(const ce_bufs_t *b, const float *out, size_t n, int r, siz
     }
 }
 
+/* A last broadcast from `root` that the copy engines must move (the ranks still pair after what the test
+ * did), then the buffers (s and r, from ncclMemAlloc) and the communicator go. */
+static void ce_close(ce_bufs_t *b, void *s, void *r, ncclComm_t comm, int root, const char *what) {
+  ce_fresh(b);
+  EXPECT_OK(ncclBroadcast(b->send, b->recv, CE_N, ncclFloat, root, comm, NULL));
+  ce_expect(b, b->recv, CE_N, root, 0, what);
+  EXPECT_OK(ncclMemFree(s));
+  EXPECT_OK(ncclMemFree(r));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
 static void ce_rank(int rank, int nranks, void *arg) {
   char log_path[128];
   ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
@@ -700,12 +711,7 @@ static void ce_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclBroadcast(b.send, b.recv, 100, ncclFloat, 0, comm, NULL));
   EXPECT(st->dd_copies == copies && st->launches == launches + 3, "rank %d: a small broadcast took copies",
          rank);
-  ce_fresh(&b);
-  EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N, ncclFloat, 0, comm, NULL));
-  ce_expect(&b, b.recv, CE_N, 0, 0, "broadcast after refusals");
-  EXPECT_OK(ncclMemFree(s));
-  EXPECT_OK(ncclMemFree(r));
-  EXPECT_OK(ncclCommDestroy(comm));
+  ce_close(&b, s, r, comm, 0, "broadcast after refusals");
 }
 
 /* Destroys the stand-in driver's one graph (mock_cuda.h); how many user objects it held. */
@@ -889,12 +895,7 @@ static void ce_reduce_off_rank(int rank, int nranks, void *arg) {
   EXPECT(st->combine_launches == combines && st->launches == launches + 2,
          "rank %d: reductions with the copy engines off for them: %llu combines, %d launches", rank,
          (unsigned long long)(st->combine_launches - combines), st->launches - launches);
-  ce_fresh(&b);
-  EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N, ncclFloat, 1, comm, NULL));
-  ce_expect(&b, b.recv, CE_N, 1, 0, "broadcast beside reductions left to the kernels");
-  EXPECT_OK(ncclMemFree(s));
-  EXPECT_OK(ncclMemFree(r));
-  EXPECT_OK(ncclCommDestroy(comm));
+  ce_close(&b, s, r, comm, 1, "broadcast beside reductions left to the kernels");
 }
 
 /* ncclCommInitAll where one device's init fails (its memory runs out): the call returns that error, and the
