@@ -165,7 +165,10 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
                      .dev = dev,
                      .min_bytes = min > 0 ? (uint64_t)min : 0,
                      .reduce_min = reduce_min > 0 ? (uint64_t)reduce_min : UINT64_MAX,
-                     .chunk_min = chunk > CE_CHUNK_ALIGN ? (uint64_t)chunk : CE_CHUNK_ALIGN},
+                     /* chunks end at multiples of CE_CHUNK_ALIGN, whatever was asked */
+                     .chunk_min = chunk > CE_CHUNK_ALIGN ? ((uint64_t)chunk + CE_CHUNK_ALIGN - 1) /
+                                                               CE_CHUNK_ALIGN * CE_CHUNK_ALIGN
+                                                         : CE_CHUNK_ALIGN},
              theirs;
   if (mine.min_bytes > 0 && (gpu_dev_alloc(dev, W_COUNT * sizeof(uint32_t), &ce->words) != ncclSuccess ||
                              (!local && gpu_mem_export(ce->words, &mine.words) != ncclSuccess)))
