@@ -67,15 +67,17 @@ struct gx {
   unsigned grid_max; /* blocks a launch takes at most: the widest step's lanes of nch channels */
   const char *name;
   alloc_acct_t *acct;
-  gpu_func_t *func;          /* braid_kernel */
-  gpu_func_t *func_small;    /* braid_kernel_small, for launches of at most DEV_SMALL_XFERS transfers */
-  gpu_func_t *func_ll;       /* braid_kernel_ll, for small launches of LL transfers only (ll_only) */
-  gpu_func_t *func_bulk;     /* braid_kernel_bulk, for one-slice Simple launches over p2p (bulk_only) */
-  gpu_func_t *func_wait;     /* braid_kernel_wait, the copy-engine steps' waits (ce_exec_t) */
+  gpu_func_t *func;       /* braid_kernel */
+  gpu_func_t *func_small; /* braid_kernel_small, for launches of at most DEV_SMALL_XFERS transfers */
+  gpu_func_t *func_ll;    /* braid_kernel_ll, for small launches of LL transfers only (ll_only) */
+  gpu_func_t *func_bulk;  /* braid_kernel_bulk, for one-slice Simple launches over p2p (bulk_only) */
+  gpu_func_t *func_pair;  /* braid_kernel_pair, for LL launches of one send, receive and copy (pair_shape) */
+  gpu_func_t *func_wait;  /* braid_kernel_wait, the copy-engine steps' waits (ce_exec_t) */
   gpu_func_t *func_combine;  /* braid_kernel_combine, their combines (ce_exec_t) */
   unsigned combine_blocks;   /* BRAID_CE_COMBINE_BLOCKS: the combine's grid */
   int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
   int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
+  int pair_kernel;           /* BRAID_PAIR_KERNEL: such launches take func_pair */
   int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
   int one_way;               /* the launch being built has one-way steps only (one_way_kind) */
@@ -99,6 +101,7 @@ struct gx {
   gpu_mem_t *scratch; /* in-place all-to-all staging of eager launches */
   int reported;       /* the kernel error was logged */
   dev_work_t work;    /* the launch being built */
+  dev_pair_t pair;    /* its parameters when it takes braid_kernel_pair */
   dev_xfer_t *xf;     /* its transfer list while it is built (copied to work.xfers or spilled) */
   uint32_t xf_cap;
   /* the work queue: entries in host-mapped memory (headers, staged spills) and its device copy (spills) */
@@ -309,12 +312,14 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_SMALL_NAME, &gx->func_small), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_LL_NAME, &gx->func_ll), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_BULK_NAME, &gx->func_bulk), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PAIR_NAME, &gx->func_pair), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_WAIT_NAME, &gx->func_wait), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_COMBINE_NAME, &gx->func_combine), res, fail);
   int64_t blocks = param_int(P_BRAID_CE_COMBINE_BLOCKS);
   gx->combine_blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : (unsigned)blocks;
   gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
   gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
+  gx->pair_kernel = param_int(P_BRAID_PAIR_KERNEL) != 0;
   gx->split_lane = param_int(P_BRAID_SPLIT_LANE) != 0;
   gx->batch_pieces = batch_pieces();
   gx->spread = spread_lanes(nranks);
@@ -334,11 +339,13 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes, LL protocol for "
        "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES), a channel per "
        "%llu bytes of one, up to %d (BRAID_LL_CHANNEL_BYTES), launches of LL transfers alone through %s "
-       "(BRAID_LL_KERNEL); a Simple transfer takes a channel per %llu bytes (BRAID_CHANNEL_BYTES), launches "
+       "(BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s (BRAID_PAIR_KERNEL); a Simple "
+       "transfer takes a channel per %llu bytes (BRAID_CHANNEL_BYTES), launches "
        "of one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap, (unsigned long long)gx->ll_max,
        (unsigned long long)gx->ll_part, gx->ll_nch, gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
-       (unsigned long long)gx->ch_bytes, gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel");
+       gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same", (unsigned long long)gx->ch_bytes,
+       gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel");
   *gx_p = gx;
   return ncclSuccess;
 fail:
@@ -771,6 +778,56 @@ static unsigned ll_threads(const dev_work_t *w) {
   return threads < DEV_THREADS ? (unsigned)threads : DEV_THREADS;
 }
 
+/* Whether bytes [a, a + na) and [b, b + nb) share a byte. */
+static int overlap(const void *a, uint64_t na, const void *b, uint64_t nb) {
+  const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return a != NULL && b != NULL && na > 0 && nb > 0 && x < y + nb && y < x + na;
+}
+
+/* Whether an LL launch (ll_only) can take braid_kernel_pair (dev.h, dev_pair_t), and its parameters in *p:
+ * at most one plain send, one receive and one local copy, and no transfer writing what another one reads,
+ * since the blocks of the three run at once and in no order. The one exception is an in-place all-reduce,
+ * whose receive overwrites exactly the bytes its send reads: the two run fused, each thread sending the
+ * lines it then overwrites. */
+static int pair_shape(const gx_t *gx, const dev_work_t *w, dev_pair_t *p) {
+  if (!gx->pair_kernel || w->nxfers > 3) return 0;
+  const dev_xfer_t *send = NULL, *recv = NULL, *copy = NULL;
+  for (int i = 0; i < w->nxfers; i++) {
+    const dev_xfer_t *x = &w->xfers[i];
+    const int scales =
+        (x->flags & DEV_XF_PREPARE) &&
+        (x->red == DEV_RED_PREMULSUM || (x->red == DEV_RED_SUM_POSTDIV && (x->flags & DEV_XF_LAST)));
+    const int plain = x->src != NULL && !(x->flags & DEV_XF_REDUCE) && !scales;
+    if (x->nch < 1 || x->bytes == 0) return 0;
+    if (send == NULL && x->send_peer >= 0 && x->recv_peer < 0 && x->dst == NULL && plain)
+      send = x;
+    else if (recv == NULL && x->recv_peer >= 0 && x->send_peer < 0 && x->dst != NULL)
+      recv = x;
+    else if (copy == NULL && x->send_peer < 0 && x->recv_peer < 0 && x->dst != NULL && plain)
+      copy = x;
+    else
+      return 0;
+  }
+  if (send == NULL && recv == NULL) return 0;
+  const dev_xfer_t none = {.send_peer = -1, .recv_peer = -1};
+  const dev_xfer_t *s = send != NULL ? send : &none, *r = recv != NULL ? recv : &none,
+                   *k = copy != NULL ? copy : &none;
+  const int fused = overlap(s->src, s->bytes, r->dst, r->bytes);
+  if (fused && (s->src != r->dst || s->bytes != r->bytes || s->nch != r->nch)) return 0;
+  if (overlap(k->dst, k->bytes, s->src, s->bytes) || overlap(k->dst, k->bytes, r->src, r->bytes) ||
+      overlap(k->dst, k->bytes, r->dst, r->bytes) || overlap(k->src, k->bytes, r->dst, r->bytes))
+    return 0;
+  *p = (dev_pair_t){.comm = w->comm, .seq = w->seq, .send = *s, .recv = *r, .copy = *k, .nch = w->nch};
+  p->send.nch = send != NULL ? send->nch : 0;
+  p->recv.nch = recv != NULL ? recv->nch : 0;
+  p->copy.nch = copy != NULL ? copy->nch : 0;
+  p->send_blocks = (uint8_t)(send != NULL && !fused ? w->nch : 0);
+  p->recv_blocks = (uint8_t)(recv != NULL ? w->nch : 0);
+  /* in place, a part of a line per thread of half a block runs on two halves, as two blocks would (dev.h) */
+  p->fused = (uint8_t)(!fused ? 0 : 2 * ll_threads(w) <= DEV_THREADS ? 2 : 1);
+  return 1;
+}
+
 /* Pieces (slots) the launch moves on the ring of transfer i's send (or receive) side on channel 0, whose part
  * is the largest. */
 static uint64_t ring_pieces(const dev_work_t *w, int i, int send) {
@@ -904,20 +961,24 @@ static int widest_step(const dev_work_t *w, int lanes) {
 }
 
 /* One bit per power-of-two size class of a launch's largest transfer, per entry point (general, small, LL,
- * bulk): the launch shapes logged at INFO so far. */
-static _Atomic uint64_t logged_launches[4];
+ * bulk, pair): the launch shapes logged at INFO so far. */
+static _Atomic uint64_t logged_launches[5];
 
 /* Logs a launch's shape at INFO (TUNING) once per entry point and size class of its largest transfer, or
  * every launch at TRACE: the entry point, the grid, its lanes and spread, and the cap on Simple batches.
  * Costs one test of the log level when TUNING is off. */
-static void log_launch(const gx_t *gx, const dev_work_t *w, const gpu_func_t *f, int lanes,
+static void log_launch(const gx_t *gx, const dev_work_t *w, const gpu_func_t *f, int lanes, unsigned grid,
                        unsigned threads) {
   if (!log_enabled(LOG_INFO, LOG_TUNING)) return;
   uint64_t most = 0;
   for (int i = 0; i < w->nxfers; i++)
     if (gx->xf[i].bytes > most) most = gx->xf[i].bytes;
-  const int entry = f == gx->func_small ? 1 : f == gx->func_ll ? 2 : f == gx->func_bulk ? 3 : 0;
-  static const char *const names[4] = {"general", "small", "LL", "bulk"};
+  const int entry = f == gx->func_small  ? 1
+                    : f == gx->func_ll   ? 2
+                    : f == gx->func_bulk ? 3
+                    : f == gx->func_pair ? 4
+                                         : 0;
+  static const char *const names[5] = {"general", "small", "LL", "bulk", "pair"};
   if (!log_enabled(LOG_TRACE, LOG_TUNING) && !log_first_of_class(&logged_launches[entry], most)) return;
   char batch[32] = "no cap";
   if (w->comm.batch_pieces > 0) snprintf(batch, sizeof batch, "%d pieces", (int)w->comm.batch_pieces);
@@ -926,7 +987,7 @@ static void log_launch(const gx_t *gx, const dev_work_t *w, const gpu_func_t *f,
       "%s: a launch of %u transfers in %u step%s, the largest %llu bytes over %u channels: %s entry point, "
       "%u blocks of %u threads (%d lanes, interleave %d%s), Simple batches: %s",
       gx->name, (unsigned)w->nxfers, (unsigned)w->nsteps, w->nsteps == 1 ? "" : "s", (unsigned long long)most,
-      (unsigned)w->nch, names[entry], (unsigned)lanes * w->nch, threads, lanes, (int)w->comm.interleave,
+      (unsigned)w->nch, names[entry], grid, threads, lanes, (int)w->comm.interleave,
       w->comm.split ? ", split" : "", batch);
 }
 
@@ -953,11 +1014,12 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
      * launch of a few transfers passes only the head of the work (dev_work_small_t), to braid_kernel_ll when
      * it is LL alone, to braid_kernel_bulk when it is Simple in one slice over p2p */
     int small = spill == 0 && w->nxfers <= DEV_SMALL_XFERS;
-    const int ll = small && ll_only(gx, w);
+    const int ll = small && ll_only(gx, w), pair = ll && pair_shape(gx, w, &gx->pair);
     /* an LL launch (every small call) moves no Simple batch and takes no bulk kernel: it skips both scans */
     const int dup = !ll && duplex(gx, w), split = small && !ll && !dup && split_pair(gx, w);
     if (!ll) w->comm.batch_pieces = (int16_t)launch_batch(gx, w, dup);
     gpu_func_t *f = !small                          ? gx->func
+                    : pair                          ? gx->func_pair
                     : ll                            ? gx->func_ll
                     : bulk_only(gx, w, dup | split) ? gx->func_bulk
                                                     : gx->func_small;
@@ -965,13 +1027,16 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
       w->comm.split = 1;
       widest = 2;
     }
-    unsigned threads = f == gx->func_ll ? ll_threads(w) : f == gx->func_bulk ? bulk_threads(w) : DEV_THREADS;
+    unsigned threads = pair && gx->pair.fused == 2 ? 2 * ll_threads(w)
+                       : ll                        ? ll_threads(w)
+                       : f == gx->func_bulk        ? bulk_threads(w)
+                                                   : DEV_THREADS;
     /* a launch of fewer lanes than the widest step can have spreads its blocks over a wider grid (dev.h,
      * block_place): on two H100s a one-lane launch moved 4-7% more from 64 MiB up on every second block
      * than side by side, and a launch whose transfers cycle their rings 3-5% more from 256 MiB up on every
      * third; every third cost smaller launches up to 1 us and a ring all-reduce 3% at 256 MiB
      * (docs/perf-notes.md, 47 and 48) */
-    if (gx->spread > widest && f != gx->func_ll && f != gx->func_bulk) {
+    if (gx->spread > widest && !ll && f != gx->func_bulk) {
       int k = gx->spread > 2 && !spread_widest(gx) ? 2 : gx->spread;
       while (k > widest && (unsigned)k * w->nch > gx->grid_max) k--; /* a wide step's channels */
       if (k > widest) {
@@ -985,9 +1050,12 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
                      "%s: a launch of %d lanes of %u channels exceeds the %u blocks it may take", gx->name,
                      widest, (unsigned)w->nch, gx->grid_max);
     }
-    log_launch(gx, w, f, widest, threads);
-    ncclResult_t res = gpu_launch(f, (unsigned)(widest * w->nch), threads, w,
-                                  small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
+    const unsigned grid =
+        pair ? (unsigned)gx->pair.send_blocks + gx->pair.recv_blocks : (unsigned)widest * w->nch;
+    log_launch(gx, w, f, widest, grid, threads);
+    ncclResult_t res =
+        pair ? gpu_launch(f, grid, threads, &gx->pair, sizeof gx->pair, lc->s)
+             : gpu_launch(f, grid, threads, w, small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
     if (res != ncclSuccess) {
       wq_cancel(&gx->wq, &slot); /* it never reached the GPU */
       return res;

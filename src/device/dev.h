@@ -48,6 +48,7 @@
 #define DEV_KERNEL_SMALL_NAME   "braid_kernel_small"
 #define DEV_KERNEL_LL_NAME      "braid_kernel_ll"
 #define DEV_KERNEL_BULK_NAME    "braid_kernel_bulk"
+#define DEV_KERNEL_PAIR_NAME    "braid_kernel_pair"
 #define DEV_KERNEL_WAIT_NAME    "braid_kernel_wait"
 #define DEV_KERNEL_COMBINE_NAME "braid_kernel_combine"
 
@@ -258,6 +259,40 @@ typedef struct {
   DEV_WORK_FIELDS
   dev_xfer_t xfers[DEV_SMALL_XFERS];
 } dev_work_small_t;
+
+/* A seventh entry point, braid_kernel_pair, for the commonest latency-bound launches: what the LL entry
+ * takes, restricted to at most one plain send, one receive and one local copy (a two-rank all-reduce,
+ * reduce-scatter, all-gather or all-to-all, a send/receive, one side of a broadcast or reduce), so that
+ * the host can pass each by itself and nothing on the device walks a list. Each block takes one role on one
+ * channel c: blocks [0, send_blocks) send their part of `send` (then copy their part of `copy`), blocks
+ * [send_blocks, send_blocks + recv_blocks) receive their part of `recv`, combining it with recv.src when
+ * REDUCE is set (the transfer's combine, as braid_kernel_ll computes it, so the bits are the same). Every
+ * thread loads the ring, its count and its first line of data itself, all in one trip, and moves its lines
+ * from start to end: no block barrier before the first line, and none after it but the one before the
+ * counts are stored. The pieces, flags, counts and heads are those of the LL rings (above), one piece per
+ * channel and ring, so that pair, LL and general launches follow each other on a connection in any mix and
+ * either end may take any of them.
+ *
+ * A copy goes to the sending blocks, or to the receiving ones (before their receive) where there are none.
+ *
+ * fused: the send's source is the receive's output (an in-place all-reduce), and there are no sending
+ * blocks. 1: each receiving block sends its part first, every thread the lines it then overwrites. 2 (parts
+ * of at most a line per thread of half the block): the block's first half sends and its second half
+ * receives, as two blocks would, a barrier between the sending half's loads and the receiving half's first
+ * store. The host takes this entry only when no other transfer writes what another reads (pair_shape in
+ * core/launch.c). A transfer that is absent has nch 0. */
+typedef struct {
+  dev_comm_t comm;
+  uint64_t seq;        /* the call's sequence number (for errors) */
+  dev_xfer_t send;     /* an LL send of src as it is to send_peer (no receive, no output, no scaling) */
+  dev_xfer_t recv;     /* an LL receive from recv_peer into dst, combined with src when REDUCE */
+  dev_xfer_t copy;     /* a local copy of src into dst (no peer, no reduction, no scaling) */
+  uint16_t nch;        /* channels of the widest transfer */
+  uint8_t send_blocks; /* 0 or nch */
+  uint8_t recv_blocks; /* 0 or nch */
+  uint8_t fused;       /* 0, 1 or 2 (above) */
+  uint8_t pad[3];
+} dev_pair_t;
 
 /* The copy-engine path's wait (core/ce.h), a fifth entry point of one thread: it spins until `*word` is 1,
  * then sets it back to 0, as spin loops do everywhere (wait.cuh): a wait that outlasts the timeout, or an

@@ -832,6 +832,191 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
   TRACE_END(work.comm.rank, work.seq);
 }
 
+/* ---- The pair entry point (dev.h, dev_pair_t) ---- */
+
+/* Channel c's part of p.send as one thread holds it: the slot its lines go to, with their flag, the count to
+ * store, and the thread's first line of data. */
+struct pair_out {
+  uint4 *lines;   /* NULL: nothing to send on this channel */
+  uint64_t *home; /* the ring's count in dev_comm_t.ll_sent */
+  uint64_t count;
+  const char *src;
+  uint32_t len;
+  uint2 first; /* line t of the part, for a thread t that sends */
+};
+
+/* Every thread of the block: opens channel c's part of p.send. The ring's table entry, its count, the head
+ * last read and, for a thread that sends (t < the part's lines, `loads`), its first line of data are loaded
+ * together; only when the head last read shows no room (once in DEV_LL_SLOTS launches at most) does thread
+ * 0 read the consumer's head across the link while the block waits. False when that wait failed (in every
+ * thread). */
+__device__ bool pair_send_open(const dev_pair_t &p, uint32_t c, uint32_t t, bool loads, pair_out &o) {
+  const dev_xfer_t &x = p.send;
+  const dev_comm_t *comm = &p.comm;
+  o.lines = NULL;
+  if (c >= x.nch) return true;
+  const dev_span_t part = dev_part(x.bytes, x.nch, 0, c);
+  if (part.len == 0) return true;
+  const int idx = x.send_peer * DEV_LL_CHANNELS + (int)c;
+  const dev_ring_t ring = comm->ll_send[idx];
+  o.home = &comm->ll_sent[idx];
+  o.count = __ldcg(o.home);
+  uint64_t head = __ldcg(&comm->ll_heads[idx]);
+  o.src = x.src + part.off;
+  o.len = (uint32_t)part.len;
+  o.first = loads && t < (o.len + 7) / 8 ? load8(o.src, t, o.len) : make_uint2(0, 0);
+  if (ring.data == NULL || ring.ctrl == NULL) {
+    if (threadIdx.x == 0) error_record(comm, DEV_ERR_INVALID, x.send_peer, (int)c, 1, p.seq + x.task, 0);
+    return false;
+  }
+  if (head + DEV_LL_SLOTS <= o.count) { /* the same loads in every thread: the block agrees */
+    int failed = 0;
+    if (threadIdx.x == 0) {
+      const wait_what what = {x.send_peer, (int)c, 1, p.seq + x.task};
+      failed = !wait_at_least(comm, &ring.ctrl->head, o.count + 1 - DEV_LL_SLOTS, what, &head);
+      if (!failed) __stcg(&comm->ll_heads[idx], head);
+    }
+    if (__syncthreads_or(failed)) return false;
+  }
+  o.lines = (uint4 *)(ring.data + (size_t)(o.count % DEV_LL_SLOTS) * DEV_LL_SLOT_BYTES);
+  return true;
+}
+
+/* A sending thread t of `stride`: stores its lines of the part (line t from o.first), each with one 16-byte
+ * store carrying the flag; thread 0 stores the ring's count, which only the next launch reads. */
+__device__ void pair_send_lines(const pair_out &o, uint32_t t, uint32_t stride) {
+  if (o.lines == NULL) return;
+  const uint32_t flag = (uint32_t)(o.count + 1);
+  TRACE_AT(TRACE_EARLY);
+  for (uint32_t i = t; i < (o.len + 7) / 8; i += stride) {
+    const uint2 v = i == t ? o.first : load8(o.src, i, o.len);
+    store_line(o.lines + i, make_uint4(v.x, flag, v.y, flag));
+  }
+  TRACE_AT(TRACE_SENT);
+  if (t == 0) __stcg(o.home, o.count + 1);
+}
+
+/* Thread t of `stride`: its lines of channel c's part of p.copy, from src to dst. */
+__device__ void pair_copy(const dev_pair_t &p, uint32_t c, uint32_t t, uint32_t stride) {
+  const dev_xfer_t &x = p.copy;
+  if (c >= x.nch) return;
+  const dev_span_t part = dev_part(x.bytes, x.nch, 0, c);
+  const uint32_t len = (uint32_t)part.len;
+  for (uint32_t i = t; i < (len + 7) / 8; i += stride)
+    store8(x.dst + part.off, i, len, load8(x.src + part.off, i, len));
+}
+
+/* Channel c's part of p.recv as the block holds it: the ring's control block and count (NULL: nothing to
+ * receive on this channel). */
+struct pair_in {
+  dev_ctrl_t *ctrl;
+  uint64_t *home;
+  uint64_t count;
+};
+
+/* The threads from `skip` on: receive their lines of channel c's part of p.recv from LL ring c of its peer
+ * (ll_piece: this rank's operand read before the wait, then combined or copied into dst). False when a wait
+ * failed or the ring is missing. */
+__device__ bool pair_recv_lines(const dev_pair_t &p, uint32_t c, uint32_t skip, pair_in &in) {
+  const dev_xfer_t &x = p.recv;
+  const dev_comm_t *comm = &p.comm;
+  in.ctrl = NULL;
+  if (c >= x.nch) return true;
+  const dev_span_t part = dev_part(x.bytes, x.nch, 0, c);
+  if (part.len == 0) return true;
+  const int idx = x.recv_peer * DEV_LL_CHANNELS + (int)c;
+  const dev_ring_t ring = comm->ll_recv[idx];
+  in.home = &comm->ll_recvd[idx];
+  in.count = __ldcg(in.home);
+  const wait_what what = {x.recv_peer, (int)c, 0, p.seq + x.task};
+  if (ring.data == NULL || ring.ctrl == NULL) {
+    if (threadIdx.x == skip) error_record(comm, DEV_ERR_INVALID, x.recv_peer, (int)c, 0, what.seq, 0);
+    return false;
+  }
+  in.ctrl = ring.ctrl;
+  const ll_io io = {x.src != NULL ? x.src + part.off : NULL,
+                    (const uint4 *)(ring.data + (size_t)(in.count % DEV_LL_SLOTS) * DEV_LL_SLOT_BYTES),
+                    NULL,
+                    x.dst + part.off,
+                    NULL,
+                    (uint32_t)(in.count + 1),
+                    0,
+                    (uint32_t)part.len,
+                    skip};
+  return ll_piece(x, io, comm, what);
+}
+
+/* The first receiving thread (`lead`), after the block's barrier that follows every thread's reads of the
+ * slot: stores the receive ring's count and frees the slot for the sender (head). */
+__device__ __forceinline__ void pair_recv_close(const pair_in &in, uint32_t lead) {
+  if (threadIdx.x != lead || in.ctrl == NULL) return;
+  __stcg(in.home, in.count + 1);
+  in.ctrl->head = in.count + 1;
+}
+
+/* The launch has the shape this entry point runs (the host chose it for that). The same answer in every
+ * thread: parameters only, no memory trip. */
+__device__ __forceinline__ bool pair_valid(const dev_pair_t &p) {
+  const uint32_t nch = p.nch;
+  const bool sends = p.send.nch > 0, recvs = p.recv.nch > 0;
+  return (nch >= 1) & (nch <= DEV_LL_CHANNELS) & (nch <= (uint32_t)p.comm.nch_max) & (p.send.nch <= nch) &
+         (p.recv.nch <= nch) & (p.copy.nch <= nch) & (sends | recvs) &
+         (p.send_blocks == (sends && !p.fused ? nch : 0)) & (p.recv_blocks == (recvs ? nch : 0)) &
+         (p.fused <= 2) & (!p.fused | (sends & recvs)) &
+         (gridDim.x == (uint32_t)p.send_blocks + p.recv_blocks) &
+         (blockDim.x % (p.fused == 2 ? 64 : 32) == 0) & (blockDim.x <= DEV_THREADS) &
+         (!sends | (p.send.send_peer >= 0)) & (!recvs | (p.recv.recv_peer >= 0)) &
+         (!sends | dev_ll_one_piece(p.send.bytes, p.send.nch)) &
+         (!recvs | dev_ll_one_piece(p.recv.bytes, p.recv.nch)) &
+         ((p.fused != 2) |
+          ((dev_part(p.send.bytes, p.send.nch > 0 ? p.send.nch : 1, 0, 0).len + 7) / 8 <= blockDim.x / 2));
+}
+
+extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
+    braid_kernel_pair(const __grid_constant__ dev_pair_t p) {
+  TRACE_BEGIN();
+  const bool sender = blockIdx.x < p.send_blocks;
+  const uint32_t c = sender ? blockIdx.x : blockIdx.x - p.send_blocks;
+  if (!pair_valid(p)) {
+    if (threadIdx.x == 0) error_record(&p.comm, DEV_ERR_INVALID, -1, (int)c, 0, p.seq, 0);
+    return;
+  }
+  TRACE_AT(TRACE_VALID);
+  pair_out o = {};
+  pair_in in = {};
+  bool ok = true;
+  if (sender) { /* a sending block: its part of the send, then of the copy */
+    if (!pair_send_open(p, c, threadIdx.x, true, o)) return;
+    pair_send_lines(o, threadIdx.x, blockDim.x);
+    pair_copy(p, c, threadIdx.x, blockDim.x);
+    return;
+  }
+  /* In place with a part of a line per thread at most (fused 2), the first half of the block sends and the
+   * second receives. Each sending thread loads its line before the barrier, and the receiving half stores
+   * after it, so no line is overwritten before it is read. */
+  const uint32_t skip = p.fused == 2 ? blockDim.x / 2 : 0;
+  const bool receives = threadIdx.x >= skip;
+  if (p.fused == 2) {
+    const uint32_t t = threadIdx.x % skip;
+    if (!pair_send_open(p, c, t, !receives, o)) return;
+    __syncthreads();
+    if (!receives) {
+      pair_send_lines(o, t, skip);
+      pair_copy(p, c, t, skip);
+    }
+  } else {
+    if (p.fused == 1) { /* each thread sends the lines it then overwrites */
+      if (!pair_send_open(p, c, threadIdx.x, true, o)) return;
+      pair_send_lines(o, threadIdx.x, blockDim.x);
+    }
+    if (p.send_blocks == 0) pair_copy(p, c, threadIdx.x, blockDim.x); /* no sending blocks: here */
+  }
+  if (receives) ok = pair_recv_lines(p, c, skip, in);
+  if (__syncthreads_or(!ok) == 0) pair_recv_close(in, skip);
+  TRACE_AT(TRACE_CLOSED);
+  TRACE_END(p.comm.rank, p.seq);
+}
+
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel(const __grid_constant__ dev_work_t work) {
   kernel_run(work);

@@ -130,6 +130,8 @@ struct ll_io {
   char *dst;         /* where the result is stored */
   uint4 *out;        /* lines the result is sent in, with flag out_flag */
   uint32_t in_flag, out_flag, len;
+  uint32_t skip; /* the block's first `skip` threads take no line: thread t takes lines t - skip, t - skip +
+                  * the other threads' count, ... (0: every thread of the block) */
 };
 
 /* A line's combine: each element of this rank's 8 bytes with the other operand's (a line holds whole
@@ -168,7 +170,7 @@ template <class F>
 __device__ __noinline__ bool ll_lines(const F fn, const ll_io io, const dev_comm_t *comm,
                                       const wait_what what) {
   TRACE_AT(TRACE_CALLED);
-  for (uint32_t i = threadIdx.x; i < (io.len + 7) / 8; i += blockDim.x) {
+  for (uint32_t i = threadIdx.x - io.skip; i < (io.len + 7) / 8; i += blockDim.x - io.skip) {
     const uint2 l = io.local != NULL ? load8(io.local, i, io.len) : make_uint2(0, 0);
     uint2 in = io.mem != NULL ? load8(io.mem, i, io.len) : make_uint2(0, 0);
     if (i == 0) TRACE_AT(TRACE_LINES);

@@ -383,6 +383,8 @@ static void protocol_marks(void) {
                                       "BRAID_BULK_KERNEL=1 BRAID_SPLIT_LANE=0",
                                       "NCCL_PROTO=Simple BRAID_BULK_KERNEL=1"};
   setenv("BRAID_DEVICE", "cuda", 1);
+  setenv("BRAID_PAIR_KERNEL", "0",
+         1); /* the LL entry's work is what these look at (pair_shapes: the other) */
   unsetenv("MOCK_CUDA_STUCK");
   unsetenv("NCCL_WORK_FIFO_BYTES");
   for (int mode = 0; mode < 6; mode++) {
@@ -406,6 +408,7 @@ static void protocol_marks(void) {
   unsetenv("BRAID_BULK_KERNEL");
   unsetenv("BRAID_SPREAD");
   unsetenv("BRAID_SPLIT_LANE");
+  unsetenv("BRAID_PAIR_KERNEL");
 }
 
 /* Channels per connection: the widest launch (2 * nranks - 1 lanes) fits ten elevenths of the GPU's SMs,
@@ -466,10 +469,127 @@ static void channels_rank(int rank, int nranks, void *arg) {
 
 static void channels_agree(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
+  setenv("BRAID_PAIR_KERNEL", "0", 1);
   unsetenv("MOCK_CUDA_STUCK");
   shared_t sh;
   EXPECT_OK(ncclGetUniqueId(&sh.id));
   EXPECT(run_ranks(2, 60, channels_rank, &sh) == 0, "a rank failed");
+  unsetenv("BRAID_PAIR_KERNEL");
+}
+
+/* What the last launch of braid_kernel_pair carried: 'S', 'R' and 'C' for the send, receive and copy it has
+ * (in that order, '-' for each it has not), then 'F' when fused; and whether its blocks are as dev.h says. */
+static const char *last_pair(const mock_cuda_stats_t *s, char shape[5]) {
+  const dev_pair_t *p = (const dev_pair_t *)s->last_work;
+  if (!s->last_pair) return "-";
+  shape[0] = p->send.nch > 0 ? 'S' : '-';
+  shape[1] = p->recv.nch > 0 ? 'R' : '-';
+  shape[2] = p->copy.nch > 0 ? 'C' : '-';
+  shape[3] = p->fused ? 'F' : 0;
+  shape[4] = 0;
+  const int blocks = p->send_blocks == (p->send.nch > 0 && !p->fused ? p->nch : 0) &&
+                     p->recv_blocks == (p->recv.nch > 0 ? p->nch : 0) &&
+                     s->last_grid == (unsigned)p->send_blocks + p->recv_blocks;
+  return blocks ? shape : "bad blocks";
+}
+
+#define EXPECT_PAIR(want, what)                                                                              \
+  do {                                                                                                       \
+    char shape_[5] = "";                                                                                     \
+    const char *got_ = last_pair(s, shape_);                                                                 \
+    EXPECT(strcmp(got_, want) == 0, "rank %d, %s: pair kernel %s, got %s", rank, what, want, got_);          \
+  } while (0)
+
+/* Which launches take braid_kernel_pair, and with what: every LL launch of at most one plain send, one
+ * receive and one local copy where nothing written is read by another transfer (an in-place all-reduce
+ * fused), on two ranks; nothing else, and nothing at all with BRAID_PAIR_KERNEL=0. */
+static void pair_rank(int rank, int nranks, void *arg) {
+  const shared_t *sh = arg;
+  param_reload();
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  mock_cuda_stats_t *s = mock_stats();
+  const int on = param_int(P_BRAID_PAIR_KERNEL) != 0;
+  char *buf = (char *)(uintptr_t)0x10000000, *out = (char *)(uintptr_t)0x20000000;
+  const int peer = 1 - rank;
+  EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_PAIR(on ? "SR-" : "-", "8-byte all-reduce");
+  if (on) {
+    const dev_pair_t *p = (const dev_pair_t *)s->last_work;
+    EXPECT(p->send.send_peer == peer && p->send.src == buf && p->recv.recv_peer == peer &&
+               p->recv.src == buf && p->recv.dst == out && (p->recv.flags & DEV_XF_REDUCE) && p->nch == 1 &&
+               p->seq == ((const dev_pair_t *)s->last_work)->seq,
+           "rank %d: the all-reduce's send and combine", rank);
+  }
+  EXPECT_OK(ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_PAIR(on ? "SR-F" : "-", "16 KiB all-reduce in place");
+  if (on) {
+    const dev_pair_t *p = (const dev_pair_t *)s->last_work;
+    EXPECT(p->nch == 16 && p->send.nch == 16 && p->recv.nch == 16 && p->recv.dst == buf,
+           "rank %d: 16 KiB in place: %d channels", rank, p->nch);
+  }
+  EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_PAIR(on ? "SR-F" : "-", "8-byte all-reduce in place");
+  EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 2 && s->last_block == 64),
+         "rank %d: 8 bytes in place: a sending and a receiving warp (%u threads)", rank, s->last_block);
+  EXPECT_OK(ncclAllReduce(buf, buf + 4, 1024, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_PAIR("-", "an all-reduce whose output overlaps its input 4 bytes on");
+  EXPECT_OK(ncclAllReduce(buf, out, 131072, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_PAIR(on ? "SR-" : "-", "512 KiB all-reduce: one LL piece per channel");
+  EXPECT_OK(ncclAllReduce(buf, buf, 131072, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_PAIR(on ? "SR-F" : "-", "512 KiB all-reduce in place");
+  EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == DEV_THREADS),
+         "rank %d: 512 KiB in place: 2,048 lines per channel, one pass per thread (%u threads)", rank,
+         s->last_block);
+  EXPECT_OK(ncclAllReduce(buf, out, 131073, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_PAIR("-", "512 KiB + 4: Simple");
+  ncclRedOp_t premul;
+  float two = 2.0f;
+  EXPECT_OK(ncclRedOpCreatePreMulSum(&premul, &two, ncclFloat, ncclScalarHostImmediate, comm));
+  EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, premul, comm, NULL));
+  EXPECT_PAIR("-", "a PreMulSum all-reduce: its send scales");
+  EXPECT_OK(ncclRedOpDestroy(premul, comm));
+  EXPECT_OK(ncclAllGather(buf, out, 16, ncclFloat, comm, NULL));
+  EXPECT_PAIR(on ? "SRC" : "-", "all-gather out of place");
+  EXPECT_OK(ncclAllGather(out + 64 * rank, out, 16, ncclFloat, comm, NULL));
+  EXPECT_PAIR(on ? "SR-" : "-", "all-gather in place");
+  EXPECT_OK(ncclReduceScatter(buf, out, 16, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_PAIR(on ? "SR-" : "-", "reduce-scatter");
+  EXPECT_OK(ncclBroadcast(buf, out, 16, ncclFloat, 0, comm, NULL));
+  EXPECT_PAIR(!on ? "-" : rank == 0 ? "S-C" : "-R-", "broadcast out of place");
+  EXPECT_OK(ncclReduce(buf, out, 16, ncclFloat, ncclSum, 1, comm, NULL));
+  EXPECT_PAIR(!on ? "-" : rank == 0 ? "S--" : "-R-", "reduce to rank 1");
+  EXPECT_OK(ncclGather(buf, out, 16, ncclFloat, 0, comm, NULL));
+  EXPECT_PAIR(!on ? "-" : rank == 0 ? "-RC" : "S--", "gather to rank 0 out of place");
+  EXPECT_OK(ncclAlltoAll(buf, out, 16, ncclFloat, comm, NULL));
+  EXPECT_PAIR(on ? "SRC" : "-", "all-to-all");
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(buf, 16, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclRecv(out, 32, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT_PAIR(on ? "SR-" : "-", "a send and a receive of different sizes");
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(buf, 16, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclRecv(buf + 32, 16, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT_PAIR("-", "a receive into what the send reads");
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclSend(buf + 64 * i, 16, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT_PAIR("-", "two sends");
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+static void pair_shapes(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  unsetenv("MOCK_CUDA_STUCK");
+  for (int on = 1; on >= 0; on--) {
+    setenv("BRAID_PAIR_KERNEL", on ? "1" : "0", 1);
+    shared_t sh;
+    EXPECT_OK(ncclGetUniqueId(&sh.id));
+    EXPECT(run_ranks(2, 60, pair_rank, &sh) == 0, "a rank failed (BRAID_PAIR_KERNEL=%d)", on);
+  }
+  unsetenv("BRAID_PAIR_KERNEL");
 }
 
 /* A communicator of the rank process whose log (TUNING at INFO) goes to the file named in path. */
@@ -955,6 +1075,7 @@ int main(int argc, char **argv) {
   TEST(channel_budget, 10);
   TEST(channels_agree, 60);
   TEST(protocol_marks, 60);
+  TEST(pair_shapes, 60);
   TEST(full_queue_wait, 90);
   TEST(tuning_log, 60);
   TEST(copy_engines, 90);
