@@ -821,7 +821,8 @@ static int pair_shape(const gx_t *gx, const dev_work_t *w, dev_pair_t *p) {
   p->send.nch = send != NULL ? send->nch : 0;
   p->recv.nch = recv != NULL ? recv->nch : 0;
   p->copy.nch = copy != NULL ? copy->nch : 0;
-  p->send_blocks = (uint8_t)(send != NULL && !fused ? w->nch : 0);
+  /* a copy beside a receive alone still gets blocks of its own, so that the receive waits for nothing else */
+  p->send_blocks = (uint8_t)((send != NULL || copy != NULL) && !fused ? w->nch : 0);
   p->recv_blocks = (uint8_t)(recv != NULL ? w->nch : 0);
   /* in place, a part of a line per thread of half a block runs on two halves, as two blocks would (dev.h) */
   p->fused = (uint8_t)(!fused ? 0 : 2 * ll_threads(w) <= DEV_THREADS ? 2 : 1);

@@ -273,7 +273,8 @@ typedef struct {
  * channel and ring, so that pair, LL and general launches follow each other on a connection in any mix and
  * either end may take any of them.
  *
- * A copy goes to the sending blocks, or to the receiving ones (before their receive) where there are none.
+ * A copy goes to the sending blocks, which a launch with a copy has even without a send (then they only
+ * copy), except in place (fused 1: the receiving blocks copy after their send).
  *
  * fused: the send's source is the receive's output (an in-place all-reduce), and there are no sending
  * blocks. 1: each receiving block sends its part first, every thread the lines it then overwrites. 2 (parts
@@ -288,7 +289,7 @@ typedef struct {
   dev_xfer_t recv;     /* an LL receive from recv_peer into dst, combined with src when REDUCE */
   dev_xfer_t copy;     /* a local copy of src into dst (no peer, no reduction, no scaling) */
   uint16_t nch;        /* channels of the widest transfer */
-  uint8_t send_blocks; /* 0 or nch */
+  uint8_t send_blocks; /* nch with a send or a copy and not fused, else 0 */
   uint8_t recv_blocks; /* 0 or nch */
   uint8_t fused;       /* 0, 1 or 2 (above) */
   uint8_t pad[3];

@@ -958,10 +958,10 @@ __device__ __forceinline__ void pair_recv_close(const pair_in &in, uint32_t lead
  * thread: parameters only, no memory trip. */
 __device__ __forceinline__ bool pair_valid(const dev_pair_t &p) {
   const uint32_t nch = p.nch;
-  const bool sends = p.send.nch > 0, recvs = p.recv.nch > 0;
+  const bool sends = p.send.nch > 0, recvs = p.recv.nch > 0, copies = p.copy.nch > 0;
   return (nch >= 1) & (nch <= DEV_LL_CHANNELS) & (nch <= (uint32_t)p.comm.nch_max) & (p.send.nch <= nch) &
          (p.recv.nch <= nch) & (p.copy.nch <= nch) & (sends | recvs) &
-         (p.send_blocks == (sends && !p.fused ? nch : 0)) & (p.recv_blocks == (recvs ? nch : 0)) &
+         (p.send_blocks == ((sends | copies) && !p.fused ? nch : 0)) & (p.recv_blocks == (recvs ? nch : 0)) &
          (p.fused <= 2) & (!p.fused | (sends & recvs)) &
          (gridDim.x == (uint32_t)p.send_blocks + p.recv_blocks) &
          (blockDim.x % (p.fused == 2 ? 64 : 32) == 0) & (blockDim.x <= DEV_THREADS) &
@@ -985,7 +985,7 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
   pair_out o = {};
   pair_in in = {};
   bool ok = true;
-  if (sender) { /* a sending block: its part of the send, then of the copy */
+  if (sender) { /* a sending block: its part of the send (if any), then of the copy */
     if (!pair_send_open(p, c, threadIdx.x, true, o)) return;
     pair_send_lines(o, threadIdx.x, blockDim.x);
     pair_copy(p, c, threadIdx.x, blockDim.x);
@@ -1005,11 +1005,11 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
       pair_copy(p, c, t, skip);
     }
   } else {
-    if (p.fused == 1) { /* each thread sends the lines it then overwrites */
+    if (p.fused == 1) { /* each thread sends the lines it then overwrites; no sending blocks copy */
       if (!pair_send_open(p, c, threadIdx.x, true, o)) return;
       pair_send_lines(o, threadIdx.x, blockDim.x);
+      pair_copy(p, c, threadIdx.x, blockDim.x);
     }
-    if (p.send_blocks == 0) pair_copy(p, c, threadIdx.x, blockDim.x); /* no sending blocks: here */
   }
   if (receives) ok = pair_recv_lines(p, c, skip, in);
   if (__syncthreads_or(!ok) == 0) pair_recv_close(in, skip);

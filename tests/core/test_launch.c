@@ -487,7 +487,7 @@ static const char *last_pair(const mock_cuda_stats_t *s, char shape[5]) {
   shape[2] = p->copy.nch > 0 ? 'C' : '-';
   shape[3] = p->fused ? 'F' : 0;
   shape[4] = 0;
-  const int blocks = p->send_blocks == (p->send.nch > 0 && !p->fused ? p->nch : 0) &&
+  const int blocks = p->send_blocks == ((p->send.nch > 0 || p->copy.nch > 0) && !p->fused ? p->nch : 0) &&
                      p->recv_blocks == (p->recv.nch > 0 ? p->nch : 0) &&
                      s->last_grid == (unsigned)p->send_blocks + p->recv_blocks;
   return blocks ? shape : "bad blocks";
