@@ -849,7 +849,8 @@ struct pair_out {
  * last read and, for a thread that sends (t < the part's lines, `loads`), its first line of data are loaded
  * together; only when the head last read shows no room (once in DEV_LL_SLOTS launches at most) does thread
  * 0 read the consumer's head across the link while the block waits. False when that wait failed (in every
- * thread). */
+ * thread). Every thread reads the count and the head last read, so both are stored back only after a block
+ * barrier: the head here, the count by pair_send_close. */
 __device__ bool pair_send_open(const dev_pair_t &p, uint32_t c, uint32_t t, bool loads, pair_out &o) {
   const dev_xfer_t &x = p.send;
   const dev_comm_t *comm = &p.comm;
@@ -874,16 +875,16 @@ __device__ bool pair_send_open(const dev_pair_t &p, uint32_t c, uint32_t t, bool
     if (threadIdx.x == 0) {
       const wait_what what = {x.send_peer, (int)c, 1, p.seq + x.task};
       failed = !wait_at_least(comm, &ring.ctrl->head, o.count + 1 - DEV_LL_SLOTS, what, &head);
-      if (!failed) __stcg(&comm->ll_heads[idx], head);
     }
     if (__syncthreads_or(failed)) return false;
+    if (threadIdx.x == 0) __stcg(&comm->ll_heads[idx], head);
   }
   o.lines = (uint4 *)(ring.data + (size_t)(o.count % DEV_LL_SLOTS) * DEV_LL_SLOT_BYTES);
   return true;
 }
 
 /* A sending thread t of `stride`: stores its lines of the part (line t from o.first), each with one 16-byte
- * store carrying the flag; thread 0 stores the ring's count, which only the next launch reads. */
+ * store carrying the flag. */
 __device__ void pair_send_lines(const pair_out &o, uint32_t t, uint32_t stride) {
   if (o.lines == NULL) return;
   const uint32_t flag = (uint32_t)(o.count + 1);
@@ -893,7 +894,12 @@ __device__ void pair_send_lines(const pair_out &o, uint32_t t, uint32_t stride) 
     store_line(o.lines + i, make_uint4(v.x, flag, v.y, flag));
   }
   TRACE_AT(TRACE_SENT);
-  if (t == 0) __stcg(o.home, o.count + 1);
+}
+
+/* Thread 0, after a block barrier that follows every thread's pair_send_open: moves the send ring's count
+ * on, for the next launch. */
+__device__ __forceinline__ void pair_send_close(const pair_out &o) {
+  if (threadIdx.x == 0 && o.lines != NULL) __stcg(o.home, o.count + 1);
 }
 
 /* Thread t of `stride`: its lines of channel c's part of p.copy, from src to dst. */
@@ -989,6 +995,8 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     if (!pair_send_open(p, c, threadIdx.x, true, o)) return;
     pair_send_lines(o, threadIdx.x, blockDim.x);
     pair_copy(p, c, threadIdx.x, blockDim.x);
+    __syncthreads();
+    pair_send_close(o);
     return;
   }
   /* In place with a part of a line per thread at most (fused 2), the first half of the block sends and the
@@ -1012,7 +1020,10 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     }
   }
   if (receives) ok = pair_recv_lines(p, c, skip, in);
-  if (__syncthreads_or(!ok) == 0) pair_recv_close(in, skip);
+  if (__syncthreads_or(!ok) == 0) {
+    pair_recv_close(in, skip);
+    pair_send_close(o); /* fused: thread 0 sent too */
+  }
   TRACE_AT(TRACE_CLOSED);
   TRACE_END(p.comm.rank, p.seq);
 }
