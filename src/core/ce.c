@@ -284,10 +284,6 @@ static uint32_t chunk_ends(const ce_t *ce, uint64_t bytes, uint64_t *ends) {
   return n;
 }
 
-static int overlaps(const char *a, size_t na, const char *b, size_t nb) {
-  return a != NULL && b != NULL && a < b + nb && b < a + na;
-}
-
 /* This rank's message for a candidate step. */
 static void describe(const ce_t *ce, const plan_t *plan, const step_t *st, int capturing, step_msg_t *m) {
   memset(m, 0, sizeof *m);
@@ -310,7 +306,7 @@ static void describe(const ce_t *ce, const plan_t *plan, const step_t *st, int c
      * (in place, a reduction's output is its operand) */
     for (int j = 0; j < st->count; j++) {
       const xfer_t *y = &plan->xfers[st->first + j];
-      if (overlaps(x->dst, x->bytes, y->src, y->bytes)) m->willing = 0;
+      if (plan_overlap(x->dst, x->bytes, y->src, y->bytes)) m->willing = 0;
     }
     /* a driver failure here (logged) is a refusal, not an error: the peer still gets its answer; a peer in
      * this process needs no export, only memory its device can write */

@@ -778,32 +778,23 @@ static unsigned ll_threads(const dev_work_t *w) {
   return threads < DEV_THREADS ? (unsigned)threads : DEV_THREADS;
 }
 
-/* Whether bytes [a, a + na) and [b, b + nb) share a byte. */
-static int overlap(const void *a, uint64_t na, const void *b, uint64_t nb) {
-  const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return a != NULL && b != NULL && na > 0 && nb > 0 && x < y + nb && y < x + na;
-}
-
 /* Whether an LL launch (ll_only) can take braid_kernel_pair (dev.h, dev_pair_t), and its parameters in *p:
  * at most one plain send, one receive and one local copy, and no transfer writing what another one reads,
  * since the blocks of the three run at once and in no order. The one exception is an in-place all-reduce,
  * whose receive overwrites exactly the bytes its send reads: the two run fused, each thread sending the
- * lines it then overwrites. */
-static int pair_shape(const gx_t *gx, const dev_work_t *w, dev_pair_t *p) {
+ * lines it then overwrites. ll_thr: the launch's threads per block on the LL kernel (ll_threads). */
+static int pair_shape(const gx_t *gx, const dev_work_t *w, unsigned ll_thr, dev_pair_t *p) {
   if (!gx->pair_kernel || w->nxfers > 3) return 0;
   const dev_xfer_t *send = NULL, *recv = NULL, *copy = NULL;
   for (int i = 0; i < w->nxfers; i++) {
     const dev_xfer_t *x = &w->xfers[i];
-    const int scales =
-        (x->flags & DEV_XF_PREPARE) &&
-        (x->red == DEV_RED_PREMULSUM || (x->red == DEV_RED_SUM_POSTDIV && (x->flags & DEV_XF_LAST)));
-    const int plain = x->src != NULL && !(x->flags & DEV_XF_REDUCE) && !scales;
     if (x->nch < 1 || x->bytes == 0) return 0;
-    if (send == NULL && x->send_peer >= 0 && x->recv_peer < 0 && x->dst == NULL && plain)
+    if (send == NULL && dev_xf_plain_send(x))
       send = x;
     else if (recv == NULL && x->recv_peer >= 0 && x->send_peer < 0 && x->dst != NULL)
       recv = x;
-    else if (copy == NULL && x->send_peer < 0 && x->recv_peer < 0 && x->dst != NULL && plain)
+    else if (copy == NULL && x->send_peer < 0 && x->recv_peer < 0 && x->dst != NULL && x->src != NULL &&
+             !(x->flags & DEV_XF_REDUCE) && !dev_xf_scales(x))
       copy = x;
     else
       return 0;
@@ -812,20 +803,18 @@ static int pair_shape(const gx_t *gx, const dev_work_t *w, dev_pair_t *p) {
   const dev_xfer_t none = {.send_peer = -1, .recv_peer = -1};
   const dev_xfer_t *s = send != NULL ? send : &none, *r = recv != NULL ? recv : &none,
                    *k = copy != NULL ? copy : &none;
-  const int fused = overlap(s->src, s->bytes, r->dst, r->bytes);
+  const int fused = plan_overlap(s->src, s->bytes, r->dst, r->bytes);
   if (fused && (s->src != r->dst || s->bytes != r->bytes || s->nch != r->nch)) return 0;
-  if (overlap(k->dst, k->bytes, s->src, s->bytes) || overlap(k->dst, k->bytes, r->src, r->bytes) ||
-      overlap(k->dst, k->bytes, r->dst, r->bytes) || overlap(k->src, k->bytes, r->dst, r->bytes))
+  if (plan_overlap(k->dst, k->bytes, s->src, s->bytes) || plan_overlap(k->dst, k->bytes, r->src, r->bytes) ||
+      plan_overlap(k->dst, k->bytes, r->dst, r->bytes) || plan_overlap(k->src, k->bytes, r->dst, r->bytes))
     return 0;
+  /* an absent transfer is `none`, of nch 0 */
   *p = (dev_pair_t){.comm = w->comm, .seq = w->seq, .send = *s, .recv = *r, .copy = *k, .nch = w->nch};
-  p->send.nch = send != NULL ? send->nch : 0;
-  p->recv.nch = recv != NULL ? recv->nch : 0;
-  p->copy.nch = copy != NULL ? copy->nch : 0;
   /* a copy beside a receive alone still gets blocks of its own, so that the receive waits for nothing else */
   p->send_blocks = (uint8_t)((send != NULL || copy != NULL) && !fused ? w->nch : 0);
   p->recv_blocks = (uint8_t)(recv != NULL ? w->nch : 0);
   /* in place, a part of a line per thread of half a block runs on two halves, as two blocks would (dev.h) */
-  p->fused = (uint8_t)(!fused ? 0 : 2 * ll_threads(w) <= DEV_THREADS ? 2 : 1);
+  p->fused = (uint8_t)(!fused ? 0 : 2 * ll_thr <= DEV_THREADS ? 2 : 1);
   return 1;
 }
 
@@ -1015,7 +1004,9 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
      * launch of a few transfers passes only the head of the work (dev_work_small_t), to braid_kernel_ll when
      * it is LL alone, to braid_kernel_bulk when it is Simple in one slice over p2p */
     int small = spill == 0 && w->nxfers <= DEV_SMALL_XFERS;
-    const int ll = small && ll_only(gx, w), pair = ll && pair_shape(gx, w, &gx->pair);
+    const int ll = small && ll_only(gx, w);
+    const unsigned ll_thr = ll ? ll_threads(w) : 0;
+    const int pair = ll && pair_shape(gx, w, ll_thr, &gx->pair);
     /* an LL launch (every small call) moves no Simple batch and takes no bulk kernel: it skips both scans */
     const int dup = !ll && duplex(gx, w), split = small && !ll && !dup && split_pair(gx, w);
     if (!ll) w->comm.batch_pieces = (int16_t)launch_batch(gx, w, dup);
@@ -1028,8 +1019,8 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
       w->comm.split = 1;
       widest = 2;
     }
-    unsigned threads = pair && gx->pair.fused == 2 ? 2 * ll_threads(w)
-                       : ll                        ? ll_threads(w)
+    unsigned threads = pair && gx->pair.fused == 2 ? 2 * ll_thr
+                       : ll                        ? ll_thr
                        : f == gx->func_bulk        ? bulk_threads(w)
                                                    : DEV_THREADS;
     /* a launch of fewer lanes than the widest step can have spreads its blocks over a wider grid (dev.h,

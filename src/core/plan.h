@@ -177,5 +177,11 @@ void plan_free(plan_t *plan);
 double plan_estimate_us(const plan_t *plan, int nranks);
 /* The name of a call kind ("AllReduce", ...). */
 const char *plan_op_name(op_kind_t kind);
+/* Whether bytes [a, a + na) and [b, b + nb) share a byte (an empty range, or NULL, shares none): where one
+ * transfer writes what another reads. */
+static inline int plan_overlap(const void *a, uint64_t na, const void *b, uint64_t nb) {
+  const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return a != NULL && b != NULL && na > 0 && nb > 0 && x < y + nb && y < x + na;
+}
 
 #endif

@@ -31,6 +31,7 @@
 #ifndef BRAID_DEVICE_DEV_H
 #define BRAID_DEVICE_DEV_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define DEV_SLOTS               8
@@ -366,6 +367,21 @@ DEV_INLINE dev_span_t dev_part(uint64_t bytes, uint32_t nch, uint64_t j, uint32_
  * braid_kernel_ll requires: the host chooses that entry point by it and the kernel checks it. */
 DEV_INLINE int dev_ll_one_piece(uint64_t bytes, uint32_t nch) {
   return bytes <= (uint64_t)nch * DEV_LL_PIECE;
+}
+
+/* Whether a transfer's data is scaled on the way (PreMulSum's factor, or the average's division at its last
+ * combine): its send is then not a copy. */
+DEV_INLINE bool dev_xf_scales(const dev_xfer_t *x) {
+  return (x->flags & DEV_XF_PREPARE) &&
+         (x->red == DEV_RED_PREMULSUM || (x->red == DEV_RED_SUM_POSTDIV && (x->flags & DEV_XF_LAST)));
+}
+
+/* Whether a transfer only sends its source as it is: no receive, no local result, no combine, no scaling
+ * (the LL kernel's early part, the pair kernel's send). */
+DEV_INLINE bool dev_xf_plain_send(const dev_xfer_t *x) {
+  const bool scales = dev_xf_scales(x);
+  return x->recv_peer < 0 && x->send_peer >= 0 && x->dst == NULL && x->src != NULL &&
+         !(x->flags & DEV_XF_REDUCE) && !scales;
 }
 
 /* Pieces (slots) a part of `len` bytes moves in; piece i covers [i * DEV_SLOT_BYTES, min(len, ...)). */

@@ -393,16 +393,6 @@ struct ll_stage {
   uint2 out[DEV_LL_PIECE / 8];
 };
 
-/* Whether an LL transfer only sends its source as it is: no receive, no local result, no scaling (what
- * piece_combine would do is a copy). */
-__device__ __forceinline__ bool ll_plain_send(const dev_xfer_t &x) {
-  const bool scales =
-      (x.flags & DEV_XF_PREPARE) &&
-      (x.red == DEV_RED_PREMULSUM || (x.red == DEV_RED_SUM_POSTDIV && (x.flags & DEV_XF_LAST)));
-  return x.recv_peer < 0 && x.send_peer >= 0 && x.dst == NULL && x.src != NULL &&
-         !(x.flags & DEV_XF_REDUCE) && !scales;
-}
-
 /* The LL flag and lines of a ring's next piece. */
 __device__ __forceinline__ uint32_t ll_flag(const ring_use &r) {
   return (uint32_t)(r.count + 1);
@@ -441,7 +431,7 @@ __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bo
       if (st.batch == 0) return false;
     }
     synced = false; /* thread 0 publishes at the end of the piece */
-    if (rs != NULL && rs->ll && ll_plain_send(x)) {
+    if (rs != NULL && rs->ll && dev_xf_plain_send(&x)) {
       const ll_io io = {x.src + at, NULL, NULL, NULL, ll_slot(*rs), 0, ll_flag(*rs), len};
       ll_lines(line_copy{false}, io, &w.comm, wait_what{});
       __syncthreads(); /* every thread took the count before thread 0 moves it on */
@@ -757,7 +747,7 @@ __device__ bool ll_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, ll
                     (uint32_t)(sd.count + 1),
                     (uint32_t)part.len};
   /* The block's first part, when it only sends this rank's data, goes now, from the first warp. */
-  const bool early = send && mine && movers == 0 && ll_plain_send(x) && part.len <= LL_EARLY_BYTES;
+  const bool early = send && mine && movers == 0 && dev_xf_plain_send(&x) && part.len <= LL_EARLY_BYTES;
   const uint32_t early_lane = __ballot_sync(all, early);
   if (early_lane != 0) {
     const int e = __ffs(early_lane) - 1;
