@@ -30,6 +30,7 @@
 
 #include "device/dev.h"
 #include "device/reduce.cuh"
+#include "device/trace.cuh"
 #include "device/wait.cuh"
 #include "device/xfer.cuh"
 
@@ -221,11 +222,14 @@ __device__ bool bulk_run(const dev_work_small_t &w, uint32_t c, const bulk_task 
       } else if (t.x.flags & DEV_XF_REDUCE) {
         pc.in = pc.dst; /* a local reduction: the running result an earlier transfer stored */
       }
+      if (t.in.data != NULL) TRACE_AT(TRACE_LINES);
       piece_combine<32>(t.x, pc, l);
+      TRACE_AT(t.in.data != NULL ? TRACE_ARRIVED : TRACE_TASK);
       if (pc.out != NULL || t.guarded == BULK_GUARD_STORE) {
         __syncwarp(); /* every lane's loads and stores of the chunk before lane 0's fence */
         if (l == 0) {
           __threadfence_system();
+          TRACE_AT(TRACE_PIECE);
           if (pc.out != NULL) *bulk_mark(t.out, q) = bulk_mark_value(t.out, q);
           /* after the fence, not as a release of its own: a release at GPU scope before it made the split
            * lane 6-12% slower than out of place from 4 MiB (docs/perf-notes.md, 49) */
@@ -269,14 +273,21 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
   const int half = split ? (int)(blockIdx.x / nch) : -1;
   bulk_side sd = {};
   int failed = 0;
+  TRACE_BEGIN();
   if (threadIdx.x < 32) {
     const bool valid = __all_sync(0xffffffffu, bulk_work_valid(work));
     if (!valid && threadIdx.x == 0) error_record(&work.comm, DEV_ERR_INVALID, -1, (int)c, 0, work.seq, 0);
+    TRACE_AT(TRACE_VALID);
     failed = !valid || !bulk_open(work, lane, half, c, sd, tasks);
+    TRACE_AT(TRACE_OPENED);
   }
   if (__syncthreads_or(failed)) return;
+  TRACE_AT(TRACE_BARRIER);
   const bool ok = bulk_run(work, c, tasks);
+  TRACE_AT(TRACE_RUN);
   if (__syncthreads_or(!ok) == 0 && threadIdx.x < 32) bulk_close(sd);
+  TRACE_AT(TRACE_CLOSED);
+  TRACE_END(work.comm.rank, work.seq);
 }
 
 #endif

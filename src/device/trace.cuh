@@ -1,8 +1,8 @@
 /*
- * Cycle checkpoints in the LL entry point (kernels.cu), for finding where a small call's time goes
- * (docs/perf-notes.md). They exist only in a build configured with -DBRAID_TRACE_LL=ON, which defines
- * BRAID_TRACE_LL for the kernels; in any other build every macro here is empty and the kernels are byte for
- * byte those the file would give without them.
+ * Cycle checkpoints in the LL, pair and bulk entry points (kernels.cu, bulk.cuh), for finding where a
+ * call's time goes (docs/perf-notes.md). They exist only in a build configured with -DBRAID_TRACE_LL=ON,
+ * which defines BRAID_TRACE_LL for the kernels; in any other build every macro here is empty and the kernels
+ * are byte for byte those the file would give without them.
  *
  * Thread 0 of each block notes clock64() minus the block's start at each checkpoint it passes, in shared
  * memory, and at the block's end prints one line for the launches whose sequence number (dev_work_t.seq) lies
@@ -16,6 +16,11 @@
  * are those of the block's last part moved after the barrier: its task read (ll_run), the dispatch entered
  * (ll_piece), the line routine entered (ll_lines), thread 0's first line with its operands loaded, and the
  * arriving line seen.
+ *
+ * In the bulk entry (bulk.cuh) thread 0 is lane 0 of the first warp, and the points mean: `valid`, `opened`,
+ * `barrier`, `run` and `closed` as above (bulk_open for ll_open, bulk_close for the counts); `task` its last
+ * sent chunk's bytes stored, `piece` the system fence after them done (the chunk's mark is stored next);
+ * `lines` its last received chunk's mark seen, `arrived` that chunk combined. The rest stay -1.
  */
 #ifndef BRAID_DEVICE_TRACE_CUH
 #define BRAID_DEVICE_TRACE_CUH
