@@ -7,12 +7,16 @@
  *   capture  and a cuStreamGetCaptureInfo before the launch;
  *   event    and a cuEventRecord after it, on the same stream;
  *   group    as event, but the caller's context read once per iteration and set back once, after every rank's
- *            launch, instead of around each one.
+ *            launch, instead of around each one;
+ *   write    as capture, but a cuStreamWriteValue32 of the call's number into a word of host-mapped memory
+ *            after the launch instead of the event record (what a launch would cost whose completion the host
+ *            and other streams read from a word instead of an event).
+ * The variants take turns, run by run, so that a drift of the host's speed falls on all of them alike.
  * Not part of the build:
  *
  *   nvcc -O2 -std=c++17 -arch=sm_90 -o host_calls tools/probes/host_calls.cu -lcuda && ./host_calls
  *
- * Prints, per variant, the host microseconds per call (per rank and iteration): the median of 7 runs of 500
+ * Prints, per variant, the host microseconds per call (per rank and iteration): the median of 15 runs of 500
  * iterations, each after 100 untimed ones and a synchronisation.
  */
 #include <algorithm>
@@ -20,7 +24,7 @@
 
 #include "probe.h"
 
-enum { MAX_DEVS = 8, WARMUP = 100, ITERS = 500, RUNS = 7 };
+enum { MAX_DEVS = 8, WARMUP = 100, ITERS = 500, RUNS = 15 };
 
 struct params {
   unsigned long long words[32];
@@ -41,9 +45,11 @@ static CUcontext ctxs[MAX_DEVS];
 static CUstream streams[MAX_DEVS];
 static CUevent events[MAX_DEVS];
 static CUfunction fns[MAX_DEVS];
+static CUdeviceptr words[MAX_DEVS];
+static unsigned calls;
 
-enum variant { FLOOR, SCOPE, CAPTURE, EVENT, GROUP, NVARIANTS };
-static const char *names[NVARIANTS] = {"floor", "scope", "capture", "event", "group"};
+enum variant { FLOOR, SCOPE, CAPTURE, EVENT, GROUP, WRITE, NVARIANTS };
+static const char *names[NVARIANTS] = {"floor", "scope", "capture", "event", "group", "write"};
 
 static void one_call(int v, int d, params *p) {
   CUcontext saved = nullptr;
@@ -57,7 +63,8 @@ static void one_call(int v, int d, params *p) {
   }
   void *args[] = {p};
   DK(cuLaunchKernel(fns[d], 1, 1, 1, 32, 1, 1, 0, streams[d], args, nullptr));
-  if (v >= EVENT) DK(cuEventRecord(events[d], streams[d]));
+  if (v == EVENT || v == GROUP) DK(cuEventRecord(events[d], streams[d]));
+  if (v == WRITE) DK(cuStreamWriteValue32(streams[d], words[d], ++calls, CU_STREAM_WRITE_VALUE_DEFAULT));
   if (v >= SCOPE && v != GROUP && saved != ctxs[d]) DK(cuCtxSetCurrent(saved));
 }
 
@@ -80,6 +87,9 @@ int main() {
     DK(cuCtxGetCurrent(&ctxs[d]));
     DK(cuStreamCreate(&streams[d], CU_STREAM_NON_BLOCKING));
     DK(cuEventCreate(&events[d], CU_EVENT_DISABLE_TIMING));
+    void *host;
+    DK(cuMemHostAlloc(&host, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+    DK(cuMemHostGetDevicePointer(&words[d], host, 0));
     cudaFunction_t f;
     CK(cudaGetFuncBySymbol(&f, (const void *)empty_kernel));
     fns[d] = (CUfunction)f;
@@ -88,19 +98,22 @@ int main() {
   params p = {};
   printf("%d GPUs, one thread; host us per call (per rank and iteration), median of %d runs of %d\n", ndev,
          RUNS, ITERS);
-  for (int v = 0; v < NVARIANTS; v++) {
-    double runs[RUNS];
-    for (int r = 0; r < RUNS; r++) {
+  double runs[NVARIANTS][RUNS];
+  for (int r = 0; r < RUNS; r++) {
+    for (int v = 0; v < NVARIANTS; v++) {
       iterations(v, WARMUP, &p);
       for (int d = 0; d < ndev; d++) DK(cuStreamSynchronize(streams[d]));
       double t0 = now_us();
       iterations(v, ITERS, &p);
       double t1 = now_us();
       for (int d = 0; d < ndev; d++) DK(cuStreamSynchronize(streams[d]));
-      runs[r] = (t1 - t0) / ((double)ITERS * ndev);
+      runs[v][r] = (t1 - t0) / ((double)ITERS * ndev);
     }
-    std::sort(runs, runs + RUNS);
-    printf("%-8s %7.3f us  (min %.3f, max %.3f)\n", names[v], runs[RUNS / 2], runs[0], runs[RUNS - 1]);
+  }
+  for (int v = 0; v < NVARIANTS; v++) {
+    std::sort(runs[v], runs[v] + RUNS);
+    printf("%-8s %7.3f us  (min %.3f, max %.3f)\n", names[v], runs[v][RUNS / 2], runs[v][0],
+           runs[v][RUNS - 1]);
   }
   return 0;
 }
