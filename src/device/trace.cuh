@@ -19,7 +19,7 @@
  *
  * In the bulk entry (bulk.cuh) thread 0 is lane 0 of the first warp, and the points mean: `valid`, `opened`,
  * `barrier`, `run` and `closed` as above (bulk_open for ll_open, bulk_close for the counts); `task` its last
- * sent chunk's bytes stored, `piece` the system fence after them done (the chunk's mark is stored next);
+ * chunk sent or copied stored, `piece` the system fence after them done (the chunk's mark is stored next);
  * `lines` its last received chunk's mark seen, `arrived` that chunk combined. The rest stay -1.
  */
 #ifndef BRAID_DEVICE_TRACE_CUH
