@@ -21,7 +21,8 @@
 # tests on NCCL, 0: never, default: with time to spare), NCCL_TESTS (0: skip nccl-tests), MODES (the
 # nccl-tests modes to run, of "procs graphs alltypes onegpu", default all four: a check that ran out of time
 # can finish in a second run), WORK (scratch folder for the builds of nccl-tests and the logs; default: a new
-# temporary one).
+# temporary one), REUSE_BUILD (1: use build-gpu as it is when its braid runs, e.g. bin/ and lib/ of a build
+# carried from another machine, instead of building).
 #
 # $OUT receives summary.md, results.tsv, gpu-tests.tsv, machine.txt, build.log and two tarballs of logs.
 # NVLink multicast stays off for every program started here.
@@ -86,8 +87,14 @@ echo "== machine" | tee "$out/machine.txt"
 echo "== building Braid (with its tests) and nccl-tests"
 mpi_inc=$(mpicc --showme:incdirs 2>/dev/null | awk '{print $1}')
 mpi_home=${MPI_HOME:-$(dirname "${mpi_inc:-/usr/include/mpi}")}
-(cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DBRAID_TESTS=ON && cmake --build build-gpu -j"$(nproc)") \
-  >"$work/build-braid.log" 2>&1 &
+if [ "${REUSE_BUILD:-0}" = 1 ] && build-gpu/bin/braid --version >/dev/null 2>&1; then
+  # a build made elsewhere and carried here (bin/ and lib/ only): nvcc's single-threaded kernel build is the
+  # longest step of a check
+  echo "reused: $(build-gpu/bin/braid --version)" >"$work/build-braid.log" &
+else
+  (cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DBRAID_TESTS=ON && cmake --build build-gpu -j"$(nproc)") \
+    >"$work/build-braid.log" 2>&1 &
+fi
 braid_build=$!
 run_nccl_tests=${NCCL_TESTS:-1}
 if [ "$run_nccl_tests" = 1 ]; then
