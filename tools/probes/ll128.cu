@@ -214,6 +214,11 @@ struct variant {
   uint32_t nch, batch;
 };
 
+/* Whether a transfer of `bytes` is one piece per channel of variant v: its part within a slot's data. */
+static bool fits(const variant &v, uint32_t bytes) {
+  return bytes / v.nch <= (v.big ? 60u : 32u) * 1024;
+}
+
 template <bool BIG, bool CHECK>
 static void launch(const side &s, uint32_t bytes, uint32_t nch, uint32_t batch, cudaStream_t st) {
   if (batch == 2) pair<BIG, CHECK, 2><<<2 * nch, THREADS, 0, st>>>(s, bytes, nch);
@@ -308,12 +313,12 @@ int main() {
 
   const variant vs[] = {{false, 32, 4}, {true, 32, 4}, {true, 32, 8}, {true, 48, 4},
                         {true, 64, 2},  {true, 64, 4}, {true, 32, 2}};
-  const int nv = sizeof(vs) / sizeof(vs[0]);
+  enum { nv = sizeof(vs) / sizeof(vs[0]) };
   /* Checked: every size, every variant, 300 launches each. */
   const uint32_t checked[] = {4, 1024, 4100, 65536, 262144 + 52, 524288, 1000004, 1048576, 1572864, 1966080};
   for (const variant &v : vs)
     for (uint32_t bytes : checked) {
-      if (bytes / v.nch > (v.big ? 60u : 32u) * 1024) continue;
+      if (!fits(v, bytes)) continue;
       for (int it = 0; it < 300; it++)
         for (int d = 0; d < 2; d++) {
           CK(cudaSetDevice(d));
@@ -338,10 +343,10 @@ int main() {
   printf("us per all-reduce, median of %d runs of %d, GPU0/GPU1; variants:\n", RUNS, ITERS);
   for (const variant &v : vs) printf("  %s %u ch batch %u\n", v.big ? "LL128" : "LL", v.nch, v.batch);
   for (uint32_t bytes : timed) {
-    double med[8][2] = {};
+    double med[nv][2] = {};
     for (int k = 0; k < nv; k++) {
       const variant &v = vs[k];
-      if (bytes / v.nch > (v.big ? 60u : 32u) * 1024) continue;
+      if (!fits(v, bytes)) continue;
       cudaGraphExec_t ge[2];
       cudaEvent_t ev[2][2];
       for (int d = 0; d < 2; d++) {
@@ -376,6 +381,8 @@ int main() {
         med[k][d] = t[d][RUNS / 2];
         CK(cudaSetDevice(d));
         CK(cudaGraphExecDestroy(ge[d]));
+        CK(cudaEventDestroy(ev[d][0]));
+        CK(cudaEventDestroy(ev[d][1]));
       }
     }
     printf("%8u", bytes);
