@@ -5,7 +5,8 @@
  * send peer or the same receive peer) must keep their list order, so they form one lane; local copies form
  * one lane of their own, and transfers the planner marks XF_SEQ (a one-shot reduction, whose combines read
  * what the one before stored) all join one lane. A Simple transfer is split over ceil(bytes / ch_bytes)
- * channels, an LL one over ceil(bytes / ll_part), at most nch (DEV_LL_CHANNELS for LL): a function of its
+ * channels, an LL one over ceil(bytes / ll_part), at most nch (GX_LL_NCH for LL), an LL128 one (two ranks)
+ * over nch (at most DEV_LL_CHANNELS): a function of its
  * size and of knobs that are the same on every rank, so both ends of a connection split it the same way
  * (DESIGN.md, principle 2). Lanes run concurrently, each on as many blocks as the launch's widest transfer
  * has channels (dev_work_t.nch): an 8-byte all-reduce runs on a block or two, not on nch per lane.
@@ -86,7 +87,9 @@ struct gx {
                               * over a grid of that many lanes (dev_comm_t.interleave); 0: never */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
   uint64_t ll_part;          /* an LL transfer takes a channel per this many bytes (BRAID_LL_CHANNEL_BYTES) */
-  int ll_nch;                /* and at most this many: DEV_LL_CHANNELS, or fewer when nch is */
+  int ll_nch;                /* and at most this many: GX_LL_NCH, or fewer when nch is */
+  uint64_t ll128_max;        /* larger transfers of at most this many bytes with a peer are LL128 (0: none) */
+  int ll128_nch;             /* the channels of an LL128 transfer: nch, at most DEV_LL_CHANNELS */
   uint64_t ch_bytes;         /* a Simple transfer takes a channel per this many bytes (BRAID_CHANNEL_BYTES) */
   uint8_t *peer_caps;        /* [nranks] PEER_* bits: what the connections to and from each peer have */
   gpu_mem_t *mem;            /* the ring tables, counters and barrier dcomm points at */
@@ -145,7 +148,11 @@ _Static_assert(offsetof(dev_work_t, xfers) == offsetof(dev_work_small_t, xfers),
 /* An LL transfer runs in one slice: each channel's part within half of its LL ring, and of a Simple ring for
  * a side without LL (gx_init bounds ll_max and ll_part to keep it so). */
 enum { GX_LL_PART_MAX = DEV_LL_SLOTS / 2 * DEV_LL_PIECE };
-_Static_assert(PLAN_LL_MAX <= (uint64_t)DEV_LL_CHANNELS * GX_LL_PART_MAX &&
+/* LL transfers take at most 32 of the DEV_LL_CHANNELS LL rings: 40 blocks moved them no faster, and in place
+ * slower, on two H200s (docs/perf-notes.md, 73). */
+enum { GX_LL_NCH = 32 };
+_Static_assert(GX_LL_NCH <= DEV_LL_CHANNELS, "LL transfers have an LL ring per channel");
+_Static_assert(PLAN_LL_MAX <= (uint64_t)GX_LL_NCH * GX_LL_PART_MAX &&
                    GX_LL_PART_MAX <= DEV_SLOTS / 2 * DEV_SLOT_BYTES,
                "an LL transfer's part fits half a ring");
 /* A one-shot reduction's lane receives from every peer and, in place, sends to every peer. */
@@ -155,6 +162,17 @@ _Static_assert(2 * (PLAN_ONESHOT_MAX_RANKS - 1) <= DEV_LANE_RINGS,
 /* The most lanes a step can have: a send to every peer, a receive from every peer and one local. */
 static int lanes_max(int nranks) {
   return nranks > 1 ? 2 * nranks - 1 : 1;
+}
+
+/* The largest LL128 transfer (dev.h): the knob's, held to one piece on each of ll128_nch channels, on a
+ * communicator of two ranks whose connections both ways have LL rings (both ranks see the same two
+ * connections, so they agree); 0 elsewhere. Run after upload (peer_caps). */
+static uint64_t ll128_max(const gx_t *gx) {
+  const int peer = 1 - gx->rank;
+  if (gx->nranks != 2 || (gx->peer_caps[peer] & (PEER_LL_TO | PEER_LL_FROM)) != (PEER_LL_TO | PEER_LL_FROM))
+    return 0;
+  const uint64_t cap = (uint64_t)gx->ll128_nch * DEV_LL128_PIECE, want = plan_tuning()->ll128_max;
+  return want < cap ? want : cap;
 }
 
 int gx_channels(int nranks, int sms) {
@@ -323,7 +341,8 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->split_lane = param_int(P_BRAID_SPLIT_LANE) != 0;
   gx->batch_pieces = batch_pieces();
   gx->spread = spread_lanes(nranks);
-  gx->ll_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
+  gx->ll_nch = nch < GX_LL_NCH ? nch : GX_LL_NCH;
+  gx->ll128_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
   /* every channel's part within half a ring: at most GX_LL_PART_MAX per channel, on at most ll_nch */
   uint64_t ll_cap = (uint64_t)gx->ll_nch * GX_LL_PART_MAX;
   gx->ll_max = plan_tuning()->ll_max < ll_cap ? plan_tuning()->ll_max : ll_cap;
@@ -333,19 +352,22 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_dev_alloc(dev, layout(nranks, gx->rings).total, &gx->mem), res, fail);
   mem_charge(acct, gpu_mem_size(gx->mem), 1, "kernel view of the communicator");
   CHECK_GOTO(upload(gx, links), res, fail);
+  gx->ll128_max = ll128_max(gx);
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
   CHECK_GOTO(queue_init(gx), res, fail);
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes, LL protocol for "
        "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES), a channel per "
        "%llu bytes of one, up to %d (BRAID_LL_CHANNEL_BYTES), launches of LL transfers alone through %s "
-       "(BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s (BRAID_PAIR_KERNEL); a Simple "
-       "transfer takes a channel per %llu bytes (BRAID_CHANNEL_BYTES), launches "
-       "of one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL)",
+       "(BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s (BRAID_PAIR_KERNEL); LL128 "
+       "for larger transfers with a peer of at most %llu bytes over %d channels (NCCL_PROTO, "
+       "BRAID_LL128_MAX_BYTES; two ranks on p2p both ways only); a Simple transfer takes a channel per %llu "
+       "bytes (BRAID_CHANNEL_BYTES), launches of one-slice Simple transfers on p2p through %s "
+       "(BRAID_BULK_KERNEL)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap, (unsigned long long)gx->ll_max,
        (unsigned long long)gx->ll_part, gx->ll_nch, gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
-       gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same", (unsigned long long)gx->ch_bytes,
-       gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel");
+       gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same", (unsigned long long)gx->ll128_max, gx->ll128_nch,
+       (unsigned long long)gx->ch_bytes, gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel");
   *gx_p = gx;
   return ncclSuccess;
 fail:
@@ -577,22 +599,28 @@ static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane
 
 /* The kernel's form of a planned transfer. A running result (XF_PREPARED) is combined as a plain sum where
  * PreMulSum would scale it again; the kernel never sees that flag's meaning. A transfer of at most ll_max
- * bytes is marked LL and runs on a channel per ll_part bytes, at most ll_nch (dev.h); a Simple one on a
- * channel per ch_bytes, at most `cap` (wide_step). The mark and the channels depend on the size, the knobs,
- * the collective and the communicator's channels only, so both ends of each of its connections agree. Each
- * side of an LL transfer is also marked with its protocol: LL when its connection has an LL ring, which both
- * ends of the connection know alike. */
+ * bytes is marked LL and runs on a channel per ll_part bytes, at most ll_nch (dev.h); a larger one with a
+ * peer, of at most ll128_max bytes, is marked LL with the LL128 protocol and runs on ll128_nch channels
+ * (at most `cap`), as long as that leaves one LL128 piece per channel; a Simple one on a channel per
+ * ch_bytes, at most `cap` (wide_step). The mark and the channels depend on the size, the knobs, the
+ * collective and the communicator's channels only, so both ends of each of its connections agree. Each side
+ * of an LL transfer is also marked with its protocol: LL when its connection has an LL ring, which both ends
+ * of the connection know alike (an LL128 transfer's sides always have one: ll128_max). */
 static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, int cap, dev_xfer_t *out) {
   const red_t *red = in->red;
   const int ll = in->bytes <= gx->ll_max;
+  const uint64_t ll128_nch = (uint64_t)(gx->ll128_nch < cap ? gx->ll128_nch : cap);
+  const int ll128 = !ll && in->bytes <= gx->ll128_max && (in->send_peer >= 0 || in->recv_peer >= 0) &&
+                    in->bytes <= ll128_nch * DEV_LL128_PIECE;
   int flags = (int)in->flags;
-  if (ll) {
+  if (ll || ll128) {
     flags |= DEV_XF_LL;
     if (in->send_peer >= 0 && (gx->peer_caps[in->send_peer] & PEER_LL_TO)) flags |= DEV_XF_LL_SEND;
     if (in->recv_peer >= 0 && (gx->peer_caps[in->recv_peer] & PEER_LL_FROM)) flags |= DEV_XF_LL_RECV;
   }
-  uint64_t nch =
-      ll ? (in->bytes + gx->ll_part - 1) / gx->ll_part : (in->bytes + gx->ch_bytes - 1) / gx->ch_bytes;
+  uint64_t nch = ll128 ? ll128_nch
+                 : ll  ? (in->bytes + gx->ll_part - 1) / gx->ll_part
+                       : (in->bytes + gx->ch_bytes - 1) / gx->ch_bytes;
   if (ll && nch > (uint64_t)gx->ll_nch) nch = (uint64_t)gx->ll_nch;
   red_kind_t kind = (in->flags & XF_PREPARED) && red->kind == RED_PREMULSUM ? RED_SUM : red->kind;
   *out = (dev_xfer_t){.src = in->src,
@@ -607,6 +635,7 @@ static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, int cap, 
                                        : nch > (uint64_t)cap ? (uint64_t)cap
                                                              : nch),
                       .task = task,
+                      .proto = (uint8_t)(ll128 ? DEV_PROTO_LL128 : DEV_PROTO_LL),
                       .scalar_ptr = red->scalar_dev};
   if (red->kind == RED_SUM_POSTDIV)
     out->scalar.i = red->divisor;
@@ -754,16 +783,19 @@ static ncclResult_t capture_place(gx_t *gx, const launch_ctx_t *lc, uint64_t spi
 }
 
 /* Whether the work (one step, its list in the parameters) can take braid_kernel_ll (dev.h): every transfer
- * LL on each side that has a peer, one piece per channel, and few enough transfers for the small work. */
+ * LL on each side that has a peer, one piece per channel, and few enough transfers for the small work.
+ * 2: so, but with an LL128 transfer, which braid_kernel_pair can take and braid_kernel_ll cannot. */
 static int ll_only(const gx_t *gx, const dev_work_t *w) {
   if (!gx->ll_kernel || w->nsteps != 1 || w->nxfers > DEV_SMALL_XFERS) return 0;
+  int ll128 = 0;
   for (int i = 0; i < w->nxfers; i++) {
     const dev_xfer_t *x = &w->xfers[i];
     if (!(x->flags & DEV_XF_LL) || (x->send_peer >= 0 && !(x->flags & DEV_XF_LL_SEND)) ||
-        (x->recv_peer >= 0 && !(x->flags & DEV_XF_LL_RECV)) || !dev_ll_one_piece(x->bytes, x->nch))
+        (x->recv_peer >= 0 && !(x->flags & DEV_XF_LL_RECV)) || !dev_xf_one_piece(x))
       return 0;
+    ll128 |= x->proto == DEV_PROTO_LL128;
   }
-  return 1;
+  return ll128 ? 2 : 1;
 }
 
 /* Threads per block of a braid_kernel_ll launch: a line per thread of the largest part, in whole warps, at
@@ -814,7 +846,7 @@ static int pair_shape(const gx_t *gx, const dev_work_t *w, unsigned ll_thr, dev_
   p->send_blocks = (uint8_t)((send != NULL || copy != NULL) && !fused ? w->nch : 0);
   p->recv_blocks = (uint8_t)(recv != NULL ? w->nch : 0);
   /* in place, a part of a line per thread of half a block runs on two halves, as two blocks would (dev.h) */
-  p->fused = (uint8_t)(!fused ? 0 : 2 * ll_thr <= DEV_THREADS ? 2 : 1);
+  p->fused = (uint8_t)(!fused ? 0 : 2 * ll_thr <= DEV_THREADS && s->proto == DEV_PROTO_LL ? 2 : 1);
   return 1;
 }
 
@@ -1004,9 +1036,11 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
      * launch of a few transfers passes only the head of the work (dev_work_small_t), to braid_kernel_ll when
      * it is LL alone, to braid_kernel_bulk when it is Simple in one slice over p2p */
     int small = spill == 0 && w->nxfers <= DEV_SMALL_XFERS;
-    const int ll = small && ll_only(gx, w);
-    const unsigned ll_thr = ll ? ll_threads(w) : 0;
-    const int pair = ll && pair_shape(gx, w, ll_thr, &gx->pair);
+    const int lls = small ? ll_only(gx, w) : 0;
+    const unsigned ll_thr = lls ? ll_threads(w) : 0;
+    const int pair = lls && pair_shape(gx, w, ll_thr, &gx->pair);
+    /* the LL or the pair entry point; LL128 transfers that do not take the pair entry take the general one */
+    const int ll = pair || lls == 1;
     /* an LL launch (every small call) moves no Simple batch and takes no bulk kernel: it skips both scans */
     const int dup = !ll && duplex(gx, w), split = small && !ll && !dup && split_pair(gx, w);
     if (!ll) w->comm.batch_pieces = (int16_t)launch_batch(gx, w, dup);

@@ -606,28 +606,37 @@ void plan_tuning_parse(const char *algo_spec, uint64_t oneshot_max, plan_tuning_
     parse_algo_part(part, algo_spec, t);
 }
 
-uint64_t plan_ll_parse(const char *proto_spec, uint64_t ll_max) {
-  if (ll_max > PLAN_LL_MAX) ll_max = PLAN_LL_MAX;
-  if (proto_spec == NULL || proto_spec[0] == '\0') return ll_max;
+/* Whether an NCCL_PROTO value allows protocol `which` (LL or LL128): a list of none of Braid's protocols
+ * allows every one; a list allows those it names, or with "^" those it does not. */
+static int proto_allowed(const char *proto_spec, const char *which) {
+  if (proto_spec == NULL || proto_spec[0] == '\0') return 1;
   char buf[128];
   snprintf(buf, sizeof buf, "%s", proto_spec);
   char *list = buf;
   while (*list == ' ') list++;
-  int exclude = *list == '^', ll = 0, known = 0;
+  int exclude = *list == '^', named = 0, known = 0;
   char *save = NULL;
   for (char *name = strtok_r(list + exclude, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
     name = trim(name);
-    if (strcasecmp(name, "LL") == 0) {
-      ll = known = 1;
-    } else if (strcasecmp(name, "Simple") == 0) {
+    if (strcasecmp(name, "LL") == 0 || strcasecmp(name, "LL128") == 0 || strcasecmp(name, "Simple") == 0) {
       known = 1;
-    } else if (name[0] != '\0') {
-      INFO(LOG_ENV | LOG_TUNING, "NCCL_PROTO=%s: %s is not a protocol of this library (LL, Simple); ignored",
-           proto_spec, name);
+      named |= strcasecmp(name, which) == 0;
+    } else if (name[0] != '\0' && strcmp(which, "LL") == 0) { /* said once, by the LL parse */
+      INFO(LOG_ENV | LOG_TUNING,
+           "NCCL_PROTO=%s: %s is not a protocol of this library (LL, LL128, Simple); ignored", proto_spec,
+           name);
     }
   }
-  if (!known) return ll_max;
-  return ll != exclude ? ll_max : 0;
+  return !known || named != exclude;
+}
+
+uint64_t plan_ll_parse(const char *proto_spec, uint64_t ll_max) {
+  if (ll_max > PLAN_LL_MAX) ll_max = PLAN_LL_MAX;
+  return proto_allowed(proto_spec, "LL") ? ll_max : 0;
+}
+
+uint64_t plan_ll128_parse(const char *proto_spec, uint64_t ll128_max) {
+  return proto_allowed(proto_spec, "LL128") ? ll128_max : 0;
 }
 
 static pthread_once_t tuning_once = PTHREAD_ONCE_INIT;
@@ -638,6 +647,8 @@ static void tuning_load(void) {
   plan_tuning_parse(param_str(P_NCCL_ALGO), max > 0 ? (uint64_t)max : 0, &tuning_knobs);
   int64_t ll_max = param_int(P_BRAID_LL_MAX_BYTES);
   tuning_knobs.ll_max = plan_ll_parse(param_str(P_NCCL_PROTO), ll_max > 0 ? (uint64_t)ll_max : 0);
+  int64_t ll128_max = param_int(P_BRAID_LL128_MAX_BYTES);
+  tuning_knobs.ll128_max = plan_ll128_parse(param_str(P_NCCL_PROTO), ll128_max > 0 ? (uint64_t)ll128_max : 0);
   int64_t ll_part = param_int(P_BRAID_LL_CHANNEL_BYTES);
   tuning_knobs.ll_part = ll_part > 0 ? (uint64_t)ll_part : 1;
   int64_t ch_bytes = param_int(P_BRAID_CHANNEL_BYTES);

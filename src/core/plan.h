@@ -128,6 +128,8 @@ typedef struct {
   uint8_t algos[OP_COUNT]; /* the algorithms each collective may use: bit (1 << plan_algo_t) */
   uint64_t ll_max;         /* GPU transfers of at most this many bytes use the LL protocol (0: none) */
   uint64_t ll_part;        /* an LL transfer takes one channel per this many bytes (at least 1) */
+  uint64_t ll128_max;      /* larger GPU transfers of at most this many bytes use LL128 where the executor
+                            * can (two ranks; 0: none) */
   uint64_t ch_bytes;       /* a Simple transfer takes one channel per this many bytes (at least 1) */
   uint64_t ar_split;       /* a ring all-reduce on two ranks of at least this many bytes runs as two steps, a
                             * reduce-scatter then an all-gather of the reduced halves (0: never) */
@@ -142,9 +144,12 @@ const plan_tuning_t *plan_tuning(void);
 void plan_tuning_parse(const char *algo_spec, uint64_t oneshot_max, plan_tuning_t *t);
 /* The LL protocol's threshold from an NCCL_PROTO value and BRAID_LL_MAX_BYTES: `ll_max` (at most
  * PLAN_LL_MAX) unless the list leaves LL out, then 0. NCCL's syntax: a comma list of protocols, "^" first to
- * exclude them. Braid's protocols: LL and Simple (case-insensitive); others (LL128) are ignored with an INFO
- * line. Simple always stays: it carries what LL cannot. */
+ * exclude them. Braid's protocols: LL, LL128 and Simple (case-insensitive); others are ignored with an INFO
+ * line, and a list of none of Braid's changes nothing. Simple always stays: it carries what the others
+ * cannot. */
 uint64_t plan_ll_parse(const char *proto_spec, uint64_t ll_max);
+/* The same for LL128 and BRAID_LL128_MAX_BYTES: `ll128_max` unless the list leaves LL128 out, then 0. */
+uint64_t plan_ll128_parse(const char *proto_spec, uint64_t ll128_max);
 /* The LL protocol carries transfers of at most this many bytes, in one slice (device/dev.h); the GPU executor
  * also holds each channel's part within half of its LL ring (launch.c). */
 #define PLAN_LL_MAX (1024ull * 1024)

@@ -127,10 +127,53 @@ typedef struct {
  * same on every rank), so both ends cut the transfer alike: several blocks share a transfer that one block
  * would move slowly, since each line is a store the block issues itself. */
 #define DEV_LL_SLOTS      8
-#define DEV_LL_CHANNELS   32                 /* LL rings per connection */
+#define DEV_LL_CHANNELS   40                 /* LL rings per connection (LL itself takes at most 32) */
 #define DEV_LL_PIECE      (16 * 1024)        /* data bytes per slot */
 #define DEV_LL_SLOT_BYTES (2 * DEV_LL_PIECE) /* lines of a slot: twice the data */
-#define DEV_LL_RING_BYTES ((uint64_t)sizeof(dev_ctrl_t) + (uint64_t)DEV_LL_SLOTS * DEV_LL_SLOT_BYTES)
+
+/* The LL128 protocol, for the sizes between LL's and the Simple protocol's on two-rank communicators whose
+ * connections both have LL rings: LL's signal in the data, with 120 data bytes per 8-byte flag instead of 8
+ * per 8. A line is 128 bytes, 128-byte aligned, stored by 8 threads of a warp in one instruction, 16 bytes
+ * each: 120 data bytes, then the flag twice in the last 8 ({.., d, d, flag, flag} in the last thread's 16).
+ * It relies on NVLink delivering a warp's store of a whole 128-byte line in ascending address order, so
+ * that once the flag at the line's end has landed the data before it has too: true of the path between two
+ * GPUs' SMs over NVLink on the GPUs this protocol is enabled for (NCCL enables its LL128 on the same
+ * ground), not of PCIe or host memory, which have no LL rings. One instruction: CUDA does not promise that a
+ * warp runs converged, and a warp the compiler leaves split stores a line in several, so that its flag may
+ * land before its data (seen on two H200s). The code that leads to a line's store is straight-line, and the
+ * store checks that the whole warp runs it; a split warp stores the line from its last lane, the data, a
+ * system fence, then the flag (ll.cuh, ll128_send). A receiver's warp loads its lines' 16-byte
+ * quarters in one instruction until the last quarter of each holds the flag, then loads them once more and
+ * takes that: a warp's load of a line is not one read of it, so the quarters of the load that saw the flag
+ * may hold older bytes.
+ *
+ * A warp moves data in units of 4 lines (512 bytes of lines, 480 of data): in unit u of a piece, lane l =
+ * 8 g + j carries data bytes 480 u + 16 (7 g + j) .. + 16 for j < 7, and 480 u + 448 + 8 g .. + 8 for j = 7
+ * (with the flag), stored at 512 u + 16 l of the slot. So each lane's data is 8-byte aligned in the piece,
+ * and an element never straddles two lanes.
+ *
+ * The pieces go through the LL rings, with their counts, flags (the piece index + 1), heads and room
+ * exactly as LL pieces, but into a second set of slots of each LL ring (after its DEV_LL_SLOTS LL slots),
+ * DEV_LL128_SLOT_BYTES each: piece k of a ring is in LL slot k % DEV_LL_SLOTS or LL128 slot k %
+ * DEV_LL_SLOTS, never both. Each area only ever holds lines of its own format, so a receiver never takes an
+ * earlier piece's data for a flag (the flag words of each format are flags in every older line of that
+ * area, whose values are older pieces'). Both ends of a connection mark a transfer LL128 alike, from its
+ * size and the communicator (launch.c), and every entry point that takes LL transfers moves it: the pair
+ * kernel, and the general kernel's LL path; the LL entry point never gets one. A transfer is one LL128 piece
+ * per channel, over up to DEV_LL_CHANNELS channels. */
+#define DEV_LL128_LINE       128
+#define DEV_LL128_UNIT_DATA  480 /* data bytes of a warp's unit of 4 lines */
+#define DEV_LL128_SLOT_BYTES (48 * 1024)
+#define DEV_LL128_PIECE      (DEV_LL128_SLOT_BYTES / 512 * DEV_LL128_UNIT_DATA) /* data bytes per slot */
+/* An LL ring: its control block, padding to DEV_LL_ALIGN, its LL slots and its LL128 slots; rings start
+ * DEV_LL_ALIGN-aligned in their allocation (p2p.c), so that every LL128 slot, and a warp's 512-byte unit in
+ * it, is too (a line needs 128). DEV_LL128_AT: the LL128 slots' offset from the ring's data
+ * (dev_ring_t.data, right after the control block). */
+#define DEV_LL_ALIGN 4096
+#define DEV_LL128_AT                                                                                         \
+  ((uint64_t)DEV_LL_ALIGN - sizeof(dev_ctrl_t) + (uint64_t)DEV_LL_SLOTS * DEV_LL_SLOT_BYTES)
+#define DEV_LL_RING_BYTES                                                                                    \
+  ((uint64_t)DEV_LL_ALIGN + (uint64_t)DEV_LL_SLOTS * (DEV_LL_SLOT_BYTES + DEV_LL128_SLOT_BYTES))
 
 /* One ring as this rank's kernel sees it: where to put (or find) slot data and the control block. */
 typedef struct {
@@ -190,6 +233,8 @@ typedef struct {
 enum { DEV_XF_REDUCE = 1, DEV_XF_PREPARE = 2, DEV_XF_LAST = 4, DEV_XF_SEQ = 8, DEV_XF_PREPARED = 16 };
 /* Set by the GPU executor, not the planner: the transfer is small enough for the LL protocol (above). */
 enum { DEV_XF_LL = 32, DEV_XF_LL_SEND = 64, DEV_XF_LL_RECV = 128 };
+/* dev_xfer_t.proto of an LL transfer: its LL sides move LL lines, or LL128 lines (above). */
+enum { DEV_PROTO_LL = 0, DEV_PROTO_LL128 = 1 };
 
 /* Reduction kinds (the same values as host_reduce.h's red_kind_t). */
 enum { DEV_RED_SUM, DEV_RED_PROD, DEV_RED_MAX, DEV_RED_MIN, DEV_RED_PREMULSUM, DEV_RED_SUM_POSTDIV };
@@ -209,6 +254,8 @@ typedef struct {
   uint8_t nch;       /* channels it is split over: 1 .. nch_max */
   uint16_t lane;     /* lane within its step */
   uint16_t task;     /* index of its call in the group, for messages */
+  uint8_t proto;     /* DEV_PROTO_* of an LL transfer (DEV_XF_LL); DEV_PROTO_LL otherwise */
+  uint8_t pad[3];
   union {
     double f;  /* PREMULSUM factor on a float type */
     int64_t i; /* PREMULSUM factor on an integer type; SUM_POSTDIV divisor */
@@ -367,6 +414,19 @@ DEV_INLINE dev_span_t dev_part(uint64_t bytes, uint32_t nch, uint64_t j, uint32_
  * braid_kernel_ll requires: the host chooses that entry point by it and the kernel checks it. */
 DEV_INLINE int dev_ll_one_piece(uint64_t bytes, uint32_t nch) {
   return bytes <= (uint64_t)nch * DEV_LL_PIECE;
+}
+
+/* Whether LL transfer x is one piece of its protocol on every channel, as braid_kernel_pair requires (an
+ * LL128 transfer always is: the host keeps it so). */
+DEV_INLINE int dev_xf_one_piece(const dev_xfer_t *x) {
+  return x->proto == DEV_PROTO_LL128 ? x->bytes <= (uint64_t)x->nch * DEV_LL128_PIECE
+                                     : dev_ll_one_piece(x->bytes, x->nch);
+}
+
+/* Offset in an LL ring's data of the slot of piece `count` in protocol `proto` (DEV_PROTO_*). */
+DEV_INLINE uint64_t dev_ll_slot_at(uint64_t count, int proto) {
+  const uint64_t slot = count % DEV_LL_SLOTS;
+  return proto == DEV_PROTO_LL128 ? DEV_LL128_AT + slot * DEV_LL128_SLOT_BYTES : slot * DEV_LL_SLOT_BYTES;
 }
 
 /* Whether a transfer's data is scaled on the way (PreMulSum's factor, or the average's division at its last

@@ -402,6 +402,47 @@ __device__ __forceinline__ uint4 *ll_slot(const ring_use &r) {
   return (uint4 *)(r.data + (size_t)(r.count % DEV_LL_SLOTS) * DEV_LL_SLOT_BYTES);
 }
 
+/* Every thread: moves the block's part of LL128 transfer k (dev.h), one piece, by ll128_lines: thread 0
+ * waits for room as for an LL piece (unless the head last read shows it, alike in every thread), then every
+ * warp moves its units from this rank's operands and the arriving lines to the destination and the lines
+ * sent, and after a barrier thread 0 publishes. The host marks a transfer LL128 only where each side it has
+ * runs LL rings (both connections of a two-rank communicator), and in one piece per channel (xfer_valid).
+ * Returns false (in every thread) when a wait failed or a side has no LL ring. */
+template <class W> __device__ bool ll128_run(const W &w, uint32_t k, block_state &st, bool &synced) {
+  const dev_xfer_t &x = xfer_at(w, k);
+  const uint32_t xi = k - st.first;
+  const ring_use *rr = x.recv_peer >= 0 ? &st.rings[st.recv_ring[xi]] : NULL;
+  const ring_use *rs = x.send_peer >= 0 ? &st.rings[st.send_ring[xi]] : NULL;
+  const dev_span_t part = dev_part(x.bytes, x.nch, 0, st.channel);
+  if ((rr != NULL && !rr->ll) || (rs != NULL && !rs->ll)) {
+    if (threadIdx.x == 0) error_record(&w.comm, DEV_ERR_INVALID, -1, (int)st.channel, 0, w.seq + x.task, 0);
+    return false;
+  }
+  if (part.len == 0) return true;
+  if (!(synced && (rs == NULL || rs->head_seen + DEV_LL_SLOTS > rs->count))) {
+    if (threadIdx.x == 0) st.batch = batch_wait(w, x, xi, 1, st);
+    __syncthreads();
+    if (st.batch == 0) return false;
+  }
+  synced = false; /* thread 0 publishes at the end */
+  ll_io io;
+  io.local = x.src != NULL ? x.src + part.off : NULL;
+  io.dst = x.dst != NULL ? x.dst + part.off : NULL;
+  io.mem = rr == NULL && (x.flags & DEV_XF_REDUCE) ? io.dst : NULL;
+  io.in = rr != NULL ? (const uint4 *)(rr->data + dev_ll_slot_at(rr->count, DEV_PROTO_LL128)) : NULL;
+  io.out = rs != NULL ? (uint4 *)(rs->data + dev_ll_slot_at(rs->count, DEV_PROTO_LL128)) : NULL;
+  io.in_flag = rr != NULL ? ll_flag(*rr) : 0;
+  io.out_flag = rs != NULL ? ll_flag(*rs) : 0;
+  io.len = (uint32_t)part.len;
+  io.skip = 0;
+  io.send_local = 0;
+  const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
+  const bool ok = ll_piece(x, io, &w.comm, what);
+  if (__syncthreads_or(!ok)) return false; /* every line read and every count taken */
+  if (threadIdx.x == 0) batch_publish(x, xi, 0, 1, (uint32_t)part.len, st);
+  return true;
+}
+
 /* Every thread: moves the block's part of LL transfer k (its channel's part of the one slice, dev.h, in
  * pieces of DEV_LL_PIECE bytes, one slot each), each side on its own protocol: thread 0 waits for room (and
  * for a Simple receive's data) unless nothing is to be waited for and `synced` says no piece was published
@@ -417,6 +458,7 @@ __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bo
   const ring_use *rr = x.recv_peer >= 0 ? &st.rings[st.recv_ring[xi]] : NULL;
   const ring_use *rs = x.send_peer >= 0 ? &st.rings[st.send_ring[xi]] : NULL;
   const dev_span_t part = dev_part(x.bytes, x.nch, 0, st.channel);
+  if (x.proto == DEV_PROTO_LL128) return ll128_run(w, k, st, synced);
   const uint64_t end = part.off + part.len;
   for (uint64_t at = part.off; at < end; at += DEV_LL_PIECE) {
     const uint32_t len = end - at < DEV_LL_PIECE ? (uint32_t)(end - at) : DEV_LL_PIECE;
@@ -698,8 +740,8 @@ __device__ bool ll_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, ll
   const dev_span_t part = dev_part(x.bytes, x.nch > 0 ? x.nch : 1, 0, c);
   const bool mine = have & (x.lane == lane) & (c < x.nch) & (part.len != 0);
   const bool side_ll = (x.flags & (send ? DEV_XF_LL_SEND : DEV_XF_LL_RECV)) != 0;
-  bool bad = have && (!xfer_valid(x, w) | !(x.flags & DEV_XF_LL) | ((peer >= 0) & !side_ll) |
-                      !dev_ll_one_piece(x.bytes, x.nch));
+  bool bad = have && (!xfer_valid(x, w) | !(x.flags & DEV_XF_LL) | (x.proto != DEV_PROTO_LL) |
+                      ((peer >= 0) & !side_ll) | !dev_ll_one_piece(x.bytes, x.nch));
   const bool used = mine && peer >= 0 && !bad;
   const int idx = peer * DEV_LL_CHANNELS + (int)c;
   dev_ring_t ring = {NULL, NULL, NULL};
@@ -832,7 +874,8 @@ struct pair_out {
   uint64_t count;
   const char *src;
   uint32_t len;
-  uint2 first; /* line t of the part, for a thread t that sends */
+  uint32_t proto; /* the send's DEV_PROTO_* */
+  uint2 first;    /* line t of the part, for a thread t that sends (LL) */
 };
 
 /* Every thread of the block: opens channel c's part of p.send. The ring's table entry, its count, the head
@@ -855,7 +898,9 @@ __device__ bool pair_send_open(const dev_pair_t &p, uint32_t c, uint32_t t, bool
   uint64_t head = __ldcg(&comm->ll_heads[idx]);
   o.src = x.src + part.off;
   o.len = (uint32_t)part.len;
-  o.first = loads && t < (o.len + 7) / 8 ? load8(o.src, t, o.len) : make_uint2(0, 0);
+  o.proto = x.proto;
+  o.first =
+      loads && x.proto == DEV_PROTO_LL && t < (o.len + 7) / 8 ? load8(o.src, t, o.len) : make_uint2(0, 0);
   if (ring.data == NULL || ring.ctrl == NULL) {
     if (threadIdx.x == 0) error_record(comm, DEV_ERR_INVALID, x.send_peer, (int)c, 1, p.seq + x.task, 0);
     return false;
@@ -869,16 +914,23 @@ __device__ bool pair_send_open(const dev_pair_t &p, uint32_t c, uint32_t t, bool
     if (__syncthreads_or(failed)) return false;
     if (threadIdx.x == 0) __stcg(&comm->ll_heads[idx], head);
   }
-  o.lines = (uint4 *)(ring.data + (size_t)(o.count % DEV_LL_SLOTS) * DEV_LL_SLOT_BYTES);
+  o.lines = (uint4 *)(ring.data + dev_ll_slot_at(o.count, x.proto));
   return true;
 }
 
 /* A sending thread t of `stride`: stores its lines of the part (line t from o.first), each with one 16-byte
- * store carrying the flag. */
+ * store carrying the flag; an LL128 send, by whole warps (ll128_lines: `stride` is the block from its
+ * thread stride's warps on, as the receiving half of fused 2 is never LL128). */
 __device__ void pair_send_lines(const pair_out &o, uint32_t t, uint32_t stride) {
   if (o.lines == NULL) return;
   const uint32_t flag = (uint32_t)(o.count + 1);
   TRACE_AT(TRACE_EARLY);
+  if (o.proto == DEV_PROTO_LL128) {
+    const ll_io io = {o.src, NULL, NULL, NULL, o.lines, 0, flag, o.len, blockDim.x - stride};
+    ll128_lines(line_copy{false}, io, NULL, wait_what{});
+    TRACE_AT(TRACE_SENT);
+    return;
+  }
   for (uint32_t i = t; i < (o.len + 7) / 8; i += stride) {
     const uint2 v = i == t ? o.first : load8(o.src, i, o.len);
     store_line(o.lines + i, make_uint4(v.x, flag, v.y, flag));
@@ -911,9 +963,11 @@ struct pair_in {
 };
 
 /* The threads from `skip` on: receive their lines of channel c's part of p.recv from LL ring c of its peer
- * (ll_piece: this rank's operand read before the wait, then combined or copied into dst). False when a wait
- * failed or the ring is missing. */
-__device__ bool pair_recv_lines(const dev_pair_t &p, uint32_t c, uint32_t skip, pair_in &in) {
+ * (ll_piece: this rank's operand read before the wait, then combined or copied into dst). With `o` (an LL128
+ * in-place all-reduce, fused 1), each unit of this rank's operand goes out on o's lines right before its
+ * arriving lines are awaited, as one pass. False when a wait failed or the ring is missing. */
+__device__ bool pair_recv_lines(const dev_pair_t &p, uint32_t c, uint32_t skip, pair_in &in,
+                                const pair_out *o) {
   const dev_xfer_t &x = p.recv;
   const dev_comm_t *comm = &p.comm;
   in.ctrl = NULL;
@@ -930,15 +984,20 @@ __device__ bool pair_recv_lines(const dev_pair_t &p, uint32_t c, uint32_t skip, 
     return false;
   }
   in.ctrl = ring.ctrl;
-  const ll_io io = {x.src != NULL ? x.src + part.off : NULL,
-                    (const uint4 *)(ring.data + (size_t)(in.count % DEV_LL_SLOTS) * DEV_LL_SLOT_BYTES),
-                    NULL,
-                    x.dst + part.off,
-                    NULL,
-                    (uint32_t)(in.count + 1),
-                    0,
-                    (uint32_t)part.len,
-                    skip};
+  ll_io io = {x.src != NULL ? x.src + part.off : NULL,
+              (const uint4 *)(ring.data + dev_ll_slot_at(in.count, x.proto)),
+              NULL,
+              x.dst + part.off,
+              NULL,
+              (uint32_t)(in.count + 1),
+              0,
+              (uint32_t)part.len,
+              skip};
+  if (o != NULL && o->lines != NULL) {
+    io.out = o->lines;
+    io.out_flag = (uint32_t)(o->count + 1);
+    io.send_local = 1;
+  }
   return ll_piece(x, io, comm, what);
 }
 
@@ -962,8 +1021,9 @@ __device__ __forceinline__ bool pair_valid(const dev_pair_t &p) {
          (gridDim.x == (uint32_t)p.send_blocks + p.recv_blocks) &
          (blockDim.x % (p.fused == 2 ? 64 : 32) == 0) & (blockDim.x <= DEV_THREADS) &
          (!sends | (p.send.send_peer >= 0)) & (!recvs | (p.recv.recv_peer >= 0)) &
-         (!sends | dev_ll_one_piece(p.send.bytes, p.send.nch)) &
-         (!recvs | dev_ll_one_piece(p.recv.bytes, p.recv.nch)) &
+         (!sends | dev_xf_one_piece(&p.send)) & (!recvs | dev_xf_one_piece(&p.recv)) &
+         (p.send.proto <= DEV_PROTO_LL128) & (p.recv.proto <= DEV_PROTO_LL128) &
+         ((p.fused != 2) | ((p.send.proto | p.recv.proto) == DEV_PROTO_LL)) &
          ((p.fused != 2) |
           ((dev_part(p.send.bytes, p.send.nch > 0 ? p.send.nch : 1, 0, 0).len + 7) / 8 <= blockDim.x / 2));
 }
@@ -1005,11 +1065,13 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
   } else {
     if (p.fused == 1) { /* each thread sends the lines it then overwrites; no sending blocks copy */
       if (!pair_send_open(p, c, threadIdx.x, true, o)) return;
-      pair_send_lines(o, threadIdx.x, blockDim.x);
+      if (p.send.proto != DEV_PROTO_LL128) pair_send_lines(o, threadIdx.x, blockDim.x);
       pair_copy(p, c, threadIdx.x, blockDim.x);
     }
   }
-  if (receives) ok = pair_recv_lines(p, c, skip, in);
+  /* LL128 in place: each unit sent within the receive, right before it is awaited and overwritten */
+  const bool one_pass = p.fused == 1 && p.send.proto == DEV_PROTO_LL128;
+  if (receives) ok = pair_recv_lines(p, c, skip, in, one_pass ? &o : NULL);
   if (__syncthreads_or(!ok) == 0) {
     pair_recv_close(in, skip);
     pair_send_close(o); /* fused: thread 0 sent too */

@@ -132,6 +132,9 @@ struct ll_io {
   uint32_t in_flag, out_flag, len;
   uint32_t skip; /* the block's first `skip` threads take no line: thread t takes lines t - skip, t - skip +
                   * the other threads' count, ... (0: every thread of the block) */
+  uint32_t
+      send_local; /* LL128 only: `out` carries this rank's operand as it is, each unit sent before its
+                   * arriving lines are awaited (an in-place all-reduce's send and receive in one pass) */
 };
 
 /* A line's combine: each element of this rank's 8 bytes with the other operand's (a line holds whole
@@ -183,9 +186,233 @@ __device__ __noinline__ bool ll_lines(const F fn, const ll_io io, const dev_comm
   return true;
 }
 
-/* Every thread: a piece of transfer x by ll_lines, with the operation piece_combine would apply: with a
- * second operand, this rank's data and REDUCE, the transfer's combine; without one and with PREPARE, its
- * scaling (PREMULSUM) or division (SUM_POSTDIV at LAST); otherwise a copy. */
+/* ---- LL128 (dev.h) ---- */
+
+/* Units (4 lines) of a piece a warp holds at once: its loads of each are in flight together. */
+#define LL128_BATCH 2
+
+/* Where lane l's data lies in a unit's 480 data bytes: 16 bytes from here for the first 7 lanes of each line
+ * (lanes 8 g + j, j < 7), 8 for its last (j = 7), whose other 8 bytes of the line are the flag. */
+__device__ __forceinline__ uint32_t ll128_off(uint32_t l) {
+  return (l & 7) < 7 ? 16 * (7 * (l >> 3) + (l & 7)) : 448 + 8 * (l >> 3);
+}
+
+/* ---- Straight-line memory operations ----
+ *
+ * A line's 8 lanes must store it in one instruction (dev.h), so the code that leads to a line's store
+ * keeps the warp together: no branch that some lanes take and others not. These are one predicated
+ * instruction each, which a compiler cannot turn into a branch; whether every lane of the warp runs the
+ * store together is still checked at the store (ll128_send). */
+
+/* 16 bytes at p (16-byte aligned) where `pred`, else zeros. */
+__device__ __forceinline__ uint4 ld16_if(const void *p, bool pred) {
+  uint4 v;
+  asm volatile("{\n\t.reg .pred q;\n\t"
+               "setp.ne.u32 q, %5, 0;\n\t"
+               "mov.u32 %0, 0;\n\tmov.u32 %1, 0;\n\tmov.u32 %2, 0;\n\tmov.u32 %3, 0;\n\t"
+               "@q ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+               : "=&r"(v.x), "=&r"(v.y), "=&r"(v.z), "=&r"(v.w)
+               : "l"(p), "r"((uint32_t)pred)
+               : "memory");
+  return v;
+}
+
+/* 16 bytes of v at p (16-byte aligned) where `sixteen`, else its first 8 (p 8-byte aligned). */
+__device__ __forceinline__ void st16_or_8(void *p, uint4 v, bool sixteen) {
+  asm volatile("{\n\t.reg .pred q;\n\t"
+               "setp.ne.u32 q, %5, 0;\n\t"
+               "@q st.global.cg.v4.u32 [%0], {%1, %2, %3, %4};\n\t"
+               "@!q st.global.cg.v2.u32 [%0], {%1, %2};\n\t}" ::"l"(p),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((uint32_t)sixteen)
+               : "memory");
+}
+
+/* Lane l's data (ll128_off: 16 bytes, or 8 in .x and .y) of the unit whose 480 data bytes start at `src`,
+ * of which the first `avail` lie in the buffer (the rest are unspecified, and never read past the 16-byte
+ * block that holds the buffer's last byte). Every lane runs the same instructions: one 16-byte aligned load
+ * (two where src is not 16-byte aligned, the same in every lane), then a funnel shift by src's misalignment;
+ * a line's last lane loads the aligned 16 bytes that hold its 8 and keeps its half. */
+__device__ __forceinline__ uint4 ll128_gather(const char *src, uint32_t avail, uint32_t l) {
+  const uint32_t g = l >> 3;
+  const bool two = (l & 7) < 7, upper = !two && (g & 1) != 0;
+  const uint32_t off = two ? ll128_off(l) : 448 + 16 * (g >> 1);
+  const uint32_t mis = (uint32_t)(uintptr_t)src & 15;
+  const char *at = src + off - mis;
+  const uint4 a = ld16_if(at, off < avail);
+  const uint4 b = ld16_if(at + 16, mis != 0 && off + 16 - mis < avail);
+  uint32_t w0 = a.x, w1 = a.y, w2 = a.z, w3 = a.w, w4 = b.x, w5 = b.y, w6 = b.z, w7 = b.w;
+  if (mis & 8) {
+    w0 = w2, w1 = w3, w2 = w4, w3 = w5, w4 = w6, w5 = w7;
+  }
+  if (mis & 4) {
+    w0 = w1, w1 = w2, w2 = w3, w3 = w4, w4 = w5;
+  }
+  const uint32_t sh = 8 * (mis & 3);
+  const uint4 v = make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh),
+                             __funnelshift_r(w2, w3, sh), __funnelshift_r(w3, w4, sh));
+  return upper ? make_uint4(v.z, v.w, v.z, v.w) : v;
+}
+
+/* Stores lane l's data v (ll128_off) into the unit whose 480 data bytes start at `dst`, the bytes of it
+ * within the first `avail`. A whole unit at a 16-byte aligned dst takes one store per lane; otherwise each
+ * lane stores 4-byte words (dst and avail multiples of 4) or bytes, each store predicated. */
+__device__ __forceinline__ void ll128_scatter(char *dst, uint32_t avail, uint32_t l, uint4 v) {
+  const bool two = (l & 7) < 7;
+  const uint32_t off = ll128_off(l), n = two ? 16 : 8;
+  char *p = dst + off;
+  if (((uintptr_t)dst & 15) == 0 && avail >= DEV_LL128_UNIT_DATA) { /* the same in every lane */
+    st16_or_8(p, v, two);
+    return;
+  }
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  if ((((uintptr_t)dst | avail) & 3) == 0) {
+#pragma unroll
+    for (uint32_t k = 0; k < 4; k++)
+      if (4 * k < n && off + 4 * k < avail) __stcg((uint32_t *)p + k, w[k]);
+    return;
+  }
+#pragma unroll
+  for (uint32_t k = 0; k < 16; k++)
+    if (k < n && off + k < avail) p[k] = (char)(w[k / 4] >> (8 * (k % 4)));
+}
+
+/* The way ll128_send stores a line when the warp is split: the line's last lane gathers the line's other
+ * quarters (shuffles, which every lane of the warp runs, wherever it is split), stores them, fences at
+ * system scope, then stores its own quarter with the flag. Out of line: the warp gets here only when the
+ * compiler left it split. */
+__device__ __noinline__ void ll128_send_split(uint4 *p, uint4 v, uint32_t flag) {
+  const uint32_t all = 0xffffffffu, l = threadIdx.x & 31, first = l & ~7u;
+  uint4 q[7];
+#pragma unroll
+  for (uint32_t k = 0; k < 7; k++)
+    q[k] = make_uint4(__shfl_sync(all, v.x, first + k), __shfl_sync(all, v.y, first + k),
+                      __shfl_sync(all, v.z, first + k), __shfl_sync(all, v.w, first + k));
+  if ((l & 7) == 7) {
+#pragma unroll
+    for (uint32_t k = 0; k < 7; k++) store_line(p - 7 + k, q[k]);
+    fence_acq_rel_sys();
+    store_line(p, make_uint4(v.x, v.y, flag, flag));
+  }
+}
+
+/* Every lane of a warp: sends its quarter of an LL128 line at p: v, or for a line's last lane v's first 8
+ * bytes and the flag twice. NVLink delivers a line whole when the line's 8 lanes store it in one instruction
+ * (dev.h), which they do when every lane of the warp runs it: the check of that (activemask) and the store
+ * are one asm statement, with no branch between them. CUDA does not promise that a warp runs converged,
+ * and the compiler did leave warps split at this store (in parts that end mid-unit, and between a line's
+ * last lane and the others); a split warp stores by ll128_send_split, which orders the line's data before
+ * its flag with a fence. */
+__device__ __forceinline__ void ll128_send(uint4 *p, uint4 v, uint32_t flag, bool two) {
+  uint32_t done;
+  asm volatile("{\n\t.reg .pred q, t;\n\t.reg .b32 m, z, w;\n\t"
+               "activemask.b32 m;\n\t"
+               "setp.eq.b32 q, m, -1;\n\t"
+               "setp.ne.u32 t, %6, 0;\n\t"
+               "selp.b32 z, %4, %7, t;\n\t"
+               "selp.b32 w, %5, %7, t;\n\t"
+               "@q st.volatile.global.v4.u32 [%1], {%2, %3, z, w};\n\t"
+               "selp.u32 %0, 1, 0, q;\n\t}"
+               : "=r"(done)
+               : "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((uint32_t)two), "r"(flag)
+               : "memory");
+  if (!done) ll128_send_split(p, v, flag);
+}
+
+/* A line's quarter as ll128_wait leaves it, and whether the wait succeeded. */
+struct ll128_got {
+  uint4 v;
+  bool ok;
+};
+
+/* Every lane of a warp: waits until every line of the warp's unit (whose quarter lane l loaded as `v`,
+ * from `line`) carries `flag` in its last lane, loading the unit again while one does not; then loads it
+ * once more and returns that: a warp's load of a line is not one read of it, so quarters loaded with the
+ * flag's may be older. Every lane runs the same steps, the timeout's check included (spin_fails: its
+ * counts are the same in every lane). ok false in every lane when the wait failed. */
+__device__ __noinline__ ll128_got ll128_wait(const dev_comm_t *comm, const uint4 *line, uint32_t flag,
+                                             const wait_what what, uint4 v) {
+  const uint32_t all = 0xffffffffu;
+  const bool two = (threadIdx.x & 7) < 7;
+  spin_t s = {0, 0};
+  for (;;) {
+    if (__all_sync(all, two || (v.z == flag && v.w == flag))) return ll128_got{load_line(line), true};
+    if (__any_sync(all, spin_fails(comm, &s, what))) return ll128_got{v, false};
+    v = load_line(line);
+  }
+}
+
+/* Every warp from thread io.skip on (a multiple of 32): the units of an LL128 piece, unit u by warp u % the
+ * warps, LL128_BATCH of them at once: it loads the arriving lines and this rank's operand (or a second one in
+ * memory) of each, then waits for each unit's flags (ll128_wait), combines with fn (on each 8-byte half),
+ * sends the unit's lines (ll128_send) and stores the bytes within the piece. Every lane of a warp runs the
+ * same units and the same instructions (the straight-line operations above), so that the warp stays
+ * together for its stores of lines. False (in every lane of the warp) when the wait failed. */
+template <class F>
+__device__ __noinline__ bool ll128_lines(const F fn, const ll_io io, const dev_comm_t *comm,
+                                         const wait_what what) {
+  static_assert(LL128_BATCH == 2, "the second pass below picks the unit's values by a select");
+  const uint32_t l = threadIdx.x & 31;
+  const bool two = (l & 7) < 7;
+  const uint32_t warp = (threadIdx.x - io.skip) / 32, nwarps = (blockDim.x - io.skip) / 32;
+  const uint32_t units = (io.len + DEV_LL128_UNIT_DATA - 1) / DEV_LL128_UNIT_DATA;
+  for (uint32_t u0 = warp; u0 < units; u0 += LL128_BATCH * nwarps) {
+    uint4 mine[LL128_BATCH], in[LL128_BATCH];
+#pragma unroll
+    for (int b = 0; b < LL128_BATCH; b++) {
+      const uint32_t u = u0 + b * nwarps; /* u < units: the same in every lane */
+      in[b] = u < units && io.in != NULL ? load_line(io.in + 32 * u + l) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int b = 0; b < LL128_BATCH; b++) {
+      const uint32_t u = u0 + b * nwarps, at = u * DEV_LL128_UNIT_DATA, avail = io.len - at;
+      mine[b] =
+          u < units && io.local != NULL ? ll128_gather(io.local + at, avail, l) : make_uint4(0, 0, 0, 0);
+      if (io.in == NULL)
+        in[b] = u < units && io.mem != NULL ? ll128_gather(io.mem + at, avail, l) : make_uint4(0, 0, 0, 0);
+    }
+    if (io.send_local && io.out != NULL) { /* this rank's bytes go out before the wait: read before stored */
+#pragma unroll
+      for (int b = 0; b < LL128_BATCH; b++) {
+        const uint32_t u = u0 + b * nwarps;
+        if (u < units) ll128_send(io.out + 32 * u + l, mine[b], io.out_flag, two);
+      }
+    }
+    /* one copy of the combine for both units (a loop kept rolled, its operands chosen by select), as every
+     * operation and type has its own ll128_lines */
+#pragma unroll 1
+    for (int b = 0; b < LL128_BATCH; b++) {
+      const uint32_t u = u0 + b * nwarps, at = u * DEV_LL128_UNIT_DATA;
+      if (u >= units) break;
+      const uint4 m = b == 0 ? mine[0] : mine[1];
+      uint4 v = b == 0 ? in[0] : in[1];
+      if (io.in != NULL) {
+        const ll128_got got = ll128_wait(comm, io.in + 32 * u + l, io.in_flag, what, v);
+        if (!got.ok) return false;
+        v = got.v;
+        if (u == warp && l == 0) TRACE_AT(TRACE_ARRIVED);
+      }
+      /* a line's last lane combines its flag half too (and never uses it): no branch on the lane */
+      const uint2 lo = fn(make_uint2(m.x, m.y), make_uint2(v.x, v.y));
+      const uint2 hi = fn(make_uint2(m.z, m.w), make_uint2(v.z, v.w));
+      const uint4 r = make_uint4(lo.x, lo.y, hi.x, hi.y);
+      if (io.out != NULL && !io.send_local) ll128_send(io.out + 32 * u + l, r, io.out_flag, two);
+      if (io.dst != NULL) ll128_scatter(io.dst + at, io.len - at, l, r);
+    }
+  }
+  return true;
+}
+
+/* Every thread: fn over a piece's lines in the transfer's protocol (dev_xfer_t.proto). */
+template <class F>
+__device__ __forceinline__ bool proto_lines(const dev_xfer_t &x, const F fn, const ll_io &io,
+                                            const dev_comm_t *comm, const wait_what &what) {
+  return x.proto == DEV_PROTO_LL128 ? ll128_lines(fn, io, comm, what) : ll_lines(fn, io, comm, what);
+}
+
+/* Every thread: a piece of transfer x by ll_lines (ll128_lines for an LL128 transfer), with the operation
+ * piece_combine would apply: with a second operand, this rank's data and REDUCE, the transfer's combine;
+ * without one and with PREPARE, its scaling (PREMULSUM) or division (SUM_POSTDIV at LAST); otherwise a
+ * copy. */
 __device__ bool ll_piece(const dev_xfer_t &x, const ll_io &io, const dev_comm_t *comm,
                          const wait_what &what) {
   TRACE_AT(TRACE_PIECE);
@@ -193,21 +420,23 @@ __device__ bool ll_piece(const dev_xfer_t &x, const ll_io &io, const dev_comm_t 
   bool ok = true;
   if (second && io.local != NULL && (x.flags & DEV_XF_REDUCE)) {
     with_binary_op(x, [&](auto op, auto n) {
-      ok = ll_lines(line_op<typename decltype(n)::type, decltype(op)::value>(x), io, comm, what);
+      ok = proto_lines(x, line_op<typename decltype(n)::type, decltype(op)::value>(x), io, comm, what);
     });
     return ok;
   }
   if (!second && (x.flags & DEV_XF_PREPARE) && x.red == DEV_RED_PREMULSUM) {
-    with_num<OP_SCALE>(
-        x, [&](auto n) { ok = ll_lines(line_op<typename decltype(n)::type, OP_SCALE>(x), io, comm, what); });
+    with_num<OP_SCALE>(x, [&](auto n) {
+      ok = proto_lines(x, line_op<typename decltype(n)::type, OP_SCALE>(x), io, comm, what);
+    });
     return ok;
   }
   if (!second && (x.flags & DEV_XF_PREPARE) && x.red == DEV_RED_SUM_POSTDIV && (x.flags & DEV_XF_LAST)) {
-    with_num<OP_DIV>(
-        x, [&](auto n) { ok = ll_lines(line_op<typename decltype(n)::type, OP_DIV>(x), io, comm, what); });
+    with_num<OP_DIV>(x, [&](auto n) {
+      ok = proto_lines(x, line_op<typename decltype(n)::type, OP_DIV>(x), io, comm, what);
+    });
     return ok;
   }
-  return ll_lines(line_copy{second}, io, comm, what);
+  return proto_lines(x, line_copy{second}, io, comm, what);
 }
 
 #endif

@@ -18,7 +18,9 @@ template <class W> __device__ bool xfer_valid(const dev_xfer_t &x, const W &w) {
   const bool local_reduce = recv_peer < 0 && (x.flags & DEV_XF_REDUCE) != 0;
   const bool bad = (x.nch < 1) | (x.nch > w.nch) | (x.type >= ncclNumTypes) | (x.red > DEV_RED_SUM_POSTDIV) |
                    (recv_peer < -1) | (recv_peer >= nranks) | (send_peer < -1) | (send_peer >= nranks) |
-                   (local_reduce & (x.dst == NULL)) | ((recv_peer < 0) & (x.src == NULL));
+                   (local_reduce & (x.dst == NULL)) | ((recv_peer < 0) & (x.src == NULL)) |
+                   (((x.flags & DEV_XF_LL) != 0) & (x.nch > DEV_LL_CHANNELS)) | (x.proto > DEV_PROTO_LL128) |
+                   ((x.proto == DEV_PROTO_LL128) & (((x.flags & DEV_XF_LL) == 0) | !dev_xf_one_piece(&x)));
   return !bad;
 }
 

@@ -41,10 +41,14 @@ typedef struct {
   char what[48];  /* "p2p connection from rank N", for messages */
 } p2p_conn_t;
 
-/* A connection's allocation: nch rings, then the LL rings, then (from p2p_marks_at) the nch rings' chunk
- * marks. */
+/* A connection's allocation: nch rings, then (from p2p_ll_at, DEV_LL_ALIGN-aligned) the LL rings, then (from
+ * p2p_marks_at) the nch rings' chunk marks. */
+static uint64_t p2p_ll_at(int nch) {
+  return ((uint64_t)nch * DEV_RING_BYTES + DEV_LL_ALIGN - 1) / DEV_LL_ALIGN * DEV_LL_ALIGN;
+}
+
 static uint64_t p2p_marks_at(int nch) {
-  return (uint64_t)nch * DEV_RING_BYTES + (uint64_t)DEV_LL_CHANNELS * DEV_LL_RING_BYTES;
+  return p2p_ll_at(nch) + (uint64_t)DEV_LL_CHANNELS * DEV_LL_RING_BYTES;
 }
 
 static uint64_t p2p_bytes(int nch) {
@@ -85,7 +89,7 @@ static ncclResult_t make_rings(p2p_conn_t *c, const tp_config_t *cfg, p2p_blob_t
   CHECK(gpu_dev_alloc(c->dev, bytes, &c->mem));
   tp_charge_dev(&c->base, gpu_mem_size(c->mem), "p2p rings");
   CHECK(tp_conn_set_rings(&c->base, cfg->nch, gpu_mem_ptr(c->mem)));
-  tp_conn_set_ll(&c->base, (char *)gpu_mem_ptr(c->mem) + (size_t)cfg->nch * DEV_RING_BYTES);
+  tp_conn_set_ll(&c->base, (char *)gpu_mem_ptr(c->mem) + p2p_ll_at(cfg->nch));
   tp_conn_set_marks(&c->base, (char *)gpu_mem_ptr(c->mem) + p2p_marks_at(cfg->nch));
   b->addr = (uint64_t)(uintptr_t)gpu_mem_ptr(c->mem);
   b->bytes = bytes;
@@ -143,7 +147,7 @@ static ncclResult_t map_rings(p2p_conn_t *c, const tp_config_t *cfg, const p2p_b
     base = gpu_mem_ptr(c->mem);
   }
   CHECK(tp_conn_set_rings(&c->base, b->nch, base));
-  tp_conn_set_ll(&c->base, base + (size_t)b->nch * DEV_RING_BYTES);
+  tp_conn_set_ll(&c->base, base + p2p_ll_at(b->nch));
   tp_conn_set_marks(&c->base, base + p2p_marks_at(b->nch));
   return ncclSuccess;
 }

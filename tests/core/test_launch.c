@@ -169,6 +169,21 @@ static int last_launch_ll(const mock_cuda_stats_t *s, int ll, int nch, int *n) {
   return w->nxfers > 0;
 }
 
+/* Whether every transfer of the last launch has a peer and is marked LL with the LL128 protocol on `nch`
+ * channels, each side with a peer marked LL; its transfer count in *n. */
+static int last_launch_ll128(const mock_cuda_stats_t *s, int nch, int *n) {
+  const dev_work_t *w = (const dev_work_t *)s->last_work;
+  *n = w->nxfers;
+  for (int i = 0; i < w->nxfers && w->ext == NULL; i++) {
+    const dev_xfer_t *x = &w->xfers[i];
+    if (!(x->flags & DEV_XF_LL) || x->proto != DEV_PROTO_LL128 || x->nch != nch) return 0;
+    if (x->send_peer < 0 && x->recv_peer < 0) return 0;
+    if (((x->flags & DEV_XF_LL_SEND) != 0) != (x->send_peer >= 0)) return 0;
+    if (((x->flags & DEV_XF_LL_RECV) != 0) != (x->recv_peer >= 0)) return 0;
+  }
+  return w->nxfers > 0;
+}
+
 /* The entry point of the last launch: 'l' (LL), 'b' (bulk), 's' (small) or 'f' (full). */
 static char last_entry(const mock_cuda_stats_t *s) {
   return s->last_ll ? 'l' : s->last_bulk ? 'b' : s->last_small ? 's' : 'f';
@@ -288,10 +303,16 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
    * stand-in's buffers cannot be exported for the copy engines) */
   EXPECT_OK(ncclAllReduce(buf, buf, 64u << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(lw->nsteps == 2, "a 256 MiB all-reduce: %u steps", (unsigned)lw->nsteps);
-  /* four 1 MiB sends and receives: 32 channels, one piece each per ring and transfer */
+  /* four 1 MiB sends and receives: 32 channels, one piece each per ring and transfer; LL128 unless
+   * NCCL_PROTO=Simple, through the general entry point (the pair one takes one send and one receive) */
   send_recv_group(buf, 1u << 18, 4, peer, comm);
-  EXPECT(last_entry(s) == simple && (!bulk || s->last_block == 256),
-         "4 sends and receives of 1 MiB: entry point %c, %u threads", last_entry(s), s->last_block);
+  int n = 0;
+  if (getenv("NCCL_PROTO") != NULL)
+    EXPECT(last_entry(s) == simple && (!bulk || s->last_block == 256),
+           "4 sends and receives of 1 MiB: entry point %c, %u threads", last_entry(s), s->last_block);
+  else
+    EXPECT(last_entry(s) == 's' && last_launch_ll128(s, 40, &n) && n == 8,
+           "4 sends and receives of 1 MiB: LL128 through entry point %c (%d transfers)", last_entry(s), n);
   /* 8 MiB each: 2 pieces per channel, 8 per ring; 12 MiB: 3 pieces, 12 per ring, more than the slots */
   send_recv_group(buf, 2u << 20, 4, peer, comm);
   EXPECT(last_entry(s) == simple, "4 sends and receives of 8 MiB: entry point %c", last_entry(s));
@@ -341,11 +362,26 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
          "512 KiB: one LL piece per channel%s, %u threads", ll_kernel ? ", the LL entry point" : "",
          s->last_block);
+  /* above LL, up to BRAID_LL128_MAX_BYTES (1.5 MiB): LL128 on two ranks, 40 channels of one piece each,
+   * through the general entry point here (the pair one is off); Simple under NCCL_PROTO=Simple */
   EXPECT_OK(ncclAllReduce(buf, out, 131073, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, 0, 0, &n), "512 KiB + 4: Simple");
-  EXPECT(last_entry(s) == (bulk ? 'b' : 's'), "512 KiB + 4: Simple through the %s entry point",
-         bulk ? "bulk" : "small");
-  EXPECT(!bulk || s->last_block == 256, "512 KiB + 4: 17 parts of 30,848 bytes, %u threads", s->last_block);
+  if (simple) {
+    EXPECT(last_launch_ll(s, 0, 0, &n), "512 KiB + 4: Simple");
+    EXPECT(last_entry(s) == (bulk ? 'b' : 's'), "512 KiB + 4: Simple through the %s entry point",
+           bulk ? "bulk" : "small");
+    EXPECT(!bulk || s->last_block == 256, "512 KiB + 4: 17 parts of 30,848 bytes, %u threads", s->last_block);
+  } else {
+    EXPECT(last_launch_ll128(s, 40, &n) && n == 2, "512 KiB + 4: LL128 on 40 channels (%d transfers)", n);
+    EXPECT(last_entry(s) == 's' && s->last_block == DEV_THREADS, "512 KiB + 4: entry point %c, %u threads",
+           last_entry(s), s->last_block);
+    EXPECT_OK(ncclAllReduce(buf, buf, 393216, ncclFloat, ncclSum, comm, NULL));
+    EXPECT(last_launch_ll128(s, 40, &n) && n == 2, "1.5 MiB in place: LL128, its send and its receive");
+    EXPECT_OK(ncclAllReduce(buf, out, 393217, ncclFloat, ncclSum, comm, NULL));
+    EXPECT(last_launch_ll(s, 0, 0, &n), "1.5 MiB + 4: Simple");
+    EXPECT(last_entry(s) == (bulk ? 'b' : 's'), "1.5 MiB + 4: Simple through the %s entry point",
+           bulk ? "bulk" : "small");
+    EXPECT(!bulk || s->last_block == 320, "1.5 MiB + 4: 40 parts of 39,328 bytes, %u threads", s->last_block);
+  }
   /* the LL entry point takes a one-step launch of up to 8 transfers: a group of 4 sends and 4 receives, not
    * of 5 and 5, nor two all-reduces (a step each) */
   const int peer = 1 - rank;
@@ -543,8 +579,20 @@ static void pair_rank(int rank, int nranks, void *arg) {
   EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == DEV_THREADS),
          "rank %d: 512 KiB in place: 2,048 lines per channel, one pass per thread (%u threads)", rank,
          s->last_block);
+  /* LL128 (512 KiB + 4 to 1.5 MiB): the pair kernel, in place fused 1 (never a half block per side) */
   EXPECT_OK(ncclAllReduce(buf, out, 131073, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR("-", "512 KiB + 4: Simple");
+  EXPECT_PAIR(on ? "SR-" : "-", "512 KiB + 4: LL128");
+  if (on) {
+    const dev_pair_t *p = (const dev_pair_t *)s->last_work;
+    EXPECT(p->nch == 40 && p->send.proto == DEV_PROTO_LL128 && p->recv.proto == DEV_PROTO_LL128 &&
+               p->send.nch == 40 && p->recv.nch == 40 && s->last_block == DEV_THREADS,
+           "rank %d: 512 KiB + 4: LL128 on 40 channels, %u threads", rank, s->last_block);
+  }
+  EXPECT_OK(ncclAllReduce(buf, buf, 262144, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_PAIR(on ? "SR-F" : "-", "1 MiB all-reduce in place");
+  EXPECT(!on || ((const dev_pair_t *)s->last_work)->fused == 1, "rank %d: 1 MiB in place: fused 1", rank);
+  EXPECT_OK(ncclAllReduce(buf, out, 393217, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_PAIR("-", "1.5 MiB + 4: Simple");
   ncclRedOp_t premul;
   float two = 2.0f;
   EXPECT_OK(ncclRedOpCreatePreMulSum(&premul, &two, ncclFloat, ncclScalarHostImmediate, comm));

@@ -287,10 +287,19 @@ static void proto_knob(void) {
   EXPECT(plan_ll_parse("^ll", max) == 0);
   EXPECT(plan_ll_parse("LL", max) == max && plan_ll_parse("ll,simple", max) == max);
   EXPECT(plan_ll_parse("^Simple", max) == max, "excluding Simple leaves LL (Simple still carries the rest)");
-  EXPECT(plan_ll_parse("LL128", max) == max, "other libraries' names alone change nothing");
-  EXPECT(plan_ll_parse("LL128,Simple", max) == 0, "unknown names are ignored, known ones kept");
+  EXPECT(plan_ll_parse("NVLS", max) == max, "other libraries' names alone change nothing");
+  EXPECT(plan_ll_parse("NVLS,Simple", max) == 0, "unknown names are ignored, known ones kept");
+  EXPECT(plan_ll_parse("LL128", max) == 0 && plan_ll_parse("^LL128", max) == max, "LL128 is not LL");
   EXPECT(plan_ll_parse("LL", 1ull << 30) == PLAN_LL_MAX, "the threshold is bounded by half of each LL ring");
   EXPECT(plan_ll_parse("LL", 0) == 0, "0 turns LL off whatever the list");
+  /* LL128 by the same rules, its threshold unbounded here (the executor holds it to its rings) */
+  const uint64_t big = 1ull << 30;
+  EXPECT(plan_ll128_parse(NULL, big) == big && plan_ll128_parse("", big) == big, "unset: LL128 allowed");
+  EXPECT(plan_ll128_parse("^LL128", big) == 0 && plan_ll128_parse(" ^ ll128 ", big) == 0, "^LL128");
+  EXPECT(plan_ll128_parse("LL,Simple", big) == 0 && plan_ll128_parse("Simple", big) == 0, "not named: off");
+  EXPECT(plan_ll128_parse("LL,LL128", big) == big && plan_ll128_parse("^LL", big) == big, "named or kept");
+  EXPECT(plan_ll128_parse("NVLS", big) == big, "unknown names alone change nothing");
+  EXPECT(plan_ll128_parse("LL128", 0) == 0, "0 turns LL128 off whatever the list");
 }
 
 /* ---- Running plans under the GPU executor's rules ---- */

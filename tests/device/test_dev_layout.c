@@ -55,7 +55,18 @@ static void test_constants(void) {
   EXPECT(DEV_THREADS % 32 == 0);
   /* LL: a line is 16 bytes carrying 8 of data; a slot holds one piece; a piece is whole lines */
   EXPECT(DEV_LL_SLOT_BYTES == 2 * DEV_LL_PIECE && DEV_LL_PIECE % 8 == 0);
-  EXPECT(DEV_LL_RING_BYTES == sizeof(dev_ctrl_t) + (uint64_t)DEV_LL_SLOTS * DEV_LL_SLOT_BYTES);
+  EXPECT(DEV_LL_RING_BYTES ==
+         DEV_LL_ALIGN + (uint64_t)DEV_LL_SLOTS * (DEV_LL_SLOT_BYTES + DEV_LL128_SLOT_BYTES));
+  EXPECT(sizeof(dev_ctrl_t) + (uint64_t)DEV_LL_SLOTS * DEV_LL_SLOT_BYTES <=
+         sizeof(dev_ctrl_t) + DEV_LL128_AT);
+  /* LL128: a slot of whole warp units, each 4 lines of 120 data bytes */
+  EXPECT(DEV_LL128_SLOT_BYTES % 512 == 0 && DEV_LL128_UNIT_DATA == 4 * (DEV_LL128_LINE - 8));
+  EXPECT(DEV_LL128_PIECE == DEV_LL128_SLOT_BYTES / 512 * DEV_LL128_UNIT_DATA && DEV_LL128_PIECE % 16 == 0);
+  /* from a DEV_LL_ALIGN-aligned ring, every LL128 slot is DEV_LL_ALIGN-aligned */
+  EXPECT((sizeof(dev_ctrl_t) + DEV_LL128_AT) % DEV_LL_ALIGN == 0 && DEV_LL_RING_BYTES % DEV_LL_ALIGN == 0 &&
+         DEV_LL128_SLOT_BYTES % DEV_LL_ALIGN == 0);
+  EXPECT(dev_ll_slot_at(9, DEV_PROTO_LL) == DEV_LL_SLOT_BYTES &&
+         dev_ll_slot_at(9, DEV_PROTO_LL128) == DEV_LL128_AT + DEV_LL128_SLOT_BYTES);
   /* marks: a slot is whole chunks, and a chunk whole 16-byte packs */
   EXPECT(DEV_SLOT_BYTES % DEV_CHUNK_BYTES == 0 && DEV_CHUNK_BYTES % 16 == 0);
   const int planner = DEV_XF_REDUCE | DEV_XF_PREPARE | DEV_XF_LAST | DEV_XF_SEQ | DEV_XF_PREPARED;

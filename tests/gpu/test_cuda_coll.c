@@ -112,7 +112,12 @@ static int tier_sweeps(tier_t tier, sweep_t *s) {
      * and its reduction on separate blocks), with every operation */
     s[4] =
         (sweep_t){{1000003}, 1, 1u << K_ALLREDUCE, T(ncclBfloat16) | T(ncclFloat32), ALL_OPS & ~OP_SUM, 0, 1};
-    return 5;
+    /* 300007 elements: LL128 on two ranks over p2p for 2- and 4-byte types (600 KB, 1.2 MB a buffer; 1-byte
+     * ones take it at about a million), every operation on the all-reduce (PreMulSum's scaled send through
+     * the general kernel) */
+    s[5] = (sweep_t){{300007}, 1, ALL_KINDS, ALL_TYPES, OP_SUM, 0, 1};
+    s[6] = (sweep_t){{300007}, 1, 1u << K_ALLREDUCE, T(ncclBfloat16) | T(ncclFloat32), ALL_OPS & ~OP_SUM, 0, 1};
+    return 7;
   case TIER_LARGE_SINGLE:
     s[0] = (sweep_t){{1000003}, 1, ALL_KINDS, T(ncclInt8) | T(ncclBfloat16) | T(ncclFloat32), OP_SUM, 0, 1};
     s[1] = (sweep_t){{big}, 1, ALL_KINDS, T(ncclFloat32), OP_SUM, 0, 1};
@@ -131,7 +136,7 @@ static int tier_sweeps(tier_t tier, sweep_t *s) {
 }
 
 static void for_tier(tier_t tier, int n, case_fn_t fn, void *arg) {
-  sweep_t s[5];
+  sweep_t s[7];
   int count = tier_sweeps(tier, s);
   uint64_t seed = 7000 + 100000 * (uint64_t)tier;
   for (int i = 0; i < count; i++) sweep(&s[i], n, &seed, fn, arg);
