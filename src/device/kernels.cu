@@ -964,8 +964,8 @@ struct pair_in {
 
 /* The threads from `skip` on: receive their lines of channel c's part of p.recv from LL ring c of its peer
  * (ll_piece: this rank's operand read before the wait, then combined or copied into dst). With `o` (an LL128
- * in-place all-reduce, fused 1), each unit of this rank's operand goes out on o's lines right before its
- * arriving lines are awaited, as one pass. False when a wait failed or the ring is missing. */
+ * in-place all-reduce, fused 1), each warp first sends its units of this rank's operand on o's lines, then
+ * awaits the arriving ones and overwrites its units. False when a wait failed or the ring is missing. */
 __device__ bool pair_recv_lines(const dev_pair_t &p, uint32_t c, uint32_t skip, pair_in &in,
                                 const pair_out *o) {
   const dev_xfer_t &x = p.recv;
@@ -1069,7 +1069,7 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
       pair_copy(p, c, threadIdx.x, blockDim.x);
     }
   }
-  /* LL128 in place: each unit sent within the receive, right before it is awaited and overwritten */
+  /* LL128 in place: each warp sends its units within the receive, before it awaits and overwrites them */
   const bool one_pass = p.fused == 1 && p.send.proto == DEV_PROTO_LL128;
   if (receives) ok = pair_recv_lines(p, c, skip, in, one_pass ? &o : NULL);
   if (__syncthreads_or(!ok) == 0) {

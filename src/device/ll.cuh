@@ -133,8 +133,8 @@ struct ll_io {
   uint32_t skip; /* the block's first `skip` threads take no line: thread t takes lines t - skip, t - skip +
                   * the other threads' count, ... (0: every thread of the block) */
   uint32_t
-      send_local; /* LL128 only: `out` carries this rank's operand as it is, each unit sent before its
-                   * arriving lines are awaited (an in-place all-reduce's send and receive in one pass) */
+      send_local; /* LL128 only: `out` carries this rank's operand as it is, every unit of a warp sent before
+                   * it awaits any (an in-place all-reduce's send and receive by the same warps) */
 };
 
 /* A line's combine: each element of this rank's 8 bytes with the other operand's (a line holds whole
@@ -344,7 +344,8 @@ __device__ __noinline__ ll128_got ll128_wait(const dev_comm_t *comm, const uint4
 /* Every warp from thread io.skip on (a multiple of 32): the units of an LL128 piece, unit u by warp u % the
  * warps, LL128_BATCH of them at once: it loads the arriving lines and this rank's operand (or a second one in
  * memory) of each, then waits for each unit's flags (ll128_wait), combines with fn (on each 8-byte half),
- * sends the unit's lines (ll128_send) and stores the bytes within the piece. Every lane of a warp runs the
+ * sends the unit's lines (ll128_send) and stores the bytes within the piece; with io.send_local, the warp
+ * first sends all its units of this rank's operand as they are. Every lane of a warp runs the
  * same units and the same instructions (the straight-line operations above), so that the warp stays
  * together for its stores of lines. False (in every lane of the warp) when the wait failed. */
 template <class F>
@@ -355,6 +356,12 @@ __device__ __noinline__ bool ll128_lines(const F fn, const ll_io io, const dev_c
   const bool two = (l & 7) < 7;
   const uint32_t warp = (threadIdx.x - io.skip) / 32, nwarps = (blockDim.x - io.skip) / 32;
   const uint32_t units = (io.len + DEV_LL128_UNIT_DATA - 1) / DEV_LL128_UNIT_DATA;
+  if (io.send_local && io.out != NULL) { /* this rank's bytes go out first, every unit of the warp's */
+    for (uint32_t u = warp; u < units; u += nwarps) {
+      const uint32_t at = u * DEV_LL128_UNIT_DATA;
+      ll128_send(io.out + 32 * u + l, ll128_gather(io.local + at, io.len - at, l), io.out_flag, two);
+    }
+  }
   for (uint32_t u0 = warp; u0 < units; u0 += LL128_BATCH * nwarps) {
     uint4 mine[LL128_BATCH], in[LL128_BATCH];
 #pragma unroll
@@ -369,13 +376,6 @@ __device__ __noinline__ bool ll128_lines(const F fn, const ll_io io, const dev_c
           u < units && io.local != NULL ? ll128_gather(io.local + at, avail, l) : make_uint4(0, 0, 0, 0);
       if (io.in == NULL)
         in[b] = u < units && io.mem != NULL ? ll128_gather(io.mem + at, avail, l) : make_uint4(0, 0, 0, 0);
-    }
-    if (io.send_local && io.out != NULL) { /* this rank's bytes go out before the wait: read before stored */
-#pragma unroll
-      for (int b = 0; b < LL128_BATCH; b++) {
-        const uint32_t u = u0 + b * nwarps;
-        if (u < units) ll128_send(io.out + 32 * u + l, mine[b], io.out_flag, two);
-      }
     }
     /* one copy of the combine for both units (a loop kept rolled, its operands chosen by select), as every
      * operation and type has its own ll128_lines */
