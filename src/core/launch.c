@@ -601,7 +601,10 @@ static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane
  * PreMulSum would scale it again; the kernel never sees that flag's meaning. A transfer of at most ll_max
  * bytes is marked LL and runs on a channel per ll_part bytes, at most ll_nch (dev.h); a larger one with a
  * peer, of at most ll128_max bytes, is marked LL with the LL128 protocol and runs on ll128_nch channels
- * (at most `cap`), as long as that leaves one LL128 piece per channel; a Simple one on a channel per
+ * (at most `cap`), as long as that leaves one LL128 piece per channel, and a plain local copy of that size
+ * is marked LL (with the LL protocol, in pieces) on as many, so that the launches with one beside LL128
+ * transfers (an all-gather's own block out of place, a broadcast's root) stay LL launches, on the pair
+ * kernel, instead of taking the general kernel for a Simple copy; a Simple one on a channel per
  * ch_bytes, at most `cap` (wide_step). The mark and the channels depend on the size, the knobs, the
  * collective and the communicator's channels only, so both ends of each of its connections agree. Each side
  * of an LL transfer is also marked with its protocol: LL when its connection has an LL ring, which both ends
@@ -610,17 +613,19 @@ static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, int cap, 
   const red_t *red = in->red;
   const int ll = in->bytes <= gx->ll_max;
   const uint64_t ll128_nch = (uint64_t)(gx->ll128_nch < cap ? gx->ll128_nch : cap);
-  const int ll128 = !ll && in->bytes <= gx->ll128_max && (in->send_peer >= 0 || in->recv_peer >= 0) &&
-                    in->bytes <= ll128_nch * DEV_LL128_PIECE;
+  const int peers = in->send_peer >= 0 || in->recv_peer >= 0;
+  const int ll128_size = !ll && in->bytes <= gx->ll128_max && in->bytes <= ll128_nch * DEV_LL128_PIECE;
+  const int ll128 = ll128_size && peers;
+  const int ll_copy = ll128_size && !peers && !(in->flags & (XF_REDUCE | XF_PREPARE));
   int flags = (int)in->flags;
-  if (ll || ll128) {
+  if (ll || ll128 || ll_copy) {
     flags |= DEV_XF_LL;
     if (in->send_peer >= 0 && (gx->peer_caps[in->send_peer] & PEER_LL_TO)) flags |= DEV_XF_LL_SEND;
     if (in->recv_peer >= 0 && (gx->peer_caps[in->recv_peer] & PEER_LL_FROM)) flags |= DEV_XF_LL_RECV;
   }
-  uint64_t nch = ll128 ? ll128_nch
-                 : ll  ? (in->bytes + gx->ll_part - 1) / gx->ll_part
-                       : (in->bytes + gx->ch_bytes - 1) / gx->ch_bytes;
+  uint64_t nch = ll128 || ll_copy ? ll128_nch
+                 : ll             ? (in->bytes + gx->ll_part - 1) / gx->ll_part
+                                  : (in->bytes + gx->ch_bytes - 1) / gx->ch_bytes;
   if (ll && nch > (uint64_t)gx->ll_nch) nch = (uint64_t)gx->ll_nch;
   red_kind_t kind = (in->flags & XF_PREPARED) && red->kind == RED_PREMULSUM ? RED_SUM : red->kind;
   *out = (dev_xfer_t){.src = in->src,
@@ -787,14 +792,21 @@ static ncclResult_t capture_place(gx_t *gx, const launch_ctx_t *lc, uint64_t spi
  * 2: so, but with an LL128 transfer, which braid_kernel_pair can take and braid_kernel_ll cannot. */
 static int ll_only(const gx_t *gx, const dev_work_t *w) {
   if (!gx->ll_kernel || w->nsteps != 1 || w->nxfers > DEV_SMALL_XFERS) return 0;
-  int ll128 = 0;
+  int ll128 = 0, long_copy = 0;
   for (int i = 0; i < w->nxfers; i++) {
     const dev_xfer_t *x = &w->xfers[i];
     if (!(x->flags & DEV_XF_LL) || (x->send_peer >= 0 && !(x->flags & DEV_XF_LL_SEND)) ||
-        (x->recv_peer >= 0 && !(x->flags & DEV_XF_LL_RECV)) || !dev_xf_one_piece(x))
+        (x->recv_peer >= 0 && !(x->flags & DEV_XF_LL_RECV)))
       return 0;
+    if (!dev_xf_one_piece(x)) {
+      if (x->send_peer >= 0 || x->recv_peer >= 0) return 0;
+      long_copy = 1;
+    }
     ll128 |= x->proto == DEV_PROTO_LL128;
   }
+  /* a local copy of more than a piece per channel (fill_xfer's LL copies) rides only with LL128 transfers,
+   * on the pair or the general entry point, whose copies take any length */
+  if (long_copy && !ll128) return 0;
   return ll128 ? 2 : 1;
 }
 

@@ -613,6 +613,30 @@ static void pair_rank(int rank, int nranks, void *arg) {
   EXPECT_PAIR(!on ? "-" : rank == 0 ? "-RC" : "S--", "gather to rank 0 out of place");
   EXPECT_OK(ncclAlltoAll(buf, out, 16, ncclFloat, comm, NULL));
   EXPECT_PAIR(on ? "SRC" : "-", "all-to-all");
+  /* in LL128's band, the copy of this rank's own block is an LL copy on as many channels, beside the LL128
+   * send and receive on the pair kernel */
+  EXPECT_OK(ncclAllGather(buf, out, 196608, ncclFloat, comm, NULL));
+  EXPECT_PAIR(on ? "SRC" : "-", "768 KiB all-gather out of place");
+  if (on) {
+    const dev_pair_t *p = (const dev_pair_t *)s->last_work;
+    EXPECT(p->send.proto == DEV_PROTO_LL128 && p->recv.proto == DEV_PROTO_LL128 &&
+               p->copy.proto == DEV_PROTO_LL && (p->copy.flags & DEV_XF_LL) && p->copy.nch == 40 &&
+               p->copy.bytes == 786432 && p->nch == 40,
+           "rank %d: 768 KiB all-gather: LL128 send and receive, an LL copy on 40 channels", rank);
+  }
+  EXPECT_OK(ncclBroadcast(buf, out, 393216, ncclFloat, 0, comm, NULL));
+  EXPECT_PAIR(!on ? "-" : rank == 0 ? "S-C" : "-R-", "1.5 MiB broadcast out of place");
+  EXPECT_OK(ncclAlltoAll(buf, out, 262144, ncclFloat, comm, NULL));
+  EXPECT_PAIR(on ? "SRC" : "-", "2 MiB all-to-all (1 MiB a block)");
+  EXPECT_OK(ncclAllGather(buf, out, 393217, ncclFloat, comm, NULL));
+  EXPECT_PAIR("-", "1.5 MiB + 4 all-gather: Simple, its copy too");
+  {
+    const dev_work_t *w = (const dev_work_t *)s->last_work;
+    int lls = 0;
+    for (int i = 0; i < w->nxfers; i++) lls += (w->xfers[i].flags & DEV_XF_LL) != 0;
+    EXPECT(w->nxfers == 3 && lls == 0, "rank %d: 1.5 MiB + 4 all-gather: %d transfers, %d LL", rank,
+           w->nxfers, lls);
+  }
   EXPECT_OK(ncclGroupStart());
   EXPECT_OK(ncclSend(buf, 16, ncclFloat, peer, comm, NULL));
   EXPECT_OK(ncclRecv(out, 32, ncclFloat, peer, comm, NULL));
