@@ -353,11 +353,17 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   mem_charge(acct, gpu_mem_size(gx->mem), 1, "kernel view of the communicator");
   CHECK_GOTO(upload(gx, links), res, fail);
   gx->ll128_max = ll128_max(gx);
+  /* where LL128 runs, it takes the transfers above BRAID_LL128_MIN_BYTES from LL: on two H200s LL128 moved
+   * 512 KiB transfers 0.4-1.1 us faster than LL, 256 KiB ones no faster (docs/perf-notes.md, 77) */
+  if (gx->ll128_max > plan_tuning()->ll128_min && plan_tuning()->ll128_min < gx->ll_max)
+    gx->ll_max = plan_tuning()->ll128_min;
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
   CHECK_GOTO(queue_init(gx), res, fail);
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes, LL protocol for "
-       "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES), a channel per "
+       "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES, "
+       "BRAID_LL128_MIN_BYTES "
+       "where LL128 runs), a channel per "
        "%llu bytes of one, up to %d (BRAID_LL_CHANNEL_BYTES), launches of LL transfers alone through %s "
        "(BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s (BRAID_PAIR_KERNEL); LL128 "
        "for larger transfers with a peer of at most %llu bytes over %d channels (NCCL_PROTO, "

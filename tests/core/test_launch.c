@@ -330,7 +330,9 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   ncclComm_t comm;
   EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
   mock_cuda_stats_t *s = mock_stats();
-  const int simple = getenv("NCCL_PROTO") != NULL, ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0 && !simple;
+  const char *proto = getenv("NCCL_PROTO");
+  const int simple = proto != NULL && strcmp(proto, "Simple") == 0, ll128 = proto == NULL;
+  const int ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0 && !simple;
   const int bulk = param_int(P_BRAID_BULK_KERNEL) != 0;
   void *buf = (void *)(uintptr_t)0x10000000, *out = (void *)(uintptr_t)0x20000000;
   int n;
@@ -357,23 +359,34 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   EXPECT(last_launch_ll(s, !simple, 32, &n), "256 KiB: LL on 32 channels");
   EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
          "256 KiB: parts of 8 KiB (LL) or 32 KiB (Simple, a warp per 4 KiB), %u threads", s->last_block);
+  /* above BRAID_LL128_MIN_BYTES (256 KiB), up to BRAID_LL128_MAX_BYTES (1.5 MiB): LL128 on two ranks, 40
+   * channels of one piece each, through the general entry point here (the pair one is off); with LL128 left
+   * out, LL up to BRAID_LL_MAX_BYTES (512 KiB), then Simple; all Simple under NCCL_PROTO=Simple */
+  EXPECT_OK(ncclAllReduce(buf, out, 65537, ncclFloat, ncclSum, comm, NULL));
+  if (ll128) {
+    EXPECT(last_launch_ll128(s, 40, &n) && n == 2, "256 KiB + 4: LL128 on 40 channels (%d transfers)", n);
+    EXPECT(last_entry(s) == 's' && s->last_block == DEV_THREADS, "256 KiB + 4: entry point %c, %u threads",
+           last_entry(s), s->last_block);
+  } else {
+    EXPECT(last_launch_ll(s, !simple, 32, &n), "256 KiB + 4: LL on 32 channels, or Simple");
+  }
   EXPECT_OK(ncclAllReduce(buf, out, 131072, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, !simple, 32, &n), "512 KiB: the largest LL transfer by default, on 32 channels");
-  EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
-         "512 KiB: one LL piece per channel%s, %u threads", ll_kernel ? ", the LL entry point" : "",
-         s->last_block);
-  /* above LL, up to BRAID_LL128_MAX_BYTES (1.5 MiB): LL128 on two ranks, 40 channels of one piece each,
-   * through the general entry point here (the pair one is off); Simple under NCCL_PROTO=Simple */
+  if (ll128) {
+    EXPECT(last_launch_ll128(s, 40, &n) && n == 2, "512 KiB: LL128 on 40 channels (%d transfers)", n);
+  } else {
+    EXPECT(last_launch_ll(s, !simple, 32, &n), "512 KiB: the largest LL transfer by default, on 32 channels");
+    EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
+           "512 KiB: one LL piece per channel%s, %u threads", ll_kernel ? ", the LL entry point" : "",
+           s->last_block);
+  }
   EXPECT_OK(ncclAllReduce(buf, out, 131073, ncclFloat, ncclSum, comm, NULL));
-  if (simple) {
+  if (!ll128) {
     EXPECT(last_launch_ll(s, 0, 0, &n), "512 KiB + 4: Simple");
     EXPECT(last_entry(s) == (bulk ? 'b' : 's'), "512 KiB + 4: Simple through the %s entry point",
            bulk ? "bulk" : "small");
     EXPECT(!bulk || s->last_block == 256, "512 KiB + 4: 17 parts of 30,848 bytes, %u threads", s->last_block);
   } else {
     EXPECT(last_launch_ll128(s, 40, &n) && n == 2, "512 KiB + 4: LL128 on 40 channels (%d transfers)", n);
-    EXPECT(last_entry(s) == 's' && s->last_block == DEV_THREADS, "512 KiB + 4: entry point %c, %u threads",
-           last_entry(s), s->last_block);
     EXPECT_OK(ncclAllReduce(buf, buf, 393216, ncclFloat, ncclSum, comm, NULL));
     EXPECT(last_launch_ll128(s, 40, &n) && n == 2, "1.5 MiB in place: LL128, its send and its receive");
     EXPECT_OK(ncclAllReduce(buf, out, 393217, ncclFloat, ncclSum, comm, NULL));
@@ -417,13 +430,14 @@ static void protocol_marks(void) {
                                       "BRAID_LL_KERNEL=0",
                                       "NCCL_PROTO=Simple BRAID_BULK_KERNEL=0 BRAID_SPREAD=0",
                                       "BRAID_BULK_KERNEL=1 BRAID_SPLIT_LANE=0",
-                                      "NCCL_PROTO=Simple BRAID_BULK_KERNEL=1"};
+                                      "NCCL_PROTO=Simple BRAID_BULK_KERNEL=1",
+                                      "NCCL_PROTO=^LL128"};
   setenv("BRAID_DEVICE", "cuda", 1);
   setenv("BRAID_PAIR_KERNEL", "0",
          1); /* the LL entry's work is what these look at (pair_shapes: the other) */
   unsetenv("MOCK_CUDA_STUCK");
   unsetenv("NCCL_WORK_FIFO_BYTES");
-  for (int mode = 0; mode < 6; mode++) {
+  for (int mode = 0; mode < 7; mode++) {
     unsetenv("NCCL_PROTO");
     unsetenv("BRAID_LL_KERNEL");
     unsetenv("BRAID_BULK_KERNEL");
@@ -435,6 +449,7 @@ static void protocol_marks(void) {
     if (mode == 3) setenv("BRAID_SPREAD", "0", 1);
     if (mode >= 4) setenv("BRAID_BULK_KERNEL", "1", 1);
     if (mode == 4) setenv("BRAID_SPLIT_LANE", "0", 1);
+    if (mode == 6) setenv("NCCL_PROTO", "^LL128", 1);
     shared_t sh;
     EXPECT_OK(ncclGetUniqueId(&sh.id));
     EXPECT(run_ranks(2, 60, protocol_rank, &sh) == 0, "a rank failed (%s)", modes[mode]);
