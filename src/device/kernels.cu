@@ -994,6 +994,10 @@ __device__ bool pair_recv_lines(const dev_pair_t &p, uint32_t c, uint32_t skip, 
               (uint32_t)part.len,
               skip};
   if (o != NULL && o->lines != NULL) {
+    /* what goes out is the send's source (the same bytes as this part: fused sides are alike); a plain
+     * receive in place (a send/receive into the buffer it sends) has no operand of its own to combine, and
+     * line_copy takes only the arriving lines */
+    io.local = o->src;
     io.out = o->lines;
     io.out_flag = (uint32_t)(o->count + 1);
     io.send_local = 1;

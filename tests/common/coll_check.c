@@ -138,8 +138,8 @@ void coll_describe(const coll_case_t *c, int n, int rank, char *buf, size_t len)
                                           : "premulsum(device scalar)";
   snprintf(buf, len, "%s %s op %s count %zu %s root %d offset %d B seed %llu, rank %d of %d",
            coll_kind_name(c->kind), data_type_name(c->type), op, c->count,
-           coll_inplace(c) ? "in-place" : "out-of-place", c->root, c->offset, (unsigned long long)c->seed,
-           rank, n);
+           coll_inplace(c) || (c->kind == K_SENDRECV && c->inplace == 2) ? "in-place" : "out-of-place",
+           c->root, c->offset, (unsigned long long)c->seed, rank, n);
 }
 
 static void verify(const coll_case_t *c, int n, int rank, const char *out, size_t elems) {

@@ -33,7 +33,7 @@ typedef struct {
   ncclDataType_t type;
   int op;
   size_t count; /* per-rank count as the API takes it */
-  int inplace;  /* ignored for K_SENDRECV */
+  int inplace;  /* ignored for K_SENDRECV, except 2 (the CUDA harness: receive into the buffer sent) */
   int root;
   int offset; /* byte offset of the buffers from an aligned allocation */
   uint64_t seed;
