@@ -643,6 +643,15 @@ static void pair_rank(int rank, int nranks, void *arg) {
   EXPECT_PAIR(!on ? "-" : rank == 0 ? "S-C" : "-R-", "1.5 MiB broadcast out of place");
   EXPECT_OK(ncclAlltoAll(buf, out, 262144, ncclFloat, comm, NULL));
   EXPECT_PAIR(on ? "SRC" : "-", "2 MiB all-to-all (1 MiB a block)");
+  /* a 1 MiB copy to itself alone: an LL copy of more than a piece per channel, which only the pair and the
+   * general entry points take (the LL one moves one piece per channel) */
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(buf, 262144, ncclFloat, rank, comm, NULL));
+  EXPECT_OK(ncclRecv(out, 262144, ncclFloat, rank, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(!s->last_ll && !s->last_pair && last_entry(s) == 's',
+         "rank %d: a 1 MiB send/receive to itself: the general entry point (got %c, pair %d)", rank,
+         last_entry(s), s->last_pair);
   EXPECT_OK(ncclAllGather(buf, out, 393217, ncclFloat, comm, NULL));
   EXPECT_PAIR("-", "1.5 MiB + 4 all-gather: Simple, its copy too");
   {
