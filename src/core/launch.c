@@ -362,9 +362,8 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes, LL protocol for "
        "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES, "
-       "BRAID_LL128_MIN_BYTES "
-       "where LL128 runs), a channel per "
-       "%llu bytes of one, up to %d (BRAID_LL_CHANNEL_BYTES), launches of LL transfers alone through %s "
+       "BRAID_LL128_MIN_BYTES where LL128 runs), a channel per %llu bytes of one, up to %d "
+       "(BRAID_LL_CHANNEL_BYTES), launches of LL transfers alone through %s "
        "(BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s (BRAID_PAIR_KERNEL); LL128 "
        "for larger transfers with a peer of at most %llu bytes over %d channels (NCCL_PROTO, "
        "BRAID_LL128_MAX_BYTES; two ranks on p2p both ways only); a Simple transfer takes a channel per %llu "

@@ -399,7 +399,7 @@ __device__ __forceinline__ uint32_t ll_flag(const ring_use &r) {
 }
 
 __device__ __forceinline__ uint4 *ll_slot(const ring_use &r) {
-  return (uint4 *)(r.data + (size_t)(r.count % DEV_LL_SLOTS) * DEV_LL_SLOT_BYTES);
+  return (uint4 *)(r.data + dev_ll_slot_at(r.count, DEV_PROTO_LL));
 }
 
 /* Every thread: moves the block's part of LL128 transfer k (dev.h), one piece, by ll128_lines: thread 0
@@ -454,11 +454,11 @@ template <class W> __device__ bool ll128_run(const W &w, uint32_t k, block_state
 template <class W>
 __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bool &synced) {
   const dev_xfer_t &x = xfer_at(w, k);
+  if (x.proto == DEV_PROTO_LL128) return ll128_run(w, k, st, synced);
   const uint32_t xi = k - st.first;
   const ring_use *rr = x.recv_peer >= 0 ? &st.rings[st.recv_ring[xi]] : NULL;
   const ring_use *rs = x.send_peer >= 0 ? &st.rings[st.send_ring[xi]] : NULL;
   const dev_span_t part = dev_part(x.bytes, x.nch, 0, st.channel);
-  if (x.proto == DEV_PROTO_LL128) return ll128_run(w, k, st, synced);
   const uint64_t end = part.off + part.len;
   for (uint64_t at = part.off; at < end; at += DEV_LL_PIECE) {
     const uint32_t len = end - at < DEV_LL_PIECE ? (uint32_t)(end - at) : DEV_LL_PIECE;
@@ -761,7 +761,7 @@ __device__ bool ll_open(const dev_work_small_t &w, uint32_t lane, uint32_t c, ll
   sd.count += __popc(same & below);
   sd.last = live && (same >> l) == 1;
   sd.ctrl = live ? ring.ctrl : NULL;
-  sd.lines = live ? (uint4 *)(ring.data + (size_t)(sd.count % DEV_LL_SLOTS) * DEV_LL_SLOT_BYTES) : NULL;
+  sd.lines = live ? (uint4 *)(ring.data + dev_ll_slot_at(sd.count, DEV_PROTO_LL)) : NULL;
   bool ok = !bad;
   if (live && send && sd.last && sd.head_seen + DEV_LL_SLOTS <= sd.count) {
     const wait_what what = {peer, (int)c, 1, w.seq + x.task};
@@ -963,9 +963,10 @@ struct pair_in {
 };
 
 /* The threads from `skip` on: receive their lines of channel c's part of p.recv from LL ring c of its peer
- * (ll_piece: this rank's operand read before the wait, then combined or copied into dst). With `o` (an LL128
- * in-place all-reduce, fused 1), each warp first sends its units of this rank's operand on o's lines, then
- * awaits the arriving ones and overwrites its units. False when a wait failed or the ring is missing. */
+ * (ll_piece: this rank's operand read before the wait, then combined or copied into dst). With `o` (LL128
+ * fused 1: an in-place all-reduce, or a send and a receive on the same bytes), each warp first sends its
+ * units of the send's source on o's lines, then awaits the arriving ones and overwrites its units. False when
+ * a wait failed or the ring is missing. */
 __device__ bool pair_recv_lines(const dev_pair_t &p, uint32_t c, uint32_t skip, pair_in &in,
                                 const pair_out *o) {
   const dev_xfer_t &x = p.recv;

@@ -22,7 +22,7 @@ int coll_reduces(kind_t k) {
 }
 
 int coll_inplace(const coll_case_t *c) {
-  return c->inplace && c->kind != K_SENDRECV;
+  return c->inplace == 2 || (c->inplace && c->kind != K_SENDRECV);
 }
 
 coll_layout_t coll_layout(const coll_case_t *c, int n, int rank) {
@@ -138,8 +138,8 @@ void coll_describe(const coll_case_t *c, int n, int rank, char *buf, size_t len)
                                           : "premulsum(device scalar)";
   snprintf(buf, len, "%s %s op %s count %zu %s root %d offset %d B seed %llu, rank %d of %d",
            coll_kind_name(c->kind), data_type_name(c->type), op, c->count,
-           coll_inplace(c) || (c->kind == K_SENDRECV && c->inplace == 2) ? "in-place" : "out-of-place",
-           c->root, c->offset, (unsigned long long)c->seed, rank, n);
+           coll_inplace(c) ? "in-place" : "out-of-place", c->root, c->offset, (unsigned long long)c->seed,
+           rank, n);
 }
 
 static void verify(const coll_case_t *c, int n, int rank, const char *out, size_t elems) {

@@ -33,7 +33,7 @@ typedef struct {
   ncclDataType_t type;
   int op;
   size_t count; /* per-rank count as the API takes it */
-  int inplace;  /* ignored for K_SENDRECV, except 2 (the CUDA harness: receive into the buffer sent) */
+  int inplace;  /* 1: in place (ignored for K_SENDRECV); 2: a send/receive into the buffer it sends too */
   int root;
   int offset; /* byte offset of the buffers from an aligned allocation */
   uint64_t seed;
@@ -56,7 +56,7 @@ typedef struct {
 
 /* Whether the kind takes a reduction operation. */
 int coll_reduces(kind_t kind);
-/* Whether the case really runs in place (send/recv never does). */
+/* Whether the case really runs in place (send/recv only with inplace 2: the receive into the buffer sent). */
 int coll_inplace(const coll_case_t *c);
 coll_layout_t coll_layout(const coll_case_t *c, int nranks, int rank);
 /* Input element j of `rank`. */

@@ -421,9 +421,7 @@ void cuda_case_prepare(cuda_case_t *k, ncclComm_t comm, cuda_rank_t *r, const co
   describe(k->what, sizeof k->what, c, k->nranks, k->rank, mode);
   k->lay = coll_layout(c, k->nranks, k->rank);
   k->es = data_esize(c->type);
-  /* a send/receive in place (inplace 2): the receive overwrites the buffer the send reads, as nccl-tests'
-   * sendrecv runs it; the expected output is the same as out of place */
-  int inplace = coll_inplace(c) || (c->kind == K_SENDRECV && c->inplace == 2);
+  int inplace = coll_inplace(c);
   size_t elems[2] = {k->lay.send_elems, k->lay.recv_elems};
   k->nregions = inplace ? 1 : 2;
   if (inplace) elems[0] = k->lay.recv_inside_send ? k->lay.send_elems : k->lay.recv_elems;
