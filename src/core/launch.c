@@ -155,6 +155,8 @@ _Static_assert(GX_LL_NCH <= DEV_LL_CHANNELS, "LL transfers have an LL ring per c
 _Static_assert(PLAN_LL_MAX <= (uint64_t)GX_LL_NCH * GX_LL_PART_MAX &&
                    GX_LL_PART_MAX <= DEV_SLOTS / 2 * DEV_SLOT_BYTES,
                "an LL transfer's part fits half a ring");
+/* The kernels run an LL transfer, LL128 included, in one slice (lane_run). */
+_Static_assert(DEV_LL128_PART_MAX <= DEV_SLICE_BYTES, "an LL128 transfer's part fits a slice");
 /* A one-shot reduction's lane receives from every peer and, in place, sends to every peer. */
 _Static_assert(2 * (PLAN_ONESHOT_MAX_RANKS - 1) <= DEV_LANE_RINGS,
                "one-shot lanes exceed the kernel's rings");
@@ -164,14 +166,14 @@ static int lanes_max(int nranks) {
   return nranks > 1 ? 2 * nranks - 1 : 1;
 }
 
-/* The largest LL128 transfer (dev.h): the knob's, held to one piece on each of ll128_nch channels, on a
- * communicator of two ranks whose connections both ways have LL rings (both ranks see the same two
- * connections, so they agree); 0 elsewhere. Run after upload (peer_caps). */
+/* The largest LL128 transfer (dev.h): the knob's, held to half the LL128 slots on each of ll128_nch channels
+ * (dev_ll128_fits), on a communicator of two ranks whose connections both ways have LL rings (both ranks see
+ * the same two connections, so they agree); 0 elsewhere. Run after upload (peer_caps). */
 static uint64_t ll128_max(const gx_t *gx) {
   const int peer = 1 - gx->rank;
   if (gx->nranks != 2 || (gx->peer_caps[peer] & (PEER_LL_TO | PEER_LL_FROM)) != (PEER_LL_TO | PEER_LL_FROM))
     return 0;
-  const uint64_t cap = (uint64_t)gx->ll128_nch * DEV_LL128_PIECE, want = plan_tuning()->ll128_max;
+  const uint64_t cap = (uint64_t)gx->ll128_nch * DEV_LL128_PART_MAX, want = plan_tuning()->ll128_max;
   return want < cap ? want : cap;
 }
 
@@ -606,22 +608,23 @@ static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane
  * PreMulSum would scale it again; the kernel never sees that flag's meaning. A transfer of at most ll_max
  * bytes is marked LL and runs on a channel per ll_part bytes, at most ll_nch (dev.h); a larger one with a
  * peer, of at most ll128_max bytes, is marked LL with the LL128 protocol and runs on ll128_nch channels
- * (at most `cap`), as long as that leaves one LL128 piece per channel, and a plain local copy of that size
- * is marked LL (with the LL protocol, in pieces) on as many, so that the launches with one beside LL128
- * transfers (an all-gather's own block out of place, a broadcast's root) stay LL launches, on the pair
- * kernel, instead of taking the general kernel for a Simple copy; a Simple one on a channel per
- * ch_bytes, at most `cap` (wide_step). The mark and the channels depend on the size, the knobs, the
- * collective and the communicator's channels only, so both ends of each of its connections agree. Each side
- * of an LL transfer is also marked with its protocol: LL when its connection has an LL ring, which both ends
- * of the connection know alike (an LL128 transfer's sides always have one: ll128_max). */
+ * (at most `cap`), as long as that leaves each channel at most half its LL128 slots (dev_ll128_fits); a
+ * plain local copy of at most one LL128 piece per channel is marked LL (with the LL protocol, in pieces) on
+ * as many, so that the launches with one beside one-piece LL128 transfers (an all-gather's own block out of
+ * place, a broadcast's root) stay LL launches, on the pair kernel, instead of taking the general kernel for
+ * a Simple copy (larger LL128 transfers take the general kernel, where a copy is Simple); a Simple one on a
+ * channel per ch_bytes, at most `cap` (wide_step). The mark and the channels depend on the size, the knobs,
+ * the collective and the communicator's channels only, so both ends of each of its connections agree. Each
+ * side of an LL transfer is also marked with its protocol: LL when its connection has an LL ring, which both
+ * ends of the connection know alike (an LL128 transfer's sides always have one: ll128_max). */
 static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, int cap, dev_xfer_t *out) {
   const red_t *red = in->red;
   const int ll = in->bytes <= gx->ll_max;
   const uint64_t ll128_nch = (uint64_t)(gx->ll128_nch < cap ? gx->ll128_nch : cap);
   const int peers = in->send_peer >= 0 || in->recv_peer >= 0;
-  const int ll128_size = !ll && in->bytes <= gx->ll128_max && in->bytes <= ll128_nch * DEV_LL128_PIECE;
-  const int ll128 = ll128_size && peers;
-  const int ll_copy = ll128_size && !peers && !(in->flags & (XF_REDUCE | XF_PREPARE));
+  const int ll128 = !ll && peers && in->bytes <= gx->ll128_max && in->bytes <= ll128_nch * DEV_LL128_PART_MAX;
+  const int ll_copy = !ll && !peers && !(in->flags & (XF_REDUCE | XF_PREPARE)) &&
+                      in->bytes <= gx->ll128_max && in->bytes <= ll128_nch * DEV_LL128_PIECE;
   int flags = (int)in->flags;
   if (ll || ll128 || ll_copy) {
     flags |= DEV_XF_LL;

@@ -159,12 +159,15 @@ typedef struct {
  * earlier piece's data for a flag (the flag words of each format are flags in every older line of that
  * area, whose values are older pieces'). Both ends of a connection mark a transfer LL128 alike, from its
  * size and the communicator (launch.c), and every entry point that takes LL transfers moves it: the pair
- * kernel, and the general kernel's LL path; the LL entry point never gets one. A transfer is one LL128 piece
- * per channel, over up to DEV_LL_CHANNELS channels. */
+ * kernel, and the general kernel's LL path; the LL entry point never gets one. A transfer runs over up to
+ * DEV_LL_CHANNELS channels, in one slice, each channel's part at most half its LL128 slots
+ * (DEV_LL128_PART_MAX), as an LL part is at most half its LL slots: the pair kernel takes those of one piece
+ * per channel, the general kernel any. */
 #define DEV_LL128_LINE       128
 #define DEV_LL128_UNIT_DATA  480 /* data bytes of a warp's unit of 4 lines */
 #define DEV_LL128_SLOT_BYTES (48 * 1024)
 #define DEV_LL128_PIECE      (DEV_LL128_SLOT_BYTES / 512 * DEV_LL128_UNIT_DATA) /* data bytes per slot */
+#define DEV_LL128_PART_MAX   (DEV_LL_SLOTS / 2 * DEV_LL128_PIECE) /* data bytes of a channel's part */
 /* An LL ring: its control block, padding to DEV_LL_ALIGN, its LL slots and its LL128 slots; rings start
  * DEV_LL_ALIGN-aligned in their allocation (p2p.c), so that every LL128 slot, and a warp's 512-byte unit in
  * it, is too (a line needs 128). DEV_LL128_AT: the LL128 slots' offset from the ring's data
@@ -416,11 +419,17 @@ DEV_INLINE int dev_ll_one_piece(uint64_t bytes, uint32_t nch) {
   return bytes <= (uint64_t)nch * DEV_LL_PIECE;
 }
 
-/* Whether LL transfer x is one piece of its protocol on every channel, as braid_kernel_pair requires (an
- * LL128 transfer always is: the host keeps it so). */
+/* Whether LL transfer x is one piece of its protocol on every channel, as braid_kernel_pair requires. */
 DEV_INLINE int dev_xf_one_piece(const dev_xfer_t *x) {
   return x->proto == DEV_PROTO_LL128 ? x->bytes <= (uint64_t)x->nch * DEV_LL128_PIECE
                                      : dev_ll_one_piece(x->bytes, x->nch);
+}
+
+/* Whether LL128 transfer x's part on every channel is at most half its LL128 slots (DEV_LL128_PART_MAX), as
+ * every entry point that moves LL128 requires: a part's send then never waits for room its own receive frees
+ * (an in-place all-reduce's lane sends its part before it receives). */
+DEV_INLINE int dev_ll128_fits(const dev_xfer_t *x) {
+  return x->bytes <= (uint64_t)x->nch * DEV_LL128_PART_MAX;
 }
 
 /* Offset in an LL ring's data of the slot of piece `count` in protocol `proto` (DEV_PROTO_*). */

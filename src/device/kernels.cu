@@ -402,12 +402,12 @@ __device__ __forceinline__ uint4 *ll_slot(const ring_use &r) {
   return (uint4 *)(r.data + dev_ll_slot_at(r.count, DEV_PROTO_LL));
 }
 
-/* Every thread: moves the block's part of LL128 transfer k (dev.h), one piece, by ll128_lines: thread 0
+/* Every thread: moves the block's part of LL128 transfer k (dev.h) by ll128_lines, piece by piece: thread 0
  * waits for room as for an LL piece (unless the head last read shows it, alike in every thread), then every
  * warp moves its units from this rank's operands and the arriving lines to the destination and the lines
  * sent, and after a barrier thread 0 publishes. The host marks a transfer LL128 only where each side it has
- * runs LL rings (both connections of a two-rank communicator), and in one piece per channel (xfer_valid).
- * Returns false (in every thread) when a wait failed or a side has no LL ring. */
+ * runs LL rings (both connections of a two-rank communicator), and at most half the LL128 slots per channel
+ * (xfer_valid). Returns false (in every thread) when a wait failed or a side has no LL ring. */
 template <class W> __device__ bool ll128_run(const W &w, uint32_t k, block_state &st, bool &synced) {
   const dev_xfer_t &x = xfer_at(w, k);
   const uint32_t xi = k - st.first;
@@ -418,28 +418,31 @@ template <class W> __device__ bool ll128_run(const W &w, uint32_t k, block_state
     if (threadIdx.x == 0) error_record(&w.comm, DEV_ERR_INVALID, -1, (int)st.channel, 0, w.seq + x.task, 0);
     return false;
   }
-  if (part.len == 0) return true;
-  if (!(synced && (rs == NULL || rs->head_seen + DEV_LL_SLOTS > rs->count))) {
-    if (threadIdx.x == 0) st.batch = batch_wait(w, x, xi, 1, st);
-    __syncthreads();
-    if (st.batch == 0) return false;
-  }
-  synced = false; /* thread 0 publishes at the end */
-  ll_io io;
-  io.local = x.src != NULL ? x.src + part.off : NULL;
-  io.dst = x.dst != NULL ? x.dst + part.off : NULL;
-  io.mem = rr == NULL && (x.flags & DEV_XF_REDUCE) ? io.dst : NULL;
-  io.in = rr != NULL ? (const uint4 *)(rr->data + dev_ll_slot_at(rr->count, DEV_PROTO_LL128)) : NULL;
-  io.out = rs != NULL ? (uint4 *)(rs->data + dev_ll_slot_at(rs->count, DEV_PROTO_LL128)) : NULL;
-  io.in_flag = rr != NULL ? ll_flag(*rr) : 0;
-  io.out_flag = rs != NULL ? ll_flag(*rs) : 0;
-  io.len = (uint32_t)part.len;
-  io.skip = 0;
-  io.send_local = 0;
   const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
-  const bool ok = ll_piece(x, io, &w.comm, what);
-  if (__syncthreads_or(!ok)) return false; /* every line read and every count taken */
-  if (threadIdx.x == 0) batch_publish(x, xi, 0, 1, (uint32_t)part.len, st);
+  const uint64_t end = part.off + part.len;
+  for (uint64_t at = part.off; at < end; at += DEV_LL128_PIECE) {
+    const uint32_t len = end - at < DEV_LL128_PIECE ? (uint32_t)(end - at) : DEV_LL128_PIECE;
+    if (!(synced && (rs == NULL || rs->head_seen + DEV_LL_SLOTS > rs->count))) {
+      if (threadIdx.x == 0) st.batch = batch_wait(w, x, xi, 1, st);
+      __syncthreads();
+      if (st.batch == 0) return false;
+    }
+    synced = false; /* thread 0 publishes at the end of the piece */
+    ll_io io;
+    io.local = x.src != NULL ? x.src + at : NULL;
+    io.dst = x.dst != NULL ? x.dst + at : NULL;
+    io.mem = rr == NULL && (x.flags & DEV_XF_REDUCE) ? io.dst : NULL;
+    io.in = rr != NULL ? (const uint4 *)(rr->data + dev_ll_slot_at(rr->count, DEV_PROTO_LL128)) : NULL;
+    io.out = rs != NULL ? (uint4 *)(rs->data + dev_ll_slot_at(rs->count, DEV_PROTO_LL128)) : NULL;
+    io.in_flag = rr != NULL ? ll_flag(*rr) : 0;
+    io.out_flag = rs != NULL ? ll_flag(*rs) : 0;
+    io.len = len;
+    io.skip = 0;
+    io.send_local = 0;
+    const bool ok = ll_piece(x, io, &w.comm, what);
+    if (__syncthreads_or(!ok)) return false; /* every line read and every count taken */
+    if (threadIdx.x == 0) batch_publish(x, xi, 0, 1, len, st);
+  }
   return true;
 }
 

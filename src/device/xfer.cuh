@@ -20,7 +20,7 @@ template <class W> __device__ bool xfer_valid(const dev_xfer_t &x, const W &w) {
                    (recv_peer < -1) | (recv_peer >= nranks) | (send_peer < -1) | (send_peer >= nranks) |
                    (local_reduce & (x.dst == NULL)) | ((recv_peer < 0) & (x.src == NULL)) |
                    (((x.flags & DEV_XF_LL) != 0) & (x.nch > DEV_LL_CHANNELS)) | (x.proto > DEV_PROTO_LL128) |
-                   ((x.proto == DEV_PROTO_LL128) & (((x.flags & DEV_XF_LL) == 0) | !dev_xf_one_piece(&x)));
+                   ((x.proto == DEV_PROTO_LL128) & (((x.flags & DEV_XF_LL) == 0) | !dev_ll128_fits(&x)));
   return !bad;
 }
 

@@ -512,8 +512,18 @@ static void channels_rank(int rank, int nranks, void *arg) {
   EXPECT((w->xfers[0].flags & DEV_XF_LL) && w->xfers[0].nch == 4, "rank %d: 256 KiB is LL on 4 channels",
          rank);
   EXPECT(!s->last_ll, "rank %d: 64 KiB per channel is four LL pieces: not the LL entry point", rank);
+  /* above it LL128 (BRAID_LL128_MIN_BYTES), up to half the LL128 slots per channel: 4 channels carry
+   * 720 KiB, not BRAID_LL128_MAX_BYTES' 1.5 MiB; what is more is Simple */
   EXPECT_OK(ncclAllReduce(buf, buf, 65537, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(!(w->xfers[0].flags & DEV_XF_LL), "rank %d: 256 KiB + 4 is Simple", rank);
+  EXPECT((w->xfers[0].flags & DEV_XF_LL) && w->xfers[0].proto == DEV_PROTO_LL128 && w->xfers[0].nch == 4,
+         "rank %d: 256 KiB + 4 is LL128 on 4 channels", rank);
+  EXPECT(last_entry(s) == 's', "rank %d: two LL128 pieces per channel: the general entry point, not %c", rank,
+         last_entry(s));
+  EXPECT_OK(ncclAllReduce(buf, buf, 4 * DEV_LL128_PART_MAX / 4, ncclFloat, ncclSum, comm, NULL));
+  EXPECT((w->xfers[0].flags & DEV_XF_LL) && w->xfers[0].proto == DEV_PROTO_LL128,
+         "rank %d: 720 KiB is LL128 on 4 channels", rank);
+  EXPECT_OK(ncclAllReduce(buf, buf, 4 * DEV_LL128_PART_MAX / 4 + 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(!(w->xfers[0].flags & DEV_XF_LL), "rank %d: 720 KiB + 4 is Simple", rank);
   unsetenv("BRAID_LL_MAX_BYTES");
   EXPECT_OK(ncclCommDestroy(comm));
 }
