@@ -65,6 +65,7 @@ struct gx {
   int dev, rank, nranks;
   int nch;   /* channels a transfer takes at most: what the widest step's lanes fit (gx_channels) */
   int rings; /* rings per connection (gx_rings): the channels of one-way collectives' transfers (wide_step) */
+  int wide;  /* BRAID_WIDE_STEPS: which collectives' steps take `rings` channels (wide_step) */
   unsigned grid_max; /* blocks a launch takes at most: the widest step's lanes of nch channels */
   const char *name;
   alloc_acct_t *acct;
@@ -341,6 +342,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
   gx->pair_kernel = param_int(P_BRAID_PAIR_KERNEL) != 0;
   gx->split_lane = param_int(P_BRAID_SPLIT_LANE) != 0;
+  gx->wide = (int)param_int(P_BRAID_WIDE_STEPS);
   gx->batch_pieces = batch_pieces();
   gx->spread = spread_lanes(nranks);
   gx->ll_nch = nch < GX_LL_NCH ? nch : GX_LL_NCH;
@@ -1156,11 +1158,27 @@ static ncclResult_t xf_reserve(gx_t *gx, uint32_t n) {
   return ncclSuccess;
 }
 
-/* Whether the step's transfers take up to gx->rings channels instead of gx->nch (gx_rings): a one-way
- * collective's on two ranks. Every rank's step of a collective serves the same call, so both ends of its
- * connections agree; point-to-point steps never do, as their ranks' steps differ. */
-static int wide_step(const gx_t *gx, const step_t *st) {
-  return gx->rings > gx->nch && one_way_kind(st->task->kind);
+/* An all-reduce's or a reduce-scatter's step on two ranks is wide (wide_step) where its largest transfer
+ * moves at least this many bytes: on two H200s 60 channels instead of 40 took an all-reduce of 16 MiB from
+ * 67.3 to 61.1 us and of 32 MiB from 131.9 to 117.5 (CUDA graphs), a reduce-scatter of 32 MiB from 70.6 to
+ * 63.1, and transfers of 8 MiB 1-7% faster; but transfers of 4 MiB 4-6% slower (docs/perf-notes.md, 79). */
+#define GX_WIDE_MIN (8u << 20)
+
+/* Whether the step's transfers take up to gx->rings channels instead of gx->nch (gx_rings): on two ranks a
+ * one-way collective's, and with BRAID_WIDE_STEPS=2 (the default) an all-reduce's or a reduce-scatter's
+ * whose largest transfer moves at least GX_WIDE_MIN. On two ranks those have no local copy, so at most two
+ * lanes (the send and the receive) however their buffers lie, and both ranks' steps hold transfers of the
+ * same sizes (each rank sends one block and receives the other). Every rank's step of a collective serves
+ * the same call, so both ends of its connections agree; point-to-point steps never do, as their ranks'
+ * steps differ. */
+static int wide_step(const gx_t *gx, const plan_t *plan, const step_t *st) {
+  const op_kind_t k = st->task->kind;
+  if (gx->rings <= gx->nch || gx->wide < 1) return 0;
+  if (one_way_kind(k)) return 1;
+  if (gx->wide < 2 || (k != OP_ALLREDUCE && k != OP_REDUCESCATTER)) return 0;
+  for (int i = 0; i < st->count; i++)
+    if (plan->xfers[st->first + i].bytes >= GX_WIDE_MIN) return 1;
+  return 0;
 }
 
 /* ---- What the copy-engine path asks of the executor (ce_exec_t) ---- */
@@ -1226,7 +1244,7 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
     CHECK(flush(gx, lc, st->task->seq));
   CHECK(xf_reserve(gx, w->nxfers + st->count));
   dev_xfer_t *x = &gx->xf[w->nxfers];
-  const int cap = wide_step(gx, st) ? gx->rings : gx->nch;
+  const int cap = wide_step(gx, plan, st) ? gx->rings : gx->nch;
   unsigned nch = 0;
   for (int i = 0; i < st->count; i++) {
     fill_xfer(gx, &plan->xfers[st->first + i], (uint16_t)(st->task - plan->tasks), cap, &x[i]);

@@ -502,6 +502,18 @@ static void channels_rank(int rank, int nranks, void *arg) {
   /* a one-way collective's transfers take the rings' 6 channels: rank 1's receive, on rank 0's rings */
   EXPECT_OK(ncclBroadcast(buf, buf, 1 << 20, ncclFloat, 0, comm, NULL));
   EXPECT(w->nch == 6 && w->xfers[0].nch == 6, "rank %d: a 4 MiB broadcast on %d channels", rank, w->nch);
+  /* so do an all-reduce's and a reduce-scatter's from transfers of 8 MiB (BRAID_WIDE_STEPS=2, the
+   * default), in place or not */
+  const int wide = param_int(P_BRAID_WIDE_STEPS) >= 2 ? 6 : 4;
+  EXPECT_OK(ncclAllReduce(buf, buf, 2 << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(w->nch == (unsigned)wide && w->xfers[0].nch == wide, "rank %d: an 8 MiB all-reduce on %d channels",
+         rank, w->nch);
+  EXPECT_OK(ncclAllReduce(buf, (char *)buf + (8 << 20), (2 << 20) - 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(w->nch == 4, "rank %d: an all-reduce of 8 MiB - 4 on %d channels", rank, w->nch);
+  EXPECT_OK(ncclReduceScatter(buf, (char *)buf + (16 << 20), 2 << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(w->nch == (unsigned)wide, "rank %d: a reduce-scatter of 8 MiB blocks on %d channels", rank, w->nch);
+  EXPECT_OK(ncclReduceScatter(buf, buf, 1 << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(w->nch == 4, "rank %d: a reduce-scatter of 4 MiB blocks on %d channels", rank, w->nch);
   EXPECT_OK(ncclAllReduce(buf, buf, 16384, ncclFloat, ncclSum, comm, NULL));
   w = (const dev_work_t *)s->last_work;
   EXPECT(w->nch == 4 && w->xfers[0].nch == 4, "rank %d: a 64 KiB LL transfer on %d channels of 4", rank,
@@ -535,6 +547,10 @@ static void channels_agree(void) {
   shared_t sh;
   EXPECT_OK(ncclGetUniqueId(&sh.id));
   EXPECT(run_ranks(2, 60, channels_rank, &sh) == 0, "a rank failed");
+  setenv("BRAID_WIDE_STEPS", "1", 1);
+  EXPECT_OK(ncclGetUniqueId(&sh.id));
+  EXPECT(run_ranks(2, 60, channels_rank, &sh) == 0, "a rank failed (BRAID_WIDE_STEPS=1)");
+  unsetenv("BRAID_WIDE_STEPS");
   unsetenv("BRAID_PAIR_KERNEL");
 }
 
