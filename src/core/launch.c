@@ -158,6 +158,12 @@ _Static_assert(PLAN_LL_MAX <= (uint64_t)GX_LL_NCH * GX_LL_PART_MAX &&
                "an LL transfer's part fits half a ring");
 /* The kernels run an LL transfer, LL128 included, in one slice (lane_run). */
 _Static_assert(DEV_LL128_PART_MAX <= DEV_SLICE_BYTES, "an LL128 transfer's part fits a slice");
+/* An all-reduce's or a reduce-scatter's step on two ranks is wide (wide_step) where its largest transfer
+ * moves at least this many bytes: on two H200s 60 channels instead of 40 took an all-reduce of 16 MiB from
+ * 67.3 to 61.1 us and of 32 MiB from 131.9 to 117.5 (CUDA graphs), a reduce-scatter of 32 MiB from 70.6 to
+ * 63.1, and transfers of 8 MiB 1-7% faster; but transfers of 4 MiB 4-6% slower (docs/perf-notes.md, 79). */
+#define GX_WIDE_MIN_MIB 8
+#define GX_WIDE_MIN     ((uint64_t)GX_WIDE_MIN_MIB << 20)
 /* A one-shot reduction's lane receives from every peer and, in place, sends to every peer. */
 _Static_assert(2 * (PLAN_ONESHOT_MAX_RANKS - 1) <= DEV_LANE_RINGS,
                "one-shot lanes exceed the kernel's rings");
@@ -301,6 +307,18 @@ static ncclResult_t queue_init(gx_t *gx) {
   return ncclSuccess;
 }
 
+/* Which steps take the rings' channels (wide_step), in words for the init log. */
+static const char *wide_what(const gx_t *gx, char *buf, size_t size) {
+  if (gx->rings <= gx->nch || gx->wide < 1) return "every step";
+  if (gx->wide < 2) return "broadcast, reduce, gather and scatter steps";
+  snprintf(
+      buf, size,
+      "broadcast, reduce, gather and scatter steps, and all-reduce and reduce-scatter steps with a transfer "
+      "of at least %d MiB",
+      GX_WIDE_MIN_MIB);
+  return buf;
+}
+
 /* The grid, in lanes, that launches narrower than it spread their blocks over: the most lanes a step can
  * have (gx_channels sized the channels so that this many lanes of them fit the GPU), at most BRAID_SPREAD
  * when that is 2 or more; 0 (no spreading) when BRAID_SPREAD is 0 or a step has one lane at most. */
@@ -363,6 +381,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
     gx->ll_max = plan_tuning()->ll128_min;
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
   CHECK_GOTO(queue_init(gx), res, fail);
+  char wide[160];
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes, LL protocol for "
        "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES, "
@@ -372,11 +391,12 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
        "for larger transfers with a peer of at most %llu bytes over %d channels (NCCL_PROTO, "
        "BRAID_LL128_MAX_BYTES; two ranks on p2p both ways only); a Simple transfer takes a channel per %llu "
        "bytes (BRAID_CHANNEL_BYTES), launches of one-slice Simple transfers on p2p through %s "
-       "(BRAID_BULK_KERNEL)",
+       "(BRAID_BULK_KERNEL); up to %d channels for %s (BRAID_WIDE_STEPS)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap, (unsigned long long)gx->ll_max,
        (unsigned long long)gx->ll_part, gx->ll_nch, gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
        gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same", (unsigned long long)gx->ll128_max, gx->ll128_nch,
-       (unsigned long long)gx->ch_bytes, gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel");
+       (unsigned long long)gx->ch_bytes, gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel",
+       gx->rings > nch && gx->wide >= 1 ? gx->rings : nch, wide_what(gx, wide, sizeof wide));
   *gx_p = gx;
   return ncclSuccess;
 fail:
@@ -1157,12 +1177,6 @@ static ncclResult_t xf_reserve(gx_t *gx, uint32_t n) {
   gx->xf_cap = cap;
   return ncclSuccess;
 }
-
-/* An all-reduce's or a reduce-scatter's step on two ranks is wide (wide_step) where its largest transfer
- * moves at least this many bytes: on two H200s 60 channels instead of 40 took an all-reduce of 16 MiB from
- * 67.3 to 61.1 us and of 32 MiB from 131.9 to 117.5 (CUDA graphs), a reduce-scatter of 32 MiB from 70.6 to
- * 63.1, and transfers of 8 MiB 1-7% faster; but transfers of 4 MiB 4-6% slower (docs/perf-notes.md, 79). */
-#define GX_WIDE_MIN (8u << 20)
 
 /* Whether the step's transfers take up to gx->rings channels instead of gx->nch (gx_rings): on two ranks a
  * one-way collective's, and with BRAID_WIDE_STEPS=2 (the default) an all-reduce's or a reduce-scatter's

@@ -732,6 +732,10 @@ static void tuning_rank(int rank, int nranks, void *arg) {
   char log_path[128];
   ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
   void *buf = (void *)(uintptr_t)0x10000000, *out = (void *)(uintptr_t)0x20000000;
+  EXPECT(test_file_lines(log_path, "up to 60 channels for broadcast, reduce, gather and scatter steps, and "
+                                   "all-reduce and reduce-scatter steps with a transfer of at least 8 MiB "
+                                   "(BRAID_WIDE_STEPS)") == 1,
+         "rank %d: init says which steps take 60 channels", rank);
   for (int i = 0; i < 2; i++) EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
   EXPECT_OK(ncclBroadcast(buf, out, 4u << 20, ncclFloat, 0, comm, NULL));
   EXPECT(test_file_lines(log_path, "the largest 67108864 bytes over 60 channels") == 1 &&
