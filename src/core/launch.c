@@ -307,15 +307,18 @@ static ncclResult_t queue_init(gx_t *gx) {
   return ncclSuccess;
 }
 
-/* Which steps take the rings' channels (wide_step), in words for the init log. */
+/* How many channels a step takes at most and which steps take the rings' (wide_step), in words for the init
+ * log. */
 static const char *wide_what(const gx_t *gx, char *buf, size_t size) {
-  if (gx->rings <= gx->nch || gx->wide < 1) return "every step";
-  if (gx->wide < 2) return "broadcast, reduce, gather and scatter steps";
-  snprintf(
-      buf, size,
-      "broadcast, reduce, gather and scatter steps, and all-reduce and reduce-scatter steps with a transfer "
-      "of at least %d MiB",
-      GX_WIDE_MIN_MIB);
+  if (gx->rings <= gx->nch || gx->wide < 1)
+    snprintf(buf, size, "up to %d channels for every step", gx->nch);
+  else if (gx->wide < 2)
+    snprintf(buf, size, "up to %d channels for broadcast, reduce, gather and scatter steps", gx->rings);
+  else
+    snprintf(buf, size,
+             "up to %d channels for broadcast, reduce, gather and scatter steps, and all-reduce and "
+             "reduce-scatter steps with a transfer of at least %d MiB",
+             gx->rings, GX_WIDE_MIN_MIB);
   return buf;
 }
 
@@ -391,12 +394,12 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
        "for larger transfers with a peer of at most %llu bytes over %d channels (NCCL_PROTO, "
        "BRAID_LL128_MAX_BYTES; two ranks on p2p both ways only); a Simple transfer takes a channel per %llu "
        "bytes (BRAID_CHANNEL_BYTES), launches of one-slice Simple transfers on p2p through %s "
-       "(BRAID_BULK_KERNEL); up to %d channels for %s (BRAID_WIDE_STEPS)",
+       "(BRAID_BULK_KERNEL); %s (BRAID_WIDE_STEPS)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap, (unsigned long long)gx->ll_max,
        (unsigned long long)gx->ll_part, gx->ll_nch, gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
        gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same", (unsigned long long)gx->ll128_max, gx->ll128_nch,
        (unsigned long long)gx->ch_bytes, gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel",
-       gx->rings > nch && gx->wide >= 1 ? gx->rings : nch, wide_what(gx, wide, sizeof wide));
+       wide_what(gx, wide, sizeof wide));
   *gx_p = gx;
   return ncclSuccess;
 fail:

@@ -402,69 +402,53 @@ __device__ __forceinline__ uint4 *ll_slot(const ring_use &r) {
   return (uint4 *)(r.data + dev_ll_slot_at(r.count, DEV_PROTO_LL));
 }
 
-/* Every thread: moves the block's part of LL128 transfer k (dev.h) by ll128_lines, piece by piece: thread 0
- * waits for room as for an LL piece (unless the head last read shows it, alike in every thread), then every
- * warp moves its units from this rank's operands and the arriving lines to the destination and the lines
- * sent, and after a barrier thread 0 publishes. The host marks a transfer LL128 only where each side it has
- * runs LL rings (both connections of a two-rank communicator), and at most half the LL128 slots per channel
- * (xfer_valid). Returns false (in every thread) when a wait failed or a side has no LL ring. */
-template <class W> __device__ bool ll128_run(const W &w, uint32_t k, block_state &st, bool &synced) {
-  const dev_xfer_t &x = xfer_at(w, k);
-  const uint32_t xi = k - st.first;
-  const ring_use *rr = x.recv_peer >= 0 ? &st.rings[st.recv_ring[xi]] : NULL;
-  const ring_use *rs = x.send_peer >= 0 ? &st.rings[st.send_ring[xi]] : NULL;
-  const dev_span_t part = dev_part(x.bytes, x.nch, 0, st.channel);
-  if ((rr != NULL && !rr->ll) || (rs != NULL && !rs->ll)) {
-    if (threadIdx.x == 0) error_record(&w.comm, DEV_ERR_INVALID, -1, (int)st.channel, 0, w.seq + x.task, 0);
-    return false;
-  }
-  const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
-  const uint64_t end = part.off + part.len;
-  for (uint64_t at = part.off; at < end; at += DEV_LL128_PIECE) {
-    const uint32_t len = end - at < DEV_LL128_PIECE ? (uint32_t)(end - at) : DEV_LL128_PIECE;
-    if (!(synced && (rs == NULL || rs->head_seen + DEV_LL_SLOTS > rs->count))) {
-      if (threadIdx.x == 0) st.batch = batch_wait(w, x, xi, 1, st);
-      __syncthreads();
-      if (st.batch == 0) return false;
-    }
-    synced = false; /* thread 0 publishes at the end of the piece */
-    ll_io io;
-    io.local = x.src != NULL ? x.src + at : NULL;
-    io.dst = x.dst != NULL ? x.dst + at : NULL;
-    io.mem = rr == NULL && (x.flags & DEV_XF_REDUCE) ? io.dst : NULL;
-    io.in = rr != NULL ? (const uint4 *)(rr->data + dev_ll_slot_at(rr->count, DEV_PROTO_LL128)) : NULL;
-    io.out = rs != NULL ? (uint4 *)(rs->data + dev_ll_slot_at(rs->count, DEV_PROTO_LL128)) : NULL;
-    io.in_flag = rr != NULL ? ll_flag(*rr) : 0;
-    io.out_flag = rs != NULL ? ll_flag(*rs) : 0;
-    io.len = len;
-    io.skip = 0;
-    io.send_local = 0;
-    const bool ok = ll_piece(x, io, &w.comm, what);
-    if (__syncthreads_or(!ok)) return false; /* every line read and every count taken */
-    if (threadIdx.x == 0) batch_publish(x, xi, 0, 1, len, st);
-  }
-  return true;
+/* Every thread: piece [at, at + len) of LL128 transfer x (dev.h) by ll128_lines, from this rank's operands
+ * and the lines arriving on rr to the destination and the lines sent on rs, in the slots of the rings'
+ * current counts. False when the wait failed. */
+__device__ __forceinline__ bool ll128_piece(const dev_xfer_t &x, const ring_use *rr, const ring_use *rs,
+                                            uint64_t at, uint32_t len, const dev_comm_t *comm,
+                                            const wait_what &what) {
+  ll_io io;
+  io.local = x.src != NULL ? x.src + at : NULL;
+  io.dst = x.dst != NULL ? x.dst + at : NULL;
+  io.mem = rr == NULL && (x.flags & DEV_XF_REDUCE) ? io.dst : NULL;
+  io.in = rr != NULL ? (const uint4 *)(rr->data + dev_ll_slot_at(rr->count, DEV_PROTO_LL128)) : NULL;
+  io.out = rs != NULL ? (uint4 *)(rs->data + dev_ll_slot_at(rs->count, DEV_PROTO_LL128)) : NULL;
+  io.in_flag = rr != NULL ? ll_flag(*rr) : 0;
+  io.out_flag = rs != NULL ? ll_flag(*rs) : 0;
+  io.len = len;
+  io.skip = 0;
+  io.send_local = 0;
+  return ll_piece(x, io, comm, what);
 }
 
 /* Every thread: moves the block's part of LL transfer k (its channel's part of the one slice, dev.h, in
- * pieces of DEV_LL_PIECE bytes, one slot each), each side on its own protocol: thread 0 waits for room (and
- * for a Simple receive's data) unless nothing is to be waited for and `synced` says no piece was published
- * since the last barrier; then a plain send, and a receive that combines and stores without sending, run
- * line by line in registers (ll_lines, ll.cuh), and any other piece reads an LL receive's
- * lines into the staging, combines there and writes an LL send's lines from it; thread 0 publishes. Each
- * thread takes the rings' counts (the slots and flags of the piece) before the barrier after which thread 0
- * moves them on. Returns false (in every thread) when a wait failed. */
+ * pieces of its protocol, DEV_LL_PIECE or DEV_LL128_PIECE bytes, one slot each), each side on its own
+ * protocol: thread 0 waits for room (and for a Simple receive's data) unless nothing is to be waited for and
+ * `synced` says no piece was published since the last barrier; then an LL128 piece runs by ll128_lines, a
+ * plain send and a receive that combines and stores without sending run line by line in registers
+ * (ll_lines, ll.cuh), and any other piece reads an LL receive's lines into the staging, combines there and
+ * writes an LL send's lines from it; thread 0 publishes. Each thread takes the rings' counts (the slots and
+ * flags of the piece) before the barrier after which thread 0 moves them on. The host marks a transfer LL128
+ * only where each side it has runs LL rings (both connections of a two-rank communicator), and at most half
+ * the LL128 slots per channel (xfer_valid). Returns false (in every thread) when a wait failed, or an LL128
+ * side has no LL ring. */
 template <class W>
 __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bool &synced) {
   const dev_xfer_t &x = xfer_at(w, k);
-  if (x.proto == DEV_PROTO_LL128) return ll128_run(w, k, st, synced);
   const uint32_t xi = k - st.first;
   const ring_use *rr = x.recv_peer >= 0 ? &st.rings[st.recv_ring[xi]] : NULL;
   const ring_use *rs = x.send_peer >= 0 ? &st.rings[st.send_ring[xi]] : NULL;
+  const bool ll128 = x.proto == DEV_PROTO_LL128;
+  if (ll128 && ((rr != NULL && !rr->ll) || (rs != NULL && !rs->ll))) {
+    if (threadIdx.x == 0) error_record(&w.comm, DEV_ERR_INVALID, -1, (int)st.channel, 0, w.seq + x.task, 0);
+    return false;
+  }
+  const uint32_t piece = ll128 ? DEV_LL128_PIECE : DEV_LL_PIECE;
   const dev_span_t part = dev_part(x.bytes, x.nch, 0, st.channel);
   const uint64_t end = part.off + part.len;
-  for (uint64_t at = part.off; at < end; at += DEV_LL_PIECE) {
-    const uint32_t len = end - at < DEV_LL_PIECE ? (uint32_t)(end - at) : DEV_LL_PIECE;
+  for (uint64_t at = part.off; at < end; at += piece) {
+    const uint32_t len = end - at < piece ? (uint32_t)(end - at) : piece;
     /* Thread 0 waits and says so at a barrier, unless nothing is to be waited for and every thread sees
      * that alike: both sides LL (a receive waits on its lines) and the head last read leaves the send room,
      * read by every thread from the lane's rings while thread 0 has not moved them since a barrier. */
@@ -476,6 +460,13 @@ __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bo
       if (st.batch == 0) return false;
     }
     synced = false; /* thread 0 publishes at the end of the piece */
+    if (ll128) {
+      const wait_what what = {x.recv_peer, (int)st.channel, 0, w.seq + x.task};
+      const bool ok = ll128_piece(x, rr, rs, at, len, &w.comm, what);
+      if (__syncthreads_or(!ok)) return false; /* every line read and every count taken */
+      if (threadIdx.x == 0) batch_publish(x, xi, 0, 1, len, st);
+      continue;
+    }
     if (rs != NULL && rs->ll && dev_xf_plain_send(&x)) {
       const ll_io io = {x.src + at, NULL, NULL, NULL, ll_slot(*rs), 0, ll_flag(*rs), len};
       ll_lines(line_copy{false}, io, &w.comm, wait_what{});

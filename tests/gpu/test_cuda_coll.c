@@ -64,8 +64,9 @@ static void sweep_one(const sweep_t *s, const coll_case_t *base, int n, uint64_t
   int offsets = s->all_offsets ? 3 : 1;
   /* A send/receive in place (into the buffer it sends, as nccl-tests' sendrecv runs it, which does not check
    * the result) is outside NCCL's contract, and Braid's Simple kernels may overwrite bytes before they are
-   * sent. Up to LL128's largest transfer the pair kernel runs the two fused, every line or unit sent before
-   * it is overwritten: those sizes are checked. */
+   * sent. Up to LL128's largest transfer by default (BRAID_LL128_MAX_BYTES, one LL128 piece per channel
+   * of 40) the pair kernel runs the two fused, every line or unit sent before it is overwritten: those sizes
+   * are checked. */
   const int sr_inplace = base->count * data_esize(base->type) <= 1572864;
   for (int inplace = 0; inplace < (base->kind == K_SENDRECV && !sr_inplace ? 1 : 2); inplace++)
     for (int o = 0; o < offsets; o++) {
