@@ -81,6 +81,7 @@ struct gx {
   int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
   int pair_kernel;           /* BRAID_PAIR_KERNEL: such launches take func_pair */
   int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
+  int wave_fence;            /* BRAID_WAVE_FENCE: which bulk launches send in waves (wave_fence) */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
   int one_way;               /* the launch being built has one-way steps only (one_way_kind) */
   ce_t *ce;                  /* moves the steps marked for the copy engines (gx_set_ce); owned */
@@ -363,6 +364,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
   gx->pair_kernel = param_int(P_BRAID_PAIR_KERNEL) != 0;
   gx->split_lane = param_int(P_BRAID_SPLIT_LANE) != 0;
+  gx->wave_fence = (int)param_int(P_BRAID_WAVE_FENCE);
   gx->wide = (int)param_int(P_BRAID_WIDE_STEPS);
   gx->batch_pieces = batch_pieces();
   gx->spread = spread_lanes(nranks);
@@ -976,6 +978,18 @@ static int split_pair(const gx_t *gx, const dev_work_t *w) {
          s->src != NULL && r->dst == s->src && s->bytes == r->bytes && s->nch == r->nch;
 }
 
+/* Whether a launch on braid_kernel_bulk fences the parts it only sends once per block and wave of chunks
+ * (dev_comm_t.wave_fence) rather than once per warp and chunk. On two H200s waves made send/receive of
+ * 8-16 MiB and all-gather of 16-32 MiB 3-9% faster, and all-reduce and reduce-scatter of 4-16 MiB, whose
+ * receivers combine each chunk as it comes, 1-5% slower (docs/perf-notes.md, 82): so by default (1) only
+ * launches that reduce nothing they receive; 2: every launch; 0: none. */
+static int wave_fence(const gx_t *gx, const dev_work_t *w) {
+  if (gx->wave_fence != 1) return gx->wave_fence >= 2;
+  for (int i = 0; i < w->nxfers; i++)
+    if (w->xfers[i].recv_peer >= 0 && (w->xfers[i].flags & DEV_XF_REDUCE)) return 0;
+  return 1;
+}
+
 /* Whether the work (one step, its list in the parameters) can take braid_kernel_bulk (dev.h): every transfer
  * Simple and in one slice, each side that has a peer on a connection whose rings have chunk marks, and no
  * ring carrying more than DEV_SLOTS of the launch's pieces, so that room to send only waits for earlier
@@ -1098,6 +1112,7 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
       w->comm.split = 1;
       widest = 2;
     }
+    w->comm.wave_fence = f == gx->func_bulk && wave_fence(gx, w);
     unsigned threads = pair && gx->pair.fused == 2 ? 2 * ll_thr
                        : ll                        ? ll_thr
                        : f == gx->func_bulk        ? bulk_threads(w)

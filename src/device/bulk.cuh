@@ -182,6 +182,42 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
   return true;
 }
 
+/* Every thread: a part that only sends (no receive side), in waves of a chunk per warp, where the launch asks
+ * for it (dev_comm_t.wave_fence) and the part is more than two waves. Each warp stores its chunk of the wave;
+ * after a block barrier thread 0 fences at system scope once for the block's chunks and stores their marks
+ * (and a split lane's guards), while the other warps go on to the next wave. Against a fence and a mark per
+ * warp, one fence per wave spares the warps most of their waits for acknowledgements (docs/perf-notes.md,
+ * 82). Every thread meets every barrier: a warp whose earlier wait failed (ok false) moves nothing but still
+ * takes part. */
+__device__ void bulk_send_waves(const bulk_task &t, uint32_t chunks, bool ok) {
+  const uint32_t wid = threadIdx.x / 32, nw = blockDim.x / 32, l = threadIdx.x % 32;
+  for (uint32_t wave = 0; wave * nw < chunks; wave++) {
+    const uint32_t q = wave * nw + wid, at = q * DEV_CHUNK_BYTES;
+    if (ok && q < chunks) {
+      piece_t pc;
+      pc.local = t.x.src != NULL ? t.x.src + t.off + at : NULL;
+      pc.dst = t.x.dst != NULL ? t.x.dst + t.off + at : NULL;
+      pc.in = t.x.flags & DEV_XF_REDUCE ? pc.dst : NULL; /* a local reduction: the running result */
+      pc.out = t.out.data != NULL ? bulk_chunk(t.out, q) : NULL;
+      pc.bytes = t.len - at < DEV_CHUNK_BYTES ? t.len - at : DEV_CHUNK_BYTES;
+      piece_combine<32>(t.x, pc, l);
+      TRACE_AT(TRACE_TASK);
+    }
+    /* every warp's loads and stores of the wave before thread 0's fence; a wave with a warp that moved
+     * nothing (a failed wait) is not published */
+    const bool moved = __syncthreads_and(ok) != 0;
+    if (threadIdx.x == 0 && moved) {
+      __threadfence_system();
+      TRACE_AT(TRACE_PIECE);
+      const uint32_t last = chunks - wave * nw < nw ? chunks : (wave + 1) * nw;
+      for (uint32_t j = wave * nw; j < last; j++) {
+        if (t.out.data != NULL) *bulk_mark(t.out, j) = bulk_mark_value(t.out, j);
+        if (t.guarded == BULK_GUARD_STORE) *bulk_mark(t.guard, j) = bulk_mark_value(t.guard, j);
+      }
+    }
+  }
+}
+
 /* Every thread: the block's tasks in list order, each part in chunks, chunk q by warp q % warps. Parts of one
  * size and channels give each warp the same chunks, in order, so consecutive ones need only a warp barrier
  * (a later transfer may read what an earlier one stored: a one-shot reduction's running result, or the data
@@ -199,6 +235,13 @@ __device__ bool bulk_run(const dev_work_small_t &w, uint32_t c, const bulk_task 
     __syncwarp();
     const wait_what what = {t.x.recv_peer, (int)c, 0, w.seq + t.x.task};
     const uint32_t chunks = (t.len + DEV_CHUNK_BYTES - 1) / DEV_CHUNK_BYTES;
+    /* waves where the part is more than two of them: parts of two waves (25 chunks) were 0.4-0.9 us slower
+     * so than with a fence per warp, of four (50 chunks) 0.4-5 us faster (docs/perf-notes.md, 82) */
+    if (w.comm.wave_fence && chunks > 2 * nw && t.in.data == NULL &&
+        (t.out.data != NULL || t.guarded == BULK_GUARD_STORE)) {
+      bulk_send_waves(t, chunks, ok);
+      continue;
+    }
     for (uint32_t q = wid; ok && q < chunks; q += nw) {
       const uint32_t at = q * DEV_CHUNK_BYTES;
       piece_t pc;

@@ -227,8 +227,9 @@ typedef struct {
    * ring c from peer p at (p * nch_max + c) * DEV_SLOTS * DEV_MARKS; NULL unless the communicator has two
    * ranks. */
   uint64_t *guards;
-  int32_t split; /* 1: braid_kernel_bulk runs the launch's one lane on two halves of its grid */
-  int32_t pad;
+  int32_t split;      /* 1: braid_kernel_bulk runs the launch's one lane on two halves of its grid */
+  int32_t wave_fence; /* 1: braid_kernel_bulk fences a part that only sends once per block and wave of chunks;
+                       * 0: once per warp and chunk (set per launch: launch.c, wave_fence) */
 } dev_comm_t;
 
 /* Transfer flags (the same values as the planner's XF_*). SEQ and PREPARED are the host's business (lane

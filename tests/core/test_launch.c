@@ -223,10 +223,21 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
   const int spread = param_int(P_BRAID_SPREAD) != 0, split = bulk && param_int(P_BRAID_SPLIT_LANE) != 0;
   const dev_work_t *lw = (const dev_work_t *)s->last_work;
   EXPECT(lw->comm.split == 0, "an all-reduce out of place is not a split lane");
+  /* its receives reduce: its sends fence per warp, unless BRAID_WAVE_FENCE=2 asks waves of every launch;
+   * an all-gather's bulk launch (4 MiB a rank) reduces nothing and fences per wave unless the knob is 0 */
+  const int waves = (int)param_int(P_BRAID_WAVE_FENCE);
+  EXPECT(lw->comm.wave_fence == (bulk && waves >= 2), "a 16 MiB all-reduce: waves %d (knob %d)",
+         lw->comm.wave_fence, waves);
+  EXPECT_OK(ncclAllGather(buf, out, 1u << 20, ncclFloat, comm, NULL));
+  EXPECT(last_entry(s) == simple && lw->comm.wave_fence == (bulk && waves >= 1),
+         "an 8 MiB all-gather: entry point %c, waves %d (knob %d)", last_entry(s), lw->comm.wave_fence,
+         waves);
   EXPECT_OK(ncclAllReduce(buf, buf, 4u << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_entry(s) == (split ? 'b' : 's') && last_batch(s) == 0 && lw->comm.split == split,
          "a 16 MiB all-reduce in place: entry point %c, batch %d, split %d", last_entry(s), last_batch(s),
          lw->comm.split);
+  EXPECT(lw->comm.wave_fence == (split && waves >= 2), "a 16 MiB all-reduce in place: waves %d",
+         lw->comm.wave_fence);
   EXPECT(lw->xfers[0].lane == 0 && lw->xfers[1].lane == 0 && lw->xfers[0].send_peer == peer &&
              lw->xfers[1].recv_peer == peer && lw->xfers[1].dst == buf,
          "in place: the send, then the reduction, in one lane");
@@ -429,8 +440,8 @@ static void protocol_marks(void) {
                                       "NCCL_PROTO=Simple",
                                       "BRAID_LL_KERNEL=0",
                                       "NCCL_PROTO=Simple BRAID_BULK_KERNEL=0 BRAID_SPREAD=0",
-                                      "BRAID_BULK_KERNEL=1 BRAID_SPLIT_LANE=0",
-                                      "NCCL_PROTO=Simple BRAID_BULK_KERNEL=1",
+                                      "BRAID_BULK_KERNEL=1 BRAID_SPLIT_LANE=0 BRAID_WAVE_FENCE=0",
+                                      "NCCL_PROTO=Simple BRAID_BULK_KERNEL=1 BRAID_WAVE_FENCE=2",
                                       "NCCL_PROTO=^LL128"};
   setenv("BRAID_DEVICE", "cuda", 1);
   setenv("BRAID_PAIR_KERNEL", "0",
@@ -443,12 +454,14 @@ static void protocol_marks(void) {
     unsetenv("BRAID_BULK_KERNEL");
     unsetenv("BRAID_SPREAD");
     unsetenv("BRAID_SPLIT_LANE");
+    unsetenv("BRAID_WAVE_FENCE");
     if (mode == 1 || mode == 3 || mode == 5) setenv("NCCL_PROTO", "Simple", 1);
     if (mode == 2) setenv("BRAID_LL_KERNEL", "0", 1);
     if (mode == 3) setenv("BRAID_BULK_KERNEL", "0", 1);
     if (mode == 3) setenv("BRAID_SPREAD", "0", 1);
     if (mode >= 4) setenv("BRAID_BULK_KERNEL", "1", 1);
     if (mode == 4) setenv("BRAID_SPLIT_LANE", "0", 1);
+    if (mode == 4 || mode == 5) setenv("BRAID_WAVE_FENCE", mode == 4 ? "0" : "2", 1);
     if (mode == 6) setenv("NCCL_PROTO", "^LL128", 1);
     shared_t sh;
     EXPECT_OK(ncclGetUniqueId(&sh.id));
@@ -459,6 +472,7 @@ static void protocol_marks(void) {
   unsetenv("BRAID_BULK_KERNEL");
   unsetenv("BRAID_SPREAD");
   unsetenv("BRAID_SPLIT_LANE");
+  unsetenv("BRAID_WAVE_FENCE");
   unsetenv("BRAID_PAIR_KERNEL");
 }
 
