@@ -97,6 +97,13 @@ __device__ __forceinline__ uint64_t bulk_mark_value(const bulk_ring &r, uint32_t
   return r.count + q / DEV_MARKS + 1;
 }
 
+/* A load of 8 bytes, cached in L2 only (as __ldcg), where the code puts it. */
+__device__ __forceinline__ uint64_t bulk_load(const void *p) {
+  uint64_t v;
+  asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p));
+  return v;
+}
+
 /* The first warp: lane l takes side l % 2 (0: send) of transfer l / 2 on the block's channel. Sides that
  * share a ring (match) take consecutive pieces in list order, and the last of them waits for room for all:
  * the head must have passed every piece up to DEV_SLOTS before the launch's last. Lane 2k then writes task k.
@@ -115,22 +122,31 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
   const bool send = s.send, have = s.have;
   const bool here = half < 0 || (half == 1) == (x.recv_peer >= 0); /* the transfer runs on this half */
   const bool mine = s.mine && here;
+  /* The side's ring, count and head first, at an index kept in range whatever the transfer says, so that
+   * their trip to memory overlaps the checks below; a side that fails those uses none of it. Volatile, so
+   * that the compiler does not move the loads after the checks. */
+  const int idx = (peer >= 0 && peer < comm->nranks ? peer : 0) * comm->nch_max + (int)c;
+  const dev_ring_t *rp = &(send ? comm->send : comm->recv)[idx];
+  uint64_t *home = &(send ? comm->sent : comm->recvd)[idx];
+  const dev_ring_t first_ring = {(char *)bulk_load(&rp->data), (dev_ctrl_t *)bulk_load(&rp->ctrl),
+                                 (uint64_t *)bulk_load(&rp->marks)};
+  const uint64_t first_count = bulk_load(home), first_head = bulk_load(&comm->heads[idx]);
   bool bad = have && (!xfer_valid(x, w) | ((x.flags & DEV_XF_LL) != 0) |
                       (dev_nslices(x.bytes, x.nch > 0 ? x.nch : 1) > 1));
   const bool used = mine && peer >= 0 && !bad;
-  const int idx = peer * comm->nch_max + (int)c;
   dev_ring_t ring = {NULL, NULL, NULL};
   sd = bulk_side{};
   if (used) {
-    ring = (send ? comm->send : comm->recv)[idx];
-    sd.home = &(send ? comm->sent : comm->recvd)[idx];
-    sd.count = __ldcg(sd.home);
+    ring = first_ring;
+    sd.home = home;
+    sd.count = first_count;
     if (send) {
       sd.head_home = &comm->heads[idx];
-      sd.head_seen = __ldcg(sd.head_home);
+      sd.head_seen = first_head;
     }
     bad = ring.data == NULL || ring.ctrl == NULL || ring.marks == NULL;
   }
+  TRACE_AT(TRACE_SIDES);
   const bool live = used && !bad;
   const uint32_t pieces = live ? dev_npieces(part.len) : 0;
   const uint32_t same = __match_any_sync(all, live ? (unsigned long long)sd.home : 0ull);
@@ -146,6 +162,7 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
   sd.len = live ? (uint32_t)part.len : 0;
   sd.last = live && (same >> l) == 1;
   sd.ctrl = live ? ring.ctrl : NULL;
+  TRACE_AT(TRACE_EARLY);
   if (live && total > DEV_SLOTS) bad = true; /* room would wait for this launch itself */
   bool ok = !bad;
   const uint64_t end = sd.count + pieces; /* for the last side: the ring's count after the launch */
@@ -155,6 +172,7 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
   }
   if (bad) error_record(comm, DEV_ERR_INVALID, peer, (int)c, send, w.seq, 0);
   if (!__all_sync(all, ok)) return false;
+  TRACE_AT(TRACE_SENT);
 
   /* Task k, by its send lane: the receive side's ring comes from the next lane; the barrier rule compares
    * the part with the previous one the block moves. */

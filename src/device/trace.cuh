@@ -18,9 +18,11 @@
  * arriving line seen.
  *
  * In the bulk entry (bulk.cuh) thread 0 is lane 0 of the first warp, and the points mean: `valid`, `opened`,
- * `barrier`, `run` and `closed` as above (bulk_open for ll_open, bulk_close for the counts); `task` its last
- * chunk sent or copied stored, `piece` the system fence after them done (the chunk's mark is stored next);
- * `lines` its last received chunk's mark seen, `arrived` that chunk combined. The rest stay -1.
+ * `barrier`, `run` and `closed` as above (bulk_open for ll_open, bulk_close for the counts); `sides` its
+ * side's ring, count and head loaded and the transfer checked, `early` the pieces on the block's rings
+ * counted, `sent` room for them waited for; `task` its last chunk sent or copied stored, `piece` the system
+ * fence after them done (the chunk's mark is stored next); `lines` its last received chunk's mark seen,
+ * `arrived` that chunk combined. `called` stays -1.
  */
 #ifndef BRAID_DEVICE_TRACE_CUH
 #define BRAID_DEVICE_TRACE_CUH
