@@ -130,7 +130,8 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
   uint64_t *home = &(send ? comm->sent : comm->recvd)[idx];
   const dev_ring_t first_ring = {(char *)bulk_load(&rp->data), (dev_ctrl_t *)bulk_load(&rp->ctrl),
                                  (uint64_t *)bulk_load(&rp->marks)};
-  const uint64_t first_count = bulk_load(home), first_head = bulk_load(&comm->heads[idx]);
+  uint64_t *head_home = &comm->heads[idx];
+  const uint64_t first_count = bulk_load(home), first_head = bulk_load(head_home);
   bool bad = have && (!xfer_valid(x, w) | ((x.flags & DEV_XF_LL) != 0) |
                       (dev_nslices(x.bytes, x.nch > 0 ? x.nch : 1) > 1));
   const bool used = mine && peer >= 0 && !bad;
@@ -141,7 +142,7 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
     sd.home = home;
     sd.count = first_count;
     if (send) {
-      sd.head_home = &comm->heads[idx];
+      sd.head_home = head_home;
       sd.head_seen = first_head;
     }
     bad = ring.data == NULL || ring.ctrl == NULL || ring.marks == NULL;
@@ -200,6 +201,20 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
   return true;
 }
 
+/* Chunk q of task t's part: its source and destination in the user's buffers, the slot it is sent in (none
+ * where the task does not send), its size, and as the second operand the running result in the destination
+ * for a local reduction (an earlier transfer stored it); the caller sets a received chunk's slot instead. */
+__device__ __forceinline__ piece_t bulk_piece(const bulk_task &t, uint32_t q) {
+  const uint32_t at = q * DEV_CHUNK_BYTES;
+  piece_t pc;
+  pc.local = t.x.src != NULL ? t.x.src + t.off + at : NULL;
+  pc.dst = t.x.dst != NULL ? t.x.dst + t.off + at : NULL;
+  pc.in = t.x.flags & DEV_XF_REDUCE ? pc.dst : NULL;
+  pc.out = t.out.data != NULL ? bulk_chunk(t.out, q) : NULL;
+  pc.bytes = t.len - at < DEV_CHUNK_BYTES ? t.len - at : DEV_CHUNK_BYTES;
+  return pc;
+}
+
 /* Every thread: a part that only sends (no receive side), in waves of a chunk per warp, where the launch asks
  * for it (dev_comm_t.wave_fence) and the part is more than two waves. Each warp stores its chunk of the wave;
  * after a block barrier thread 0 fences at system scope once for the block's chunks and stores their marks
@@ -210,15 +225,9 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
 __device__ void bulk_send_waves(const bulk_task &t, uint32_t chunks, bool ok) {
   const uint32_t wid = threadIdx.x / 32, nw = blockDim.x / 32, l = threadIdx.x % 32;
   for (uint32_t wave = 0; wave * nw < chunks; wave++) {
-    const uint32_t q = wave * nw + wid, at = q * DEV_CHUNK_BYTES;
+    const uint32_t q = wave * nw + wid;
     if (ok && q < chunks) {
-      piece_t pc;
-      pc.local = t.x.src != NULL ? t.x.src + t.off + at : NULL;
-      pc.dst = t.x.dst != NULL ? t.x.dst + t.off + at : NULL;
-      pc.in = t.x.flags & DEV_XF_REDUCE ? pc.dst : NULL; /* a local reduction: the running result */
-      pc.out = t.out.data != NULL ? bulk_chunk(t.out, q) : NULL;
-      pc.bytes = t.len - at < DEV_CHUNK_BYTES ? t.len - at : DEV_CHUNK_BYTES;
-      piece_combine<32>(t.x, pc, l);
+      piece_combine<32>(t.x, bulk_piece(t, q), l);
       TRACE_AT(TRACE_TASK);
     }
     /* every warp's loads and stores of the wave before thread 0's fence; a wave with a warp that moved
@@ -261,13 +270,7 @@ __device__ bool bulk_run(const dev_work_small_t &w, uint32_t c, const bulk_task 
       continue;
     }
     for (uint32_t q = wid; ok && q < chunks; q += nw) {
-      const uint32_t at = q * DEV_CHUNK_BYTES;
-      piece_t pc;
-      pc.local = t.x.src != NULL ? t.x.src + t.off + at : NULL;
-      pc.dst = t.x.dst != NULL ? t.x.dst + t.off + at : NULL;
-      pc.in = NULL;
-      pc.out = t.out.data != NULL ? bulk_chunk(t.out, q) : NULL;
-      pc.bytes = t.len - at < DEV_CHUNK_BYTES ? t.len - at : DEV_CHUNK_BYTES;
+      piece_t pc = bulk_piece(t, q);
       if (t.in.data != NULL) {
         uint64_t v;
         if (l == 0) {
@@ -280,8 +283,6 @@ __device__ bool bulk_run(const dev_work_small_t &w, uint32_t c, const bulk_task 
         __syncwarp(); /* lane 0's acquire orders every lane's reads (and stores) of the chunk */
         if (!ok) break;
         pc.in = bulk_chunk(t.in, q);
-      } else if (t.x.flags & DEV_XF_REDUCE) {
-        pc.in = pc.dst; /* a local reduction: the running result an earlier transfer stored */
       }
       if (t.in.data != NULL) TRACE_AT(TRACE_LINES);
       piece_combine<32>(t.x, pc, l);
