@@ -162,7 +162,9 @@ _Static_assert(DEV_LL128_PART_MAX <= DEV_SLICE_BYTES, "an LL128 transfer's part 
 /* An all-reduce's or a reduce-scatter's step on two ranks is wide (wide_step) where its largest transfer
  * moves at least this many bytes: on two H200s 60 channels instead of 40 took an all-reduce of 16 MiB from
  * 67.3 to 61.1 us and of 32 MiB from 131.9 to 117.5 (CUDA graphs), a reduce-scatter of 32 MiB from 70.6 to
- * 63.1, and transfers of 8 MiB 1-7% faster; but transfers of 4 MiB 4-6% slower (docs/perf-notes.md, 79). */
+ * 63.1, and transfers of 8 MiB 1-7% faster; but transfers of 4 MiB 4-6% slower (docs/perf-notes.md, 79).
+ * Send/receive, all-to-all and all-gather transfers take the same bound (wide_p2p): a send/receive of 16 MiB
+ * went from 63.6-64.8 to 61.8 us, an all-to-all of 32 MiB from 65.0-65.5 to 63.8-64.4 (perf-notes, 85). */
 #define GX_WIDE_MIN_MIB 8
 #define GX_WIDE_MIN     ((uint64_t)GX_WIDE_MIN_MIB << 20)
 /* A one-shot reduction's lane receives from every peer and, in place, sends to every peer. */
@@ -317,9 +319,12 @@ static const char *wide_what(const gx_t *gx, char *buf, size_t size) {
     snprintf(buf, size, "up to %d channels for broadcast, reduce, gather and scatter steps", gx->rings);
   else
     snprintf(buf, size,
-             "up to %d channels for broadcast, reduce, gather and scatter steps, and all-reduce and "
-             "reduce-scatter steps with a transfer of at least %d MiB",
-             gx->rings, GX_WIDE_MIN_MIB);
+             "up to %d channels for broadcast, reduce, gather and scatter steps, all-reduce and "
+             "reduce-scatter steps with a transfer of at least %d MiB%s",
+             gx->rings, GX_WIDE_MIN_MIB,
+             gx->wide >= 3 && gx->nranks == 2
+                 ? ", and send/receive, all-to-all and all-gather transfers of that size"
+                 : "");
   return buf;
 }
 
@@ -386,7 +391,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
     gx->ll_max = plan_tuning()->ll128_min;
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
   CHECK_GOTO(queue_init(gx), res, fail);
-  char wide[160];
+  char wide[256];
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes, LL protocol for "
        "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES, "
@@ -599,9 +604,11 @@ static int find(int *parent, int k) {
 
 /* Assigns lanes to the transfers [first, first + n) of the work: transfers that share a connection share a
  * lane, and so do all transfers marked XF_SEQ (with everything that shares a connection with them); lanes
- * are numbered in order of first appearance. Sorts them by lane, keeping list order. */
-static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane_of) {
-  int keys = 2 * nranks + 1, seq = -1;
+ * are numbered in order of first appearance. With `local_joins`, local copies join the lane of the first
+ * receive (or, with none, of the first send) and go first in it, so that the step has no lane of its own for
+ * them (wide_p2p). Sorts them by lane, keeping list order otherwise. */
+static int assign_lanes(dev_xfer_t *x, int n, int nranks, int local_joins, int *parent, int *lane_of) {
+  int keys = 2 * nranks + 1, seq = -1, first_recv = -1, first_send = -1;
   for (int k = 0; k < keys; k++) parent[k] = k, lane_of[k] = -1;
   for (int i = 0; i < n; i++) {
     int a = x[i].send_peer >= 0 ? x[i].send_peer : -1;
@@ -613,7 +620,11 @@ static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane
       if (seq < 0) seq = k;
       parent[find(parent, k)] = find(parent, seq);
     }
+    if (first_recv < 0) first_recv = b;
+    if (first_send < 0 && x[i].send_peer >= 0) first_send = x[i].send_peer;
   }
+  const int join = first_recv >= 0 ? first_recv : first_send;
+  if (local_joins && join >= 0) parent[find(parent, 2 * nranks)] = find(parent, join);
   int lanes = 0;
   for (int i = 0; i < n; i++) {
     int k = x[i].send_peer >= 0 ? x[i].send_peer : x[i].recv_peer >= 0 ? nranks + x[i].recv_peer : 2 * nranks;
@@ -621,11 +632,14 @@ static int assign_lanes(dev_xfer_t *x, int n, int nranks, int *parent, int *lane
     if (lane_of[root] < 0) lane_of[root] = lanes++;
     x[i].lane = (uint16_t)lane_of[root];
   }
-  /* stable insertion sort by lane (steps are short) */
+  /* stable insertion sort by lane, and with local_joins local copies first within it (steps are short) */
   for (int i = 1; i < n; i++) {
     dev_xfer_t v = x[i];
+    const int v_local = local_joins && v.send_peer < 0 && v.recv_peer < 0;
     int j = i - 1;
-    while (j >= 0 && x[j].lane > v.lane) x[j + 1] = x[j], j--;
+    while (j >= 0 && (x[j].lane > v.lane ||
+                      (x[j].lane == v.lane && v_local && (x[j].send_peer >= 0 || x[j].recv_peer >= 0))))
+      x[j + 1] = x[j], j--;
     x[j + 1] = v;
   }
   return lanes;
@@ -1213,6 +1227,25 @@ static int wide_step(const gx_t *gx, const plan_t *plan, const step_t *st) {
   return 0;
 }
 
+/* Whether a step of send/receive, all-to-all or all-gather takes the rings' channels for its transfers of at
+ * least GX_WIDE_MIN (BRAID_WIDE_STEPS=3, two ranks). The channels of each transfer between the ranks follow
+ * from its own size, which both ends know alike, since the two ranks' steps may hold different transfers:
+ * one may copy its own block (out of place) where the other does not (in place), or send to itself, or group
+ * its point-to-point calls differently. Returns 1 when some such transfer is that large; the step's local
+ * copies then join a peer's lane (assign_lanes), so that it has two lanes at most, as the grid asks of lanes
+ * of the rings' channels. */
+static int wide_p2p(const gx_t *gx, const plan_t *plan, const step_t *st) {
+  const op_kind_t k = st->task->kind;
+  if (gx->rings <= gx->nch || gx->wide < 3 || gx->nranks != 2 ||
+      (k != OP_SEND && k != OP_RECV && k != OP_ALLTOALL && k != OP_ALLGATHER))
+    return 0;
+  for (int i = 0; i < st->count; i++) {
+    const xfer_t *x = &plan->xfers[st->first + i];
+    if ((x->send_peer >= 0 || x->recv_peer >= 0) && x->bytes >= GX_WIDE_MIN) return 1;
+  }
+  return 0;
+}
+
 /* ---- What the copy-engine path asks of the executor (ce_exec_t) ---- */
 
 typedef struct {
@@ -1276,14 +1309,18 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
     CHECK(flush(gx, lc, st->task->seq));
   CHECK(xf_reserve(gx, w->nxfers + st->count));
   dev_xfer_t *x = &gx->xf[w->nxfers];
-  const int cap = wide_step(gx, plan, st) ? gx->rings : gx->nch;
+  const int p2p = wide_p2p(gx, plan, st);
+  const int cap = p2p || wide_step(gx, plan, st) ? gx->rings : gx->nch;
   unsigned nch = 0;
   for (int i = 0; i < st->count; i++) {
-    fill_xfer(gx, &plan->xfers[st->first + i], (uint16_t)(st->task - plan->tasks), cap, &x[i]);
+    const xfer_t *in = &plan->xfers[st->first + i];
+    /* wide_p2p: a transfer between the ranks by its own size, a local copy wide */
+    const int own = p2p && (in->send_peer >= 0 || in->recv_peer >= 0) && in->bytes < GX_WIDE_MIN;
+    fill_xfer(gx, in, (uint16_t)(st->task - plan->tasks), own ? gx->nch : cap, &x[i]);
     if (x[i].nch > nch) nch = x[i].nch;
   }
   int parent[2 * GX_MAX_RANKS + 1], lane_of[2 * GX_MAX_RANKS + 1], mark[4 * GX_MAX_RANKS];
-  const int lanes = assign_lanes(x, st->count, gx->nranks, parent, lane_of);
+  const int lanes = assign_lanes(x, st->count, gx->nranks, p2p, parent, lane_of);
   CHECK(lanes_check(gx, x, st->count, mark, st->task->seq));
   const unsigned widest = (unsigned)widest_step(w, lanes);
   if (w->nsteps > 0 && widest * (nch > w->nch ? nch : w->nch) > gx->grid_max) {

@@ -288,15 +288,19 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
   EXPECT_OK(ncclScatter(buf, out, 8u << 20, ncclFloat, 0, comm, NULL));
   EXPECT(lw->nch == 60 && s->last_grid <= 120, "a 32 MiB scatter: %u blocks for %u channels", s->last_grid,
          (unsigned)lw->nch);
-  /* an all-gather takes 40 channels, and its step three lanes: beside a broadcast's in one group, it is a
-   * launch of its own (3 x 60 blocks would not all run at once) */
-  EXPECT_OK(ncclAllGather(buf, out, 8u << 20, ncclFloat, comm, NULL));
+  /* an all-gather of 4 MiB blocks takes 40 channels, and its step three lanes: beside a broadcast's in one
+   * group, it is a launch of its own (3 x 60 blocks would not all run at once) */
+  EXPECT_OK(ncclAllGather(buf, out, 1u << 20, ncclFloat, comm, NULL));
   EXPECT(lw->nch == 40 && lw->comm.interleave == 0 && s->last_grid == 3 * 40,
+         "an 8 MiB all-gather: %u blocks for %u channels", s->last_grid, (unsigned)lw->nch);
+  /* from blocks of 8 MiB 60 channels (BRAID_WIDE_STEPS=3), its own block's copy in the receive's lane */
+  EXPECT_OK(ncclAllGather(buf, out, 8u << 20, ncclFloat, comm, NULL));
+  EXPECT(lw->nch == 60 && lw->nsteps == 1 && lw->step_lanes[0] == 2 && s->last_grid == 2 * 60,
          "a 64 MiB all-gather: %u blocks for %u channels", s->last_grid, (unsigned)lw->nch);
   const int before = s->launches;
   EXPECT_OK(ncclGroupStart());
   EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
-  EXPECT_OK(ncclAllGather(buf, out, 8u << 20, ncclFloat, comm, NULL));
+  EXPECT_OK(ncclAllGather(buf, out, 1u << 20, ncclFloat, comm, NULL));
   EXPECT_OK(ncclBroadcast(buf, out, 1u << 10, ncclFloat, 0, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
   EXPECT(
@@ -324,11 +328,13 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
   else
     EXPECT(last_entry(s) == 's' && last_launch_ll128(s, 40, &n) && n == 8,
            "4 sends and receives of 1 MiB: LL128 through entry point %c (%d transfers)", last_entry(s), n);
-  /* 8 MiB each: 2 pieces per channel, 8 per ring; 12 MiB: 3 pieces, 12 per ring, more than the slots */
+  /* 8 MiB each, on the rings' 60 channels (BRAID_WIDE_STEPS=3): 2 pieces per channel, 8 per ring; 16 MiB:
+   * 3 pieces, 12 per ring, more than the slots */
   send_recv_group(buf, 2u << 20, 4, peer, comm);
-  EXPECT(last_entry(s) == simple, "4 sends and receives of 8 MiB: entry point %c", last_entry(s));
-  send_recv_group(buf, 3u << 20, 4, peer, comm);
-  EXPECT(last_entry(s) == 's', "4 sends and receives of 12 MiB: entry point %c", last_entry(s));
+  EXPECT(last_entry(s) == simple && lw->nch == 60,
+         "4 sends and receives of 8 MiB: entry point %c, %u channels", last_entry(s), (unsigned)lw->nch);
+  send_recv_group(buf, 4u << 20, 4, peer, comm);
+  EXPECT(last_entry(s) == 's', "4 sends and receives of 16 MiB: entry point %c", last_entry(s));
   /* 64 MiB: the ring all-reduce, more than one slice */
   EXPECT_OK(ncclAllReduce(buf, out, 16u << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_entry(s) != 'b' && last_batch(s) == 0, "a 64 MiB all-reduce: entry point %c, batch %d",
@@ -497,6 +503,76 @@ static void channel_budget(void) {
   param_reload();
 }
 
+/* Whether the last launch is one step of `lanes` lanes, its transfers between the ranks on `nch` channels
+ * each (local copies on any), and local copies first in their lane. */
+static int p2p_launch(const mock_cuda_stats_t *s, unsigned nch, int lanes) {
+  const dev_work_t *w = (const dev_work_t *)s->last_work;
+  int ok = w->nsteps == 1 && w->step_lanes[0] == lanes;
+  for (unsigned i = 0; i < w->nxfers; i++) {
+    const dev_xfer_t *x = &w->xfers[i];
+    const int local = x->send_peer < 0 && x->recv_peer < 0;
+    ok &= local || x->nch == nch;
+    ok &= !local || i == 0 || w->xfers[i - 1].lane != x->lane ||
+          (w->xfers[i - 1].send_peer < 0 && w->xfers[i - 1].recv_peer < 0);
+  }
+  return ok;
+}
+
+/* Send/receive, all-to-all and all-gather on two ranks (BRAID_WIDE_STEPS=3, the default): a transfer between
+ * the ranks takes the rings' channels from 8 MiB by its own size, whatever else either rank's step holds, so
+ * that both ends agree: here rank 0 also sends to itself and rank 1 does not, and rank 1 receives in a group
+ * of its own what rank 0 receives beside its send. A local copy then joins a lane and goes first in it. */
+static void p2p_channels(int rank, ncclComm_t comm, const mock_cuda_stats_t *s, void *buf) {
+  const int wide = param_int(P_BRAID_WIDE_STEPS) >= 3 ? 6 : 4, peer = 1 - rank;
+  const int lanes = wide == 6 || rank == 1 ? 2 : 3; /* rank 0's copy in a lane of its own unless wide */
+  char *b = buf;
+  const size_t big = 2 << 20; /* 8 MiB of floats */
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(b, big, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclRecv(b + (8 << 20), big, ncclFloat, peer, comm, NULL));
+  if (rank == 0) {
+    EXPECT_OK(ncclSend(b + (16 << 20), big, ncclFloat, 0, comm, NULL));
+    EXPECT_OK(ncclRecv(b + (24 << 20), big, ncclFloat, 0, comm, NULL));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(p2p_launch(s, wide, lanes), "rank %d: send/receive of 8 MiB (rank 0 to itself too) on %d channels",
+         rank, wide);
+  const dev_work_t *w = (const dev_work_t *)s->last_work;
+  EXPECT(
+      rank != 0 || wide != 6 ||
+          (w->nxfers == 3 && w->xfers[w->nxfers - 2].send_peer < 0 && w->xfers[w->nxfers - 2].recv_peer < 0),
+      "rank 0: its copy to itself before its receive, in the receive's lane");
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(b, big - 1, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclRecv(b + (8 << 20), big - 1, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(p2p_launch(s, 4, 2), "rank %d: send/receive of 8 MiB - 4 on 4 channels", rank);
+  /* rank 0: one group of an 8 MiB send and a 4 MiB receive; rank 1: each alone */
+  if (rank == 0) {
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(b, big, ncclFloat, peer, comm, NULL));
+    EXPECT_OK(ncclRecv(b + (8 << 20), big / 2, ncclFloat, peer, comm, NULL));
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT(w->nxfers == 2 && w->xfers[0].nch == (w->xfers[0].send_peer >= 0 ? wide : 4) &&
+               w->xfers[1].nch == (w->xfers[1].send_peer >= 0 ? wide : 4),
+           "rank 0: an 8 MiB send on %d channels beside a 4 MiB receive on 4", wide);
+  } else {
+    EXPECT_OK(ncclRecv(b, big, ncclFloat, peer, comm, NULL));
+    EXPECT(w->nxfers == 1 && w->xfers[0].nch == (unsigned)wide, "rank 1: an 8 MiB receive on %d channels",
+           wide);
+    EXPECT_OK(ncclSend(b, big / 2, ncclFloat, peer, comm, NULL));
+    EXPECT(w->nxfers == 1 && w->xfers[0].nch == 4, "rank 1: a 4 MiB send on 4 channels");
+  }
+  /* all-to-all and all-gather: rank 0 out of place (a local copy), rank 1 in place */
+  EXPECT_OK(ncclAlltoAll(b, rank == 0 ? b + (16 << 20) : b, big, ncclFloat, comm, NULL));
+  /* in place, a first step stages the input (a local copy alone) */
+  EXPECT(w->nsteps == (rank == 0 ? 1 : 2) && w->step_lanes[w->nsteps - 1] == (wide == 6 ? 2 : 3) &&
+             w->xfers[w->nxfers - 1].nch == (unsigned)wide,
+         "rank %d: an all-to-all of 8 MiB blocks on %d channels, %d lanes", rank, wide, wide == 6 ? 2 : 3);
+  EXPECT_OK(ncclAllGather(rank == 0 ? b + (32 << 20) : b + (8 << 20), b, big, ncclFloat, comm, NULL));
+  EXPECT(p2p_launch(s, wide, lanes), "rank %d: an all-gather of 8 MiB blocks on %d channels", rank, wide);
+}
+
 /* Ranks asking for different channel counts settle on the fewest: both ends of a connection need the same
  * rings (the work's communicator view says how many); on two ranks a connection has half as many rings
  * again, which one-way collectives use. */
@@ -528,6 +604,7 @@ static void channels_rank(int rank, int nranks, void *arg) {
   EXPECT(w->nch == (unsigned)wide, "rank %d: a reduce-scatter of 8 MiB blocks on %d channels", rank, w->nch);
   EXPECT_OK(ncclReduceScatter(buf, buf, 1 << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(w->nch == 4, "rank %d: a reduce-scatter of 4 MiB blocks on %d channels", rank, w->nch);
+  p2p_channels(rank, comm, s, buf);
   EXPECT_OK(ncclAllReduce(buf, buf, 16384, ncclFloat, ncclSum, comm, NULL));
   w = (const dev_work_t *)s->last_work;
   EXPECT(w->nch == 4 && w->xfers[0].nch == 4, "rank %d: a 64 KiB LL transfer on %d channels of 4", rank,
@@ -746,8 +823,9 @@ static void tuning_rank(int rank, int nranks, void *arg) {
   char log_path[128];
   ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
   void *buf = (void *)(uintptr_t)0x10000000, *out = (void *)(uintptr_t)0x20000000;
-  EXPECT(test_file_lines(log_path, "up to 60 channels for broadcast, reduce, gather and scatter steps, and "
-                                   "all-reduce and reduce-scatter steps with a transfer of at least 8 MiB "
+  EXPECT(test_file_lines(log_path, "up to 60 channels for broadcast, reduce, gather and scatter steps, "
+                                   "all-reduce and reduce-scatter steps with a transfer of at least 8 MiB, "
+                                   "and send/receive, all-to-all and all-gather transfers of that size "
                                    "(BRAID_WIDE_STEPS)") == 1,
          "rank %d: init says which steps take 60 channels", rank);
   for (int i = 0; i < 2; i++) EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
