@@ -5,8 +5,12 @@
  *   procs_group_streams the same group with its calls spread over two streams;
  *   single_group_mix   the same group issued for every GPU by one thread (ncclCommInitAll);
  *   procs_split_streams a communicator and two splits of it (one with the ranks reversed), each with its own
- *                      stream, with many calls in flight on all three at once before anything is waited for.
- * Every call's outputs are checked as in the matrix (cuda_case.h); a hang is reported by the watchdog.
+ *                      stream, with many calls in flight on all three at once before anything is waited for;
+ *   procs_wide_mixed   transfers of 8 MiB and more, whose channels each follows from its own size on two
+ * ranks (BRAID_WIDE_STEPS=3), where the ranks' steps differ: an all-to-all and an all-gather out of place on
+ * rank 0 and in place on the others, a send/receive ring beside a send and receive to self on rank 0 only, in
+ * one group. Every call's outputs are checked as in the matrix (cuda_case.h); a hang is reported by the
+ * watchdog.
  */
 #include <string.h>
 
@@ -44,10 +48,10 @@ typedef struct {
   char *in, *out;
 } self_t;
 
-static void self_prepare(self_t *s, cuda_rank_t *r, int rank) {
+static void self_prepare(self_t *s, cuda_rank_t *r, int rank, size_t count) {
   s->r = r;
   s->rank = rank;
-  s->count = 12345;
+  s->count = count;
   size_t bytes = s->count * sizeof(int32_t);
   char *img = cuda_halloc(r, bytes);
   data_fill(img, s->count, 99, rank, ncclInt32, ncclSum);
@@ -84,7 +88,7 @@ static void mix_prepare(cuda_case_t *k, self_t *self, ncclComm_t comm, cuda_rank
     c.seed = 4000 + (uint64_t)i;
     cuda_case_prepare(&k[i], comm, &rs[i % nstreams], &c, mode);
   }
-  self_prepare(self, &rs[0], rank);
+  self_prepare(self, &rs[0], rank, 12345);
 }
 
 static void mix_launch(cuda_case_t *k, self_t *self, ncclComm_t comm) {
@@ -216,11 +220,60 @@ static void procs_split_streams(void) {
   EXPECT(cuda_run_ranks(cuda_nranks, 4 * TIMEOUT_S, split_rank, NULL) == 0, "a rank failed");
 }
 
+/* ---- Large transfers where the ranks' steps differ ---- */
+
+#define WIDE_POOL ((size_t)160 << 20)
+
+static void wide_rank(int rank, int n, const ncclUniqueId *id, void *arg) {
+  (void)arg;
+  const char *mode = "procs, ranks' steps differing";
+  cuda_rank_t r;
+  cuda_rank_open(&r, rank, WIDE_POOL, 2 * WIDE_POOL, NULL);
+  ncclComm_t comm;
+  cuda_watch("ncclCommInitRank", TIMEOUT_S);
+  EXPECT_OK(ncclCommInitRank(&comm, n, *id, rank));
+  /* blocks just over 8 MiB, odd counts, out of place on rank 0 only */
+  const coll_case_t cases[] = {
+      {.kind = K_ALLTOALL, .type = ncclFloat32, .count = (2u << 20) + 3, .inplace = rank != 0, .seed = 7100},
+      {.kind = K_ALLGATHER, .type = ncclFloat32, .count = (2u << 20) + 5, .inplace = rank != 0, .seed = 7200},
+      {.kind = K_SENDRECV, .type = ncclFloat32, .count = (2u << 20) + 7, .offset = 4, .seed = 7300},
+  };
+  const int ncases = (int)(sizeof cases / sizeof cases[0]);
+  static cuda_case_t k[3];
+  self_t self;
+  for (int round = 0; round < 2; round++) {
+    char what[160];
+    snprintf(what, sizeof what, "[%s] round %d: all-to-all, all-gather, send/receive%s, rank %d of %d", mode,
+             round, rank == 0 ? " and to itself" : "", rank, n);
+    cuda_watch(what, TIMEOUT_S);
+    for (int i = 0; i < ncases; i++) cuda_case_prepare(&k[i], comm, &r, &cases[i], mode);
+    if (rank == 0) self_prepare(&self, &r, rank, (2u << 20) + 1);
+    cuda_case_launch(&k[0]);
+    cuda_case_launch(&k[1]);
+    EXPECT_OK(ncclGroupStart());
+    cuda_case_launch(&k[2]);
+    if (rank == 0) self_launch(&self, comm);
+    group_end(what, comm);
+    for (int i = 0; i < ncases; i++) cuda_case_check(&k[i]);
+    if (rank == 0) self_check(&self);
+    cuda_rank_reset(&r);
+  }
+  cuda_watch("ncclCommDestroy", TIMEOUT_S);
+  EXPECT_OK(ncclCommDestroy(comm));
+  cuda_unwatch();
+  cuda_rank_close(&r);
+}
+
+static void procs_wide_mixed(void) {
+  EXPECT(cuda_run_ranks(cuda_nranks, 3 * TIMEOUT_S, wide_rank, NULL) == 0, "a rank failed");
+}
+
 int main(int argc, char **argv) {
   cuda_init(argc, argv);
   TEST(procs_group_mix, 4 * TIMEOUT_S);
   TEST(procs_group_streams, 4 * TIMEOUT_S);
   TEST(single_group_mix, 4 * TIMEOUT_S);
   TEST(procs_split_streams, 5 * TIMEOUT_S);
+  TEST(procs_wide_mixed, 4 * TIMEOUT_S);
   return test_summary();
 }
