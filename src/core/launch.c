@@ -1210,21 +1210,29 @@ static ncclResult_t xf_reserve(gx_t *gx, uint32_t n) {
   return ncclSuccess;
 }
 
+/* Whether the step has a transfer of at least GX_WIDE_MIN bytes (with `peers`: between ranks, not a local
+ * copy). */
+static int step_has_wide(const plan_t *plan, const step_t *st, int peers) {
+  for (int i = 0; i < st->count; i++) {
+    const xfer_t *x = &plan->xfers[st->first + i];
+    if ((!peers || x->send_peer >= 0 || x->recv_peer >= 0) && x->bytes >= GX_WIDE_MIN) return 1;
+  }
+  return 0;
+}
+
 /* Whether the step's transfers take up to gx->rings channels instead of gx->nch (gx_rings): on two ranks a
- * one-way collective's, and with BRAID_WIDE_STEPS=2 (the default) an all-reduce's or a reduce-scatter's
- * whose largest transfer moves at least GX_WIDE_MIN. On two ranks those have no local copy, so at most two
- * lanes (the send and the receive) however their buffers lie, and both ranks' steps hold transfers of the
- * same sizes (each rank sends one block and receives the other). Every rank's step of a collective serves
- * the same call, so both ends of its connections agree; point-to-point steps never do, as their ranks'
- * steps differ. */
+ * one-way collective's, and with BRAID_WIDE_STEPS=2 or more (3 by default) an all-reduce's or a
+ * reduce-scatter's whose largest transfer moves at least GX_WIDE_MIN. On two ranks those have no local copy,
+ * so at most two lanes (the send and the receive) however their buffers lie, and both ranks' steps hold
+ * transfers of the same sizes (each rank sends one block and receives the other). Every rank's step of a
+ * collective serves the same call, so both ends of its connections agree; point-to-point steps never do, as
+ * their ranks' steps differ (wide_p2p takes their transfers one by one). */
 static int wide_step(const gx_t *gx, const plan_t *plan, const step_t *st) {
   const op_kind_t k = st->task->kind;
   if (gx->rings <= gx->nch || gx->wide < 1) return 0;
   if (one_way_kind(k)) return 1;
   if (gx->wide < 2 || (k != OP_ALLREDUCE && k != OP_REDUCESCATTER)) return 0;
-  for (int i = 0; i < st->count; i++)
-    if (plan->xfers[st->first + i].bytes >= GX_WIDE_MIN) return 1;
-  return 0;
+  return step_has_wide(plan, st, 0);
 }
 
 /* Whether a step of send/receive, all-to-all or all-gather takes the rings' channels for its transfers of at
@@ -1239,11 +1247,7 @@ static int wide_p2p(const gx_t *gx, const plan_t *plan, const step_t *st) {
   if (gx->rings <= gx->nch || gx->wide < 3 || gx->nranks != 2 ||
       (k != OP_SEND && k != OP_RECV && k != OP_ALLTOALL && k != OP_ALLGATHER))
     return 0;
-  for (int i = 0; i < st->count; i++) {
-    const xfer_t *x = &plan->xfers[st->first + i];
-    if ((x->send_peer >= 0 || x->recv_peer >= 0) && x->bytes >= GX_WIDE_MIN) return 1;
-  }
-  return 0;
+  return step_has_wide(plan, st, 1);
 }
 
 /* ---- What the copy-engine path asks of the executor (ce_exec_t) ---- */

@@ -122,16 +122,16 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
   const bool send = s.send, have = s.have;
   const bool here = half < 0 || (half == 1) == (x.recv_peer >= 0); /* the transfer runs on this half */
   const bool mine = s.mine && here;
-  /* The side's ring, count and head first, at an index kept in range whatever the transfer says, so that
-   * their trip to memory overlaps the checks below; a side that fails those uses none of it. Volatile, so
-   * that the compiler does not move the loads after the checks. */
+  /* The side's ring, count and (a send's) head first, at an index kept in range whatever the transfer says,
+   * so that their trip to memory overlaps the checks below; a side that fails those uses none of it.
+   * Volatile, so that the compiler does not move the loads after the checks. */
   const int idx = (peer >= 0 && peer < comm->nranks ? peer : 0) * comm->nch_max + (int)c;
   const dev_ring_t *rp = &(send ? comm->send : comm->recv)[idx];
   uint64_t *home = &(send ? comm->sent : comm->recvd)[idx];
   const dev_ring_t first_ring = {(char *)bulk_load(&rp->data), (dev_ctrl_t *)bulk_load(&rp->ctrl),
                                  (uint64_t *)bulk_load(&rp->marks)};
   uint64_t *head_home = &comm->heads[idx];
-  const uint64_t first_count = bulk_load(home), first_head = bulk_load(head_home);
+  const uint64_t first_count = bulk_load(home), first_head = send ? bulk_load(head_home) : 0;
   bool bad = have && (!xfer_valid(x, w) | ((x.flags & DEV_XF_LL) != 0) |
                       (dev_nslices(x.bytes, x.nch > 0 ? x.nch : 1) > 1));
   const bool used = mine && peer >= 0 && !bad;
@@ -263,7 +263,7 @@ __device__ bool bulk_run(const dev_work_small_t &w, uint32_t c, const bulk_task 
     const wait_what what = {t.x.recv_peer, (int)c, 0, w.seq + t.x.task};
     const uint32_t chunks = (t.len + DEV_CHUNK_BYTES - 1) / DEV_CHUNK_BYTES;
     /* waves where the part is more than two of them: parts of two waves (25 chunks) were 0.4-0.9 us slower
-     * so than with a fence per warp, of four (50 chunks) 0.4-5 us faster (docs/perf-notes.md, 82) */
+     * than with a fence per warp, of four (50 chunks) 0.4-5 us faster (docs/perf-notes.md, 82) */
     if (w.comm.wave_fence && chunks > 2 * nw && t.in.data == NULL &&
         (t.out.data != NULL || t.guarded == BULK_GUARD_STORE)) {
       bulk_send_waves(t, chunks, ok);

@@ -592,8 +592,8 @@ static void channels_rank(int rank, int nranks, void *arg) {
   /* a one-way collective's transfers take the rings' 6 channels: rank 1's receive, on rank 0's rings */
   EXPECT_OK(ncclBroadcast(buf, buf, 1 << 20, ncclFloat, 0, comm, NULL));
   EXPECT(w->nch == 6 && w->xfers[0].nch == 6, "rank %d: a 4 MiB broadcast on %d channels", rank, w->nch);
-  /* so do an all-reduce's and a reduce-scatter's from transfers of 8 MiB (BRAID_WIDE_STEPS=2, the
-   * default), in place or not */
+  /* so do an all-reduce's and a reduce-scatter's from transfers of 8 MiB (BRAID_WIDE_STEPS=2 or more, 3
+   * by default), in place or not */
   const int wide = param_int(P_BRAID_WIDE_STEPS) >= 2 ? 6 : 4;
   EXPECT_OK(ncclAllReduce(buf, buf, 2 << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(w->nch == (unsigned)wide && w->xfers[0].nch == wide, "rank %d: an 8 MiB all-reduce on %d channels",
