@@ -1,13 +1,14 @@
 /*
  * Copy engines straight into the peer's buffer (see ce.h).
  *
- * Eagerly, the peer's outputs are mapped once per allocation: a small cache keyed by the owner's buffer id
- * and export (a new allocation at the same address has another id, so it is mapped afresh, never written
- * through a stale mapping). An entry leaves the cache, least recently used first, only once the copies into
- * it have finished; the rest are unmapped when the communicator is destroyed. A captured step maps the peer's
- * output afresh and hands the mapping to the graph (ce_exec_t.keep), which unmaps it when it is destroyed: a
- * replay may come at any time until then. CUDA documents freeing an exported allocation while another process
- * still has it mapped as undefined: the mapping outlives the call that made it until one of those moments.
+ * Eagerly, the peer's outputs (and a pull's inputs) are mapped once per allocation: a small cache keyed by
+ * the owner's buffer id and export (a new allocation at the same address has another id, so it is mapped
+ * afresh, never written through a stale mapping). An entry leaves the cache, least recently used first, only
+ * once the copies into it (or the reads from it) have finished; the rest are unmapped when the communicator
+ * is destroyed. A captured step maps the peer's output afresh and hands the mapping to the graph
+ * (ce_exec_t.keep), which unmaps it when it is destroyed: a replay may come at any time until then. CUDA
+ * documents freeing an exported allocation while another process still has it mapped as undefined: the
+ * mapping outlives the call that made it until one of those moments.
  */
 #include "ce.h"
 
@@ -55,6 +56,7 @@ struct ce {
   uint64_t min_bytes;       /* the larger of the two ranks' BRAID_CE_MIN_BYTES */
   uint64_t reduce_min;      /* the same of BRAID_CE_REDUCE_MIN_BYTES (UINT64_MAX: reductions never) */
   uint64_t chunk_min;       /* the larger of the two ranks' BRAID_CE_CHUNK_BYTES (at least CE_CHUNK_ALIGN) */
+  uint64_t pull_min;        /* the same of BRAID_CE_PULL_MIN_BYTES (UINT64_MAX: never) */
   gpu_mem_t *words;         /* this rank's words */
   gpu_mem_t *peer_words;    /* the peer's, mapped (another process) */
   uint32_t *mine, *theirs;  /* their device addresses */
@@ -76,6 +78,7 @@ typedef struct {
   uint64_t min_bytes;
   uint64_t reduce_min;
   uint64_t chunk_min;
+  uint64_t pull_min;
   gpu_export_t words; /* another process: the words' export */
   uint64_t words_at;  /* this process: their address */
 } init_msg_t;
@@ -88,9 +91,13 @@ typedef struct step_msg {
   int32_t nsend, nrecv;
   int32_t captured; /* the call is being captured into a graph (both ranks must be, or neither) */
   int32_t combine;  /* a reduction: the receiver combines what lands (both ranks must say so) */
+  int32_t pull;     /* a reduction's only transfer, received (pulls): read the sender's input */
+  int32_t pullable; /* a reduction's only transfer, sent: its input may be read where it lies (in, in_at) */
   uint64_t send_bytes[CE_MAX_XFERS], recv_bytes[CE_MAX_XFERS];
   gpu_ptr_export_t out[CE_MAX_XFERS]; /* this rank's output of each receive, in list order */
   uint64_t out_at[CE_MAX_XFERS];      /* the peer in this process: their addresses instead */
+  gpu_ptr_export_t in;                /* pullable: this rank's input */
+  uint64_t in_at;
 } step_msg_t;
 
 /* A message sent by ce_offer, and the step it describes. */
@@ -160,11 +167,13 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   /* The path is an optimisation: a rank that cannot set it up (logged) says so, and both go without it;
    * only a failed exchange with the peer fails init. */
   int64_t min = param_int(P_BRAID_CE_MIN_BYTES), chunk = param_int(P_BRAID_CE_CHUNK_BYTES),
-          reduce_min = param_int(P_BRAID_CE_REDUCE_MIN_BYTES);
+          reduce_min = param_int(P_BRAID_CE_REDUCE_MIN_BYTES),
+          pull_min = param_int(P_BRAID_CE_PULL_MIN_BYTES);
   init_msg_t mine = {.magic = CE_MAGIC,
                      .dev = dev,
                      .min_bytes = min > 0 ? (uint64_t)min : 0,
                      .reduce_min = reduce_min > 0 ? (uint64_t)reduce_min : UINT64_MAX,
+                     .pull_min = pull_min > 0 ? (uint64_t)pull_min : UINT64_MAX,
                      /* chunks end at multiples of CE_CHUNK_ALIGN, whatever was asked */
                      .chunk_min = chunk > CE_CHUNK_ALIGN ? ((uint64_t)chunk + CE_CHUNK_ALIGN - 1) /
                                                                CE_CHUNK_ALIGN * CE_CHUNK_ALIGN
@@ -189,6 +198,7 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
     ce->min_bytes = mine.min_bytes > theirs.min_bytes ? mine.min_bytes : theirs.min_bytes;
     ce->reduce_min = mine.reduce_min > theirs.reduce_min ? mine.reduce_min : theirs.reduce_min;
     ce->chunk_min = mine.chunk_min > theirs.chunk_min ? mine.chunk_min : theirs.chunk_min;
+    ce->pull_min = mine.pull_min > theirs.pull_min ? mine.pull_min : theirs.pull_min;
     ok = (!local              ? gpu_mem_import(dev, &theirs.words, &ce->peer_words)
           : theirs.dev != dev ? gpu_enable_peer_access(dev, theirs.dev)
                               : ncclSuccess) == ncclSuccess &&
@@ -211,10 +221,13 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: copy engines move steps whose every transfer to or from rank %d moves at least %llu "
        "bytes (BRAID_CE_MIN_BYTES); out-of-place reductions from %llu bytes (BRAID_CE_REDUCE_MIN_BYTES, 0: "
-       "never), landing in chunks of at least %llu bytes, combined as they come (BRAID_CE_CHUNK_BYTES)",
+       "never), landing in chunks of at least %llu bytes, combined as they come (BRAID_CE_CHUNK_BYTES); a "
+       "reduce's root reads the other rank's input where it lies from %llu bytes, in place or below that "
+       "(BRAID_CE_PULL_MIN_BYTES, 0: never)",
        name, rank, peer, (unsigned long long)ce->min_bytes,
        (unsigned long long)(ce->reduce_min == UINT64_MAX ? 0 : ce->reduce_min),
-       (unsigned long long)ce->chunk_min);
+       (unsigned long long)ce->chunk_min,
+       (unsigned long long)(ce->pull_min == UINT64_MAX ? 0 : ce->pull_min));
   *ce_p = ce;
   return ncclSuccess;
 fail_leave:
@@ -244,18 +257,21 @@ static int combinable(const xfer_t *x) {
  * sends the other receives, and a reduction's send faces a combining receive, so both ranks answer alike.
  * A reduction's step has at most one transfer each way and no local copy. */
 static int candidate(const ce_t *ce, const plan_t *plan, const step_t *st) {
-  int nsend = 0, nrecv = 0, combines = 0, locals = 0;
+  int nsend = 0, nrecv = 0, combines = 0, locals = 0, pulled = 0;
   for (int i = 0; i < st->count; i++) {
     const xfer_t *x = &plan->xfers[st->first + i];
     if (!is_peer(x)) {
       locals++;
       continue;
     }
-    if ((x->recv_peer >= 0 && x->send_peer >= 0) ||
-        x->bytes < (combining(x) ? ce->reduce_min : ce->min_bytes) || (x->flags & (XF_SEQ | XF_PREPARED)) ||
+    const uint64_t min = !combining(x)                   ? ce->min_bytes
+                         : ce->reduce_min < ce->pull_min ? ce->reduce_min
+                                                         : ce->pull_min;
+    if ((x->recv_peer >= 0 && x->send_peer >= 0) || x->bytes < min || (x->flags & (XF_SEQ | XF_PREPARED)) ||
         (combining(x) && !combinable(x)))
       return 0;
     combines += combining(x);
+    pulled |= combining(x) && x->bytes < ce->reduce_min;
     if (x->send_peer >= 0)
       nsend++;
     else
@@ -264,6 +280,8 @@ static int candidate(const ce_t *ce, const plan_t *plan, const step_t *st) {
   /* one-shot, the root of a reduce combines in its lane of XF_SEQ transfers (refused above) while the other
    * rank's send looks like the ring's: the step's algorithm settles it for both */
   if (combines > 0 && (st->oneshot || nsend > 1 || nrecv > 1 || locals > 0)) return 0;
+  /* below the copy engines' threshold a reduction can only be pulled: one transfer, one way (a reduce) */
+  if (pulled && nsend + nrecv != 1) return 0;
   return nsend + nrecv > 0 && nsend <= CE_MAX_XFERS && nrecv <= CE_MAX_XFERS;
 }
 
@@ -291,6 +309,8 @@ static void describe(const ce_t *ce, const plan_t *plan, const step_t *st, int c
   m->kind = st->task->kind == OP_RECV ? OP_SEND : (int32_t)st->task->kind;
   m->willing = 1;
   m->captured = capturing != 0;
+  int shared = 0; /* an output shares an input's bytes */
+  const xfer_t *send = NULL;
   for (int i = 0; i < st->count; i++) {
     const xfer_t *x = &plan->xfers[st->first + i];
     if (is_peer(x) && combining(x)) m->combine = 1;
@@ -299,25 +319,48 @@ static void describe(const ce_t *ce, const plan_t *plan, const step_t *st, int c
       continue;
     }
     if (x->send_peer >= 0) {
+      send = x;
       m->send_bytes[m->nsend++] = x->bytes;
       continue;
     }
     /* the peer writes this output as soon as this rank's stream reaches the step: no input may share it
-     * (in place, a reduction's output is its operand) */
+     * (in place, a reduction's output is its operand: only a pull, below, takes that) */
+    int overlap = 0;
     for (int j = 0; j < st->count; j++) {
       const xfer_t *y = &plan->xfers[st->first + j];
-      if (plan_overlap(x->dst, x->bytes, y->src, y->bytes)) m->willing = 0;
+      if (plan_overlap(x->dst, x->bytes, y->src, y->bytes)) overlap = 1;
     }
+    shared |= overlap;
     /* a driver failure here (logged) is a refusal, not an error: the peer still gets its answer; a peer in
-     * this process needs no export, only memory its device can write */
+     * this process needs no export, only memory its device can write. A reduction below the copy engines'
+     * threshold is pulled: nothing writes its output but this rank. */
+    const int written = !overlap && !(combining(x) && x->bytes < ce->reduce_min);
     int ok = 0;
-    if (m->willing &&
+    if (written && m->willing &&
         gpu_ptr_export(ce->dev, x->dst, ce->local ? NULL : &m->out[m->nrecv], &ok) != ncclSuccess)
       ok = 0;
-    if (!ok) m->willing = 0;
+    if (!ok && written) m->willing = 0;
     m->out_at[m->nrecv] = (uint64_t)(uintptr_t)x->dst;
     m->recv_bytes[m->nrecv++] = x->bytes;
   }
+  /* A reduction of one transfer, one way, from BRAID_CE_PULL_MIN_BYTES: the receiver asks for a pull in
+   * place, or below the copy engines' threshold; the sender offers its input, readable where it lies, which
+   * a peer in this process reads through peer access as it would write an output. */
+  const uint64_t bytes = m->nrecv == 1 ? m->recv_bytes[0] : m->send_bytes[0];
+  if (m->combine && m->nsend + m->nrecv == 1 && bytes >= ce->pull_min) {
+    int ok = 0;
+    if (m->nrecv == 1)
+      m->pull = shared || bytes < ce->reduce_min;
+    else if (gpu_ptr_export(ce->dev, send->src, ce->local ? NULL : &m->in, &ok) == ncclSuccess)
+      m->pullable = ok;
+    m->in_at = send != NULL ? (uint64_t)(uintptr_t)send->src : 0;
+  }
+  if (shared && !m->pull) m->willing = 0;
+}
+
+/* Whether the two messages (agreed) make the step a pull. */
+static int pulls(const step_msg_t *a, const step_msg_t *b) {
+  return a->pull || b->pull;
 }
 
 /* The decision, the same on both ranks: a symmetric test of the two messages. */
@@ -329,6 +372,8 @@ static int agree(const step_msg_t *a, const step_msg_t *b) {
     if (a->send_bytes[i] != b->recv_bytes[i]) return 0;
   for (int i = 0; i < a->nrecv; i++)
     if (a->recv_bytes[i] != b->send_bytes[i]) return 0;
+  /* a pull asked for: one transfer, and the sender's input readable */
+  if (pulls(a, b) && (a->nsend + a->nrecv != 1 || !(a->nsend == 1 ? a : b)->pullable)) return 0;
   return a->willing && b->willing;
 }
 
@@ -388,20 +433,32 @@ static ncclResult_t import_held(ce_t *ce, int s, const gpu_ptr_export_t *x, char
   return ncclSuccess;
 }
 
-/* Points each send of the agreed step s at the peer's output. */
-static ncclResult_t point_sends(ce_t *ce, plan_t *plan, int s, const step_msg_t *peer) {
+/* The peer's buffer described by x (or, the peer in this process, at `at`), for step s: mapped here. */
+static ncclResult_t peer_addr(ce_t *ce, int s, int captured, const gpu_ptr_export_t *x, uint64_t at,
+                              char **p) {
+  if (ce->local) {
+    *p = (char *)(uintptr_t)at;
+    return ncclSuccess;
+  }
+  char *base = NULL;
+  CHECK(captured ? import_held(ce, s, x, &base) : import(ce, x, &base));
+  *p = base + x->offset;
+  return ncclSuccess;
+}
+
+/* Points each send of the agreed step s at the peer's output, or a pull's receive at the peer's input. */
+static ncclResult_t point_step(ce_t *ce, plan_t *plan, int s, const step_msg_t *peer, int pull) {
   const step_t *st = &plan->steps[s];
   int k = 0;
   for (int i = 0; i < st->count; i++) {
     xfer_t *x = &plan->xfers[st->first + i];
-    if (x->send_peer < 0) continue;
-    if (ce->local) {
-      x->ce_dst = (char *)(uintptr_t)peer->out_at[k];
-    } else {
-      char *base = NULL;
-      CHECK(peer->captured ? import_held(ce, s, &peer->out[k], &base) : import(ce, &peer->out[k], &base));
-      x->ce_dst = base + peer->out[k].offset;
+    if (pull && x->recv_peer >= 0) {
+      char *p;
+      CHECK(peer_addr(ce, s, peer->captured, &peer->in, peer->in_at, &p));
+      x->ce_src = p;
     }
+    if (pull || x->send_peer < 0) continue;
+    CHECK(peer_addr(ce, s, peer->captured, &peer->out[k], peer->out_at[k], &x->ce_dst));
     k++;
   }
   return ncclSuccess;
@@ -412,6 +469,15 @@ static void log_step(ce_t *ce, const step_t *st, const step_msg_t *m) {
   for (int i = 0; i < m->nsend; i++) bytes += m->send_bytes[i];
   for (int i = 0; i < m->nrecv; i++) bytes += m->recv_bytes[i];
   int lvl = log_first_of_class(&ce->logged[st->task->kind], bytes) ? LOG_INFO : LOG_TRACE;
+  if (st->ce == STEP_CE_PULL) {
+    const int reader = m->nrecv == 1 ? ce->rank : ce->peer;
+    LOG_AT(lvl, LOG_TUNING,
+           "%s rank %d: %s (call %llu) pulled: rank %d's combine reads rank %d's %llu bytes of input where "
+           "they lie (BRAID_CE_PULL_MIN_BYTES)",
+           ce->name, ce->rank, plan_op_name(st->task->kind), (unsigned long long)st->task->seq, reader,
+           1 - reader, (unsigned long long)bytes);
+    return;
+  }
   uint64_t ends[DEV_COMBINE_CHUNKS];
   LOG_AT(lvl, LOG_TUNING,
          "%s rank %d: %s (call %llu) by the copy engines: %d send%s and %d receive%s, %llu bytes with rank "
@@ -480,15 +546,16 @@ ncclResult_t ce_settle(ce_t *ce, plan_t *plan) {
     step_msg_t theirs;
     CHECK_GOTO(boot_recv(ce->boot, ce->peer, TAG_CE_STEP, &theirs, sizeof theirs), res, out);
     if (!agree(mine, &theirs)) {
-      if (mine->willing && theirs.willing && mine->captured == theirs.captured)
+      if (mine->willing && theirs.willing && mine->captured == theirs.captured && !pulls(mine, &theirs))
         WARN("%s rank %d: %s (call %llu): rank %d describes a different step (%d sends and %d receives); "
              "the kernels move it",
              ce->name, ce->rank, plan_op_name(st->task->kind), (unsigned long long)st->task->seq, ce->peer,
              theirs.nsend, theirs.nrecv);
       continue;
     }
-    CHECK_GOTO(point_sends(ce, plan, ce->offers[k].step, &theirs), res, out);
-    st->ce = 1;
+    const int pull = pulls(mine, &theirs);
+    CHECK_GOTO(point_step(ce, plan, ce->offers[k].step, &theirs, pull), res, out);
+    st->ce = pull ? STEP_CE_PULL : STEP_CE_COPY;
     log_step(ce, st, mine);
   }
 out:
@@ -521,11 +588,60 @@ static ncclResult_t reduce_step(ce_t *ce, const xfer_t *send, const xfer_t *recv
   cudaStream_t on = both ? ce->side : stream;
   if (both) CHECK(gpu_stream_wait(on, ce->fork));
   const uint32_t n = chunk_ends(ce, recv->bytes, ends);
-  CHECK(ex->combine(ex->arg, on, recv, &ce->mine[W_DONE], ce->peer, seq, n, ends));
+  CHECK(ex->combine(ex->arg, on, recv, NULL, &ce->mine[W_DONE], ce->peer, seq, n, ends));
   CHECK(gpu_stream_write32(on, &ce->mine[W_DONE], 0));
   if (both) {
     CHECK(gpu_event_record(ce->join, on));
     CHECK(gpu_stream_wait(stream, ce->join));
+  }
+  return ncclSuccess;
+}
+
+/* A pull (STEP_CE_PULL): the sender's stream raises the receiver's `ready` word once it reaches the step
+ * (its input is final there) and waits for `done`; the receiver's combine kernel waits for `ready`, reads
+ * the input where it lies (ce_src) and combines it with its operand into its output, then the receiver's
+ * stream clears `ready` and raises the sender's `done`: the input is the sender's again. */
+static ncclResult_t pull_step(ce_t *ce, const xfer_t *send, const xfer_t *recv, cudaStream_t stream,
+                              uint64_t seq, const ce_exec_t *ex) {
+  if (send != NULL) {
+    CHECK(gpu_stream_write32(stream, &ce->theirs[W_READY], 1));
+    return ex->wait(ex->arg, stream, &ce->mine[W_DONE], ce->peer, 1, seq);
+  }
+  const uint64_t end = recv->bytes;
+  CHECK(ex->combine(ex->arg, stream, recv, recv->ce_src, &ce->mine[W_READY], ce->peer, seq, 1, &end));
+  CHECK(gpu_stream_write32(stream, &ce->mine[W_READY], 0));
+  return gpu_stream_write32(stream, &ce->theirs[W_DONE], 1);
+}
+
+/* The transfers of a step that only copies: the sends into the peer's outputs, the local copies beside them
+ * on the side stream. */
+static ncclResult_t copy_step(ce_t *ce, const xfer_t *x, int count, int sends, int recvs, int locals,
+                              cudaStream_t stream, uint64_t seq, const ce_exec_t *ex) {
+  if (locals > 0) {
+    CHECK(gpu_event_record(ce->fork, stream));
+    CHECK(gpu_stream_wait(ce->side, ce->fork));
+    for (int i = 0; i < count; i++)
+      if (!is_peer(&x[i])) CHECK(gpu_copy_dd_async(x[i].dst, x[i].src, x[i].bytes, ce->side));
+    CHECK(gpu_event_record(ce->join, ce->side));
+  }
+  if (sends > 0) {
+    for (int i = 0; i < count; i++)
+      if (x[i].send_peer >= 0) CHECK(gpu_copy_dd_async(x[i].ce_dst, x[i].src, x[i].bytes, stream));
+    CHECK(gpu_stream_write32(stream, &ce->theirs[W_DONE], 1));
+  }
+  if (recvs > 0) CHECK(ex->wait(ex->arg, stream, &ce->mine[W_DONE], ce->peer, 0, seq));
+  if (locals > 0) CHECK(gpu_stream_wait(stream, ce->join));
+  return ncclSuccess;
+}
+
+/* Records, after the step on `stream`, the use of the cached mapping that holds p (if any): it must outlive
+ * the copies into it and the reads from it. */
+static ncclResult_t mark_used(ce_t *ce, const char *p, cudaStream_t stream) {
+  for (int k = 0; p != NULL && k < CE_IMPORTS; k++) {
+    import_t *e = &ce->imports[k];
+    const char *base = e->mem != NULL ? gpu_mem_ptr(e->mem) : NULL;
+    if (base != NULL && p >= base && p < base + gpu_mem_size(e->mem))
+      CHECK(gpu_event_record(e->used, stream));
   }
   return ncclSuccess;
 }
@@ -552,40 +668,25 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, i
       CHECK(ex->keep(ex->arg, ce->held[i].mem));
       ce->held[i] = ce->held[--ce->nheld];
     }
-  if (recvs > 0) CHECK(gpu_stream_write32(stream, &ce->theirs[W_READY], 1));
-  if (sends > 0) CHECK(ex->wait(ex->arg, stream, &ce->mine[W_READY], ce->peer, 1, seq));
-  /* The local copies fork only now: the driver may run a copy within the device as a kernel, whose blocks
-   * would hold the SMs the wait kernel above needs, and the link's copy would start only once they ended
-   * (2 ms instead of 1.4 for an all-gather of 1 GiB on two H200s); so does a reduction's combine, whose
-   * blocks would otherwise hold the SMs while its chunks wait for the peer's, and the peer's for this rank's
-   * copies */
-  if (combines > 0) {
-    CHECK(reduce_step(ce, send, recv, stream, seq, ex));
+  if (st->ce == STEP_CE_PULL) {
+    CHECK(pull_step(ce, send, recv, stream, seq, ex));
   } else {
-    if (locals > 0) {
-      CHECK(gpu_event_record(ce->fork, stream));
-      CHECK(gpu_stream_wait(ce->side, ce->fork));
-      for (int i = 0; i < st->count; i++)
-        if (!is_peer(&x[i])) CHECK(gpu_copy_dd_async(x[i].dst, x[i].src, x[i].bytes, ce->side));
-      CHECK(gpu_event_record(ce->join, ce->side));
-    }
-    if (sends > 0) {
-      for (int i = 0; i < st->count; i++)
-        if (x[i].send_peer >= 0) CHECK(gpu_copy_dd_async(x[i].ce_dst, x[i].src, x[i].bytes, stream));
-      CHECK(gpu_stream_write32(stream, &ce->theirs[W_DONE], 1));
-    }
-    if (recvs > 0) CHECK(ex->wait(ex->arg, stream, &ce->mine[W_DONE], ce->peer, 0, seq));
-    if (locals > 0) CHECK(gpu_stream_wait(stream, ce->join));
+    if (recvs > 0) CHECK(gpu_stream_write32(stream, &ce->theirs[W_READY], 1));
+    if (sends > 0) CHECK(ex->wait(ex->arg, stream, &ce->mine[W_READY], ce->peer, 1, seq));
+    /* The local copies fork only now: the driver may run a copy within the device as a kernel, whose
+     * blocks would hold the SMs the wait kernel above needs, and the link's copy would start only once they
+     * ended (2 ms instead of 1.4 for an all-gather of 1 GiB on two H200s); so does a reduction's combine,
+     * whose blocks would otherwise hold the SMs while its chunks wait for the peer's, and the peer's for
+     * this rank's copies */
+    if (combines > 0)
+      CHECK(reduce_step(ce, send, recv, stream, seq, ex));
+    else
+      CHECK(copy_step(ce, x, st->count, sends, recvs, locals, stream, seq, ex));
   }
   if (capturing) return ncclSuccess;
-  for (int i = 0; i < st->count; i++) { /* the cached mappings written must outlive these copies */
-    if (x[i].send_peer < 0) continue;
-    for (int k = 0; k < CE_IMPORTS; k++) {
-      import_t *e = &ce->imports[k];
-      const char *base = e->mem != NULL ? gpu_mem_ptr(e->mem) : NULL;
-      if (base != NULL && x[i].ce_dst >= base && x[i].ce_dst < base + gpu_mem_size(e->mem))
-        CHECK(gpu_event_record(e->used, stream));
-    }
+  for (int i = 0; i < st->count; i++) {
+    CHECK(mark_used(ce, x[i].send_peer >= 0 && st->ce == STEP_CE_COPY ? x[i].ce_dst : NULL, stream));
+    CHECK(mark_used(ce, x[i].recv_peer >= 0 && st->ce == STEP_CE_PULL ? x[i].ce_src : NULL, stream));
   }
   return ncclSuccess;
 }

@@ -29,6 +29,17 @@
  * through ncclCommGetAsyncError. The step's local copies run on a stream of this module's own, forked from
  * and joined to the call's stream, beside the link's copy.
  *
+ * A pull (step_t.ce STEP_CE_PULL): a reduce from BRAID_CE_PULL_MIN_BYTES whose root runs in place (the
+ * copy engines cannot land in its output, which is its operand), or that is below BRAID_CE_REDUCE_MIN_BYTES
+ * (there the copy engines' pauses between chunks cost more than they gain). The sender offers its input
+ * (exported as an output is) and the root's combine kernel reads it where it lies, over the link, in tiles
+ * dealt to its blocks round robin, combining it with its operand into its output in one pass: no staging,
+ * no chunks, no ring. The words go the other way: the sender's stream raises the root's `ready` (its input
+ * is final) and waits for `done`, which the root's stream raises once the combine has run (the input is the
+ * sender's again). Kernels pulling one way read the link a little faster than they push through the rings
+ * (docs/perf-notes.md, 56 and 87); both ways at once they are slower, so only a reduction of one transfer
+ * one way is pulled.
+ *
  * The exchange waits on the host for the peer to reach the same call (at most BRAID_TIMEOUT_S, and the abort
  * flag ends it): like NCCL, large calls on several communicators must be issued in the same order on every
  * rank; within one group the order does not matter (every message of the group is sent before any is
@@ -70,9 +81,10 @@ ncclResult_t ce_settle(ce_t *ce, plan_t *plan);
  * not taken). */
 typedef struct {
   ncclResult_t (*wait)(void *arg, cudaStream_t stream, uint32_t *word, int peer, int is_send, uint64_t seq);
-  /* enqueues the combine of receive `x` (dev_combine_t: chunk c of it landed once `word` reached c + 1) */
-  ncclResult_t (*combine)(void *arg, cudaStream_t stream, const xfer_t *x, uint32_t *word, int peer,
-                          uint64_t seq, uint32_t nchunks, const uint64_t *ends);
+  /* enqueues the combine of receive `x` (dev_combine_t: chunk c of it landed once `word` reached c + 1, in
+   * x->dst, or where `from` points: a pull's peer input) */
+  ncclResult_t (*combine)(void *arg, cudaStream_t stream, const xfer_t *x, const char *from, uint32_t *word,
+                          int peer, uint64_t seq, uint32_t nchunks, const uint64_t *ends);
   ncclResult_t (*keep)(void *arg, gpu_mem_t *mapping);
   void *arg;
 } ce_exec_t;

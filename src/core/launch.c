@@ -77,6 +77,8 @@ struct gx {
   gpu_func_t *func_wait;  /* braid_kernel_wait, the copy-engine steps' waits (ce_exec_t) */
   gpu_func_t *func_combine;  /* braid_kernel_combine, their combines (ce_exec_t) */
   unsigned combine_blocks;   /* BRAID_CE_COMBINE_BLOCKS: the combine's grid */
+  unsigned pull_blocks;      /* BRAID_CE_PULL_BLOCKS: its grid when it reads the peer's input */
+  uint32_t pull_tile;        /* BRAID_CE_PULL_TILE: dev_combine_t.tile then */
   int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
   int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
   int pair_kernel;           /* BRAID_PAIR_KERNEL: such launches take func_pair */
@@ -365,6 +367,15 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_COMBINE_NAME, &gx->func_combine), res, fail);
   int64_t blocks = param_int(P_BRAID_CE_COMBINE_BLOCKS);
   gx->combine_blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : (unsigned)blocks;
+  blocks = param_int(P_BRAID_CE_PULL_BLOCKS);
+  if (blocks < 1) {
+    int sms = 0;
+    CHECK_GOTO(gpu_device_sms(dev, &sms), res, fail);
+    blocks = sms;
+  }
+  gx->pull_blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : (unsigned)blocks;
+  int64_t tile = param_int(P_BRAID_CE_PULL_TILE);
+  gx->pull_tile = tile < 16 ? 0 : tile > (1 << 30) ? 1u << 30 : (uint32_t)(tile / 16 * 16);
   gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
   gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
   gx->pair_kernel = param_int(P_BRAID_PAIR_KERNEL) != 0;
@@ -1264,13 +1275,21 @@ static ncclResult_t exec_wait(void *arg, cudaStream_t stream, uint32_t *word, in
   return gpu_launch(c->gx->func_wait, 1, 32, &w, sizeof w, stream);
 }
 
-static ncclResult_t exec_combine(void *arg, cudaStream_t stream, const xfer_t *x, uint32_t *word, int peer,
-                                 uint64_t seq, uint32_t nchunks, const uint64_t *ends) {
+static ncclResult_t exec_combine(void *arg, cudaStream_t stream, const xfer_t *x, const char *from,
+                                 uint32_t *word, int peer, uint64_t seq, uint32_t nchunks,
+                                 const uint64_t *ends) {
   const exec_ctx_t *c = arg;
-  dev_combine_t w = {.comm = c->gx->dcomm, .word = word, .seq = seq, .peer = peer, .nchunks = nchunks};
+  dev_combine_t w = {.comm = c->gx->dcomm,
+                     .word = word,
+                     .from = from,
+                     .seq = seq,
+                     .peer = peer,
+                     .nchunks = nchunks,
+                     .tile = from != NULL ? c->gx->pull_tile : 0};
   fill_xfer(c->gx, x, 0, 1, &w.x);
   memcpy(w.ends, ends, nchunks * sizeof *ends);
-  return gpu_launch(c->gx->func_combine, c->gx->combine_blocks, DEV_THREADS, &w, sizeof w, stream);
+  return gpu_launch(c->gx->func_combine, from != NULL ? c->gx->pull_blocks : c->gx->combine_blocks,
+                    DEV_THREADS, &w, sizeof w, stream);
 }
 
 /* The graph being captured keeps `mapping` (its token unmaps it when the graph is destroyed); on failure

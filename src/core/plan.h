@@ -70,16 +70,18 @@ enum {
 
 /* One streaming transfer. Without a receive peer the data comes from `src` (a local copy or a send). */
 typedef struct {
-  int recv_peer;    /* rank to receive from, -1 for none */
-  int send_peer;    /* rank to send (or forward) to, -1 for none */
-  const char *src;  /* local operand: data to send or copy, or to combine with what arrives; may be NULL */
-  char *dst;        /* where the result is stored; NULL when it is only forwarded */
-  size_t bytes;     /* data bytes (wire bytes are rounded up to XF_ALIGN) */
-  uint32_t esize;   /* element size: pieces are whole elements */
-  uint32_t flags;   /* XF_* */
-  const red_t *red; /* the reduction for XF_REDUCE / XF_PREPARE */
-  size_t done;      /* progress: wire bytes moved so far */
-  char *ce_dst;     /* a send the copy engines move: the receiver's output, mapped here (core/ce.h) */
+  int recv_peer;      /* rank to receive from, -1 for none */
+  int send_peer;      /* rank to send (or forward) to, -1 for none */
+  const char *src;    /* local operand: data to send or copy, or to combine with what arrives; may be NULL */
+  char *dst;          /* where the result is stored; NULL when it is only forwarded */
+  size_t bytes;       /* data bytes (wire bytes are rounded up to XF_ALIGN) */
+  uint32_t esize;     /* element size: pieces are whole elements */
+  uint32_t flags;     /* XF_* */
+  const red_t *red;   /* the reduction for XF_REDUCE / XF_PREPARE */
+  size_t done;        /* progress: wire bytes moved so far */
+  char *ce_dst;       /* a send the copy engines move: the receiver's output, mapped here (core/ce.h) */
+  const char *ce_src; /* a receive pulled by this rank's combine (STEP_CE_PULL): the sender's input, mapped
+                         here */
 } xfer_t;
 
 /* Every transfer starts at a multiple of this many bytes of its connection's stream. */
@@ -89,9 +91,13 @@ typedef struct {
 typedef struct {
   int first, count;   /* range in plan_t.xfers */
   const task_t *task; /* the call this step serves (the first point-to-point call for the p2p step) */
-  int ce;             /* the copy engines move it, as both ranks agreed (core/ce.h) */
+  int ce;             /* 0, or how it bypasses the rings, as both ranks agreed (core/ce.h): STEP_CE_* */
   int oneshot;        /* a one-shot algorithm built it (every rank's step of the call alike) */
 } step_t;
+
+/* step_t.ce: the copy engines write the receiver's outputs; or a reduction's receiver combines the sender's
+ * input, read where it is by its combine kernel. */
+enum { STEP_CE_COPY = 1, STEP_CE_PULL = 2 };
 
 /* A communicator's plan for one group. Its arrays grow and are reused, so building allocates nothing once
  * warm. */

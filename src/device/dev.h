@@ -363,21 +363,27 @@ typedef struct {
  * contribution into this rank's output `x.dst` chunk by chunk, raising `*word` to c + 1 once chunk c (bytes
  * [ends[c - 1], ends[c]), ends[-1] = 0) has landed; the kernel combines each chunk as it comes, in place:
  * dst = prepare(src) (+) dst, divided at LAST for SUM_POSTDIV, as a transfer that receives would (the
- * kernels' own order of operands, so the result is bitwise the same). Each block waits for the chunk itself
- * (thread 0, spin_fails' timeout and abort) and takes its part of it: 16-byte multiples from the chunk's
- * start, as dev_part cuts a slice. Ordering: the peer's stream writes the word only once its copy of the
- * chunk has completed; thread 0 reads it with a system-scope acquire, and the block barrier after that read
- * orders the other threads' loads of the chunk after it. It leaves the word as it found it raised; the
+ * kernels' own order of operands, so the result is bitwise the same); or, a pull, the peer's input lies in
+ * its own memory (`from`, mapped here) as one chunk, final once `*word` is 1. Each block waits for the chunk
+ * itself (thread 0, spin_fails' timeout and abort) and takes its part of it: 16-byte multiples from the
+ * chunk's start, as dev_part cuts a slice. Ordering: the peer's stream writes the word only once its copy of
+ * the chunk has completed; thread 0 reads it with a system-scope acquire, and the block barrier after that
+ * read orders the other threads' loads of the chunk after it. It leaves the word as it found it raised; the
  * stream clears it after the kernel. The operation is never PREMULSUM: the peer's bytes arrive as they were,
  * unscaled. */
 #define DEV_COMBINE_CHUNKS 48
 typedef struct {
   dev_comm_t comm;
   dev_xfer_t x; /* src: this rank's operand; dst: the output the peer writes into; bytes, type, red, flags */
-  uint32_t *word; /* in this rank's device memory, raised by the peer's stream */
-  uint64_t seq;   /* the call, for the error */
+  uint32_t *word;   /* in this rank's device memory, raised by the peer's stream */
+  const char *from; /* NULL: the peer's bytes land in x.dst; else they lie here (a pull: the peer's input,
+                       mapped; nchunks 1 and `word` raised once it is final) */
+  uint64_t seq;     /* the call, for the error */
   int32_t peer;
   uint32_t nchunks; /* 1 .. DEV_COMBINE_CHUNKS */
+  uint32_t tile;    /* 0: block b combines the b-th of gridDim.x equal parts of a chunk; else tiles of this
+                       many bytes (a multiple of 16), block b the b-th, b + gridDim.x-th, ... */
+  uint32_t pad;
   uint64_t ends[DEV_COMBINE_CHUNKS];
 } dev_combine_t;
 

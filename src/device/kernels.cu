@@ -1101,11 +1101,16 @@ extern "C" __global__ void __launch_bounds__(32, 1) braid_kernel_wait(const __gr
 
 /* The copy-engine path's combine (dev.h, dev_combine_t): chunk by chunk, every block waits for the chunk's
  * word itself (no grid barrier) and combines its part, in pieces of at most COMBINE_PIECE bytes (piece_t
- * counts bytes in 32 bits). */
+ * counts bytes in 32 bits); or, with `tile`, the chunk's tiles dealt round robin. */
 #define COMBINE_PIECE (1u << 30)
+__device__ __forceinline__ void combine_at(const dev_combine_t &w, uint64_t off, uint64_t n) {
+  const dev_xfer_t &x = w.x;
+  const piece_t pc = {x.src + off, (w.from != NULL ? w.from : x.dst) + off, x.dst + off, NULL, (uint32_t)n};
+  piece_combine(x, pc);
+}
+
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_combine(const __grid_constant__ dev_combine_t w) {
-  const dev_xfer_t &x = w.x;
   const wait_what what = {w.peer, -1, 0, w.seq};
   uint64_t begin = 0;
   for (uint32_t c = 0; c < w.nchunks && c < DEV_COMBINE_CHUNKS; c++) {
@@ -1119,12 +1124,15 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
         }
     }
     if (__syncthreads_or(failed)) return;
-    const uint64_t len = w.ends[c] - begin, part = ((len + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
-    const uint64_t lo = min((uint64_t)blockIdx.x * part, len), hi = min(lo + part, len);
-    for (uint64_t off = begin + lo; off < begin + hi; off += COMBINE_PIECE) {
-      const uint64_t n = min(begin + hi - off, (uint64_t)COMBINE_PIECE);
-      const piece_t pc = {x.src + off, x.dst + off, x.dst + off, NULL, (uint32_t)n};
-      piece_combine(x, pc);
+    const uint64_t len = w.ends[c] - begin;
+    if (w.tile != 0) {
+      for (uint64_t lo = (uint64_t)blockIdx.x * w.tile; lo < len; lo += (uint64_t)gridDim.x * w.tile)
+        combine_at(w, begin + lo, min(len - lo, (uint64_t)w.tile));
+    } else {
+      const uint64_t part = ((len + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+      const uint64_t lo = min((uint64_t)blockIdx.x * part, len), hi = min(lo + part, len);
+      for (uint64_t off = begin + lo; off < begin + hi; off += COMBINE_PIECE)
+        combine_at(w, off, min(begin + hi - off, (uint64_t)COMBINE_PIECE));
     }
     begin = w.ends[c];
   }

@@ -424,7 +424,7 @@ __device__ __noinline__ void reduce_piece(const red_fn<N, OP> fn, const piece_t 
   typedef red_fn<N, OP> fn_t;
   typedef typename raw_of<sizeof(typename N::S)>::T E;
   const uint32_t es = sizeof(typename N::S), nelem = pc.bytes / es;
-  const uintptr_t ptrs = (uintptr_t)pc.local | (uintptr_t)pc.dst;
+  const uintptr_t ptrs = (uintptr_t)pc.local | (uintptr_t)pc.dst | (uintptr_t)pc.in;
   uint32_t done = 0;
   if (ptrs % 16 == 0) {
     items_loop<16, unroll_of<OP>::U, NT>(pc, tid, 0, pc.bytes / 16, fn_t::binary, true,

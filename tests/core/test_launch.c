@@ -892,11 +892,21 @@ static void ce_expect_sum(const ce_bufs_t *b, const float *out, size_t n, size_t
   }
 }
 
+/* Checks n floats of out against rank r's input from element `first` on. */
+static void ce_expect(const ce_bufs_t *b, const float *out, size_t n, int r, size_t first, const char *what) {
+  for (size_t i = 0; i < n; i++)
+    if (out[i] != ce_in(b, r, first + i)) {
+      test_fail(__FILE__, __LINE__, "rank %d: %s: element %zu is %g, expected rank %d's %g", b->rank, what, i,
+                (double)out[i], r, (double)ce_in(b, r, first + i));
+      return;
+    }
+}
+
 /* Reductions through the copy engines: the sender's chunks land in the receiver's output and its combine
- * kernel (run at once by the stand-in, with the host's arithmetic) adds its own operand, chunk by chunk.
- * Out of place and on the ring only: in place, the output is the operand; PreMulSum (a float average) would
- * need the peer's bytes scaled; one-shot steps differ between the ranks. They stay on the kernels, which move
- * nothing here. */
+ * kernel (run at once by the stand-in, with the host's arithmetic) adds its own operand, chunk by chunk. A
+ * reduce in place is pulled: the root's combine reads the sender's input. On the ring only: PreMulSum (a
+ * float average) would need the peer's bytes scaled; one-shot steps differ between the ranks. They stay on
+ * the kernels, which move nothing here. */
 static void ce_reductions(ce_bufs_t *b, ncclComm_t comm) {
   mock_cuda_stats_t *st = mock_stats();
   const int rank = b->rank;
@@ -932,31 +942,35 @@ static void ce_reductions(ce_bufs_t *b, ncclComm_t comm) {
       break;
     }
   }
+  /* in place: the root's combine reads the other rank's input where it lies, in one chunk (a pull) */
+  for (int root = 0; root < 2; root++) {
+    ce_fresh(b);
+    float *io = rank == root ? b->recv : b->send;
+    memcpy(io, b->send, CE_N * sizeof(float));
+    const uint64_t combines = st->combine_launches, chunks = st->combine_chunks;
+    const int launches = st->launches;
+    EXPECT_OK(ncclReduce(io, io, CE_N, ncclFloat, ncclSum, root, comm, NULL));
+    if (rank == root)
+      ce_expect_sum(b, io, CE_N, 0, "reduce in place");
+    else
+      ce_expect(b, io, CE_N, rank, 0, "reduce in place: the sender's input");
+    EXPECT(st->combine_launches == combines + (rank == root) &&
+               st->combine_chunks == chunks + (rank == root) && st->launches == launches,
+           "rank %d: a reduce in place to %d: %llu combines of %llu chunks, %d launches", rank, root,
+           (unsigned long long)(st->combine_launches - combines),
+           (unsigned long long)(st->combine_chunks - chunks), st->launches - launches);
+  }
   const uint64_t combines = st->combine_launches;
   const int launches = st->launches;
-  ce_fresh(b); /* in place: the kernels */
-  float *io = rank == 0 ? b->recv : b->send;
-  memcpy(io, b->send, CE_N * sizeof(float));
-  EXPECT_OK(ncclReduce(io, io, CE_N, ncclFloat, ncclSum, 0, comm, NULL));
   ce_fresh(b); /* a float average is a PreMulSum: the kernels */
   EXPECT_OK(ncclReduceScatter(b->send, b->recv, CE_N, ncclFloat, ncclAvg, comm, NULL));
   /* one-shot (at most BRAID_ONESHOT_MAX_BYTES): the root combines in a lane of its own while the other
    * rank's send looks like the ring's; both must leave it to the kernels, not wait for each other */
   ce_fresh(b);
   EXPECT_OK(ncclReduce(b->send, b->recv, 4096, ncclFloat, ncclSum, 0, comm, NULL));
-  EXPECT(st->combine_launches == combines && st->launches == launches + 3,
-         "rank %d: in place, averaged or one-shot: %llu combines, %d launches", rank,
+  EXPECT(st->combine_launches == combines && st->launches == launches + 2,
+         "rank %d: averaged or one-shot: %llu combines, %d launches", rank,
          (unsigned long long)(st->combine_launches - combines), st->launches - launches);
-}
-
-/* Checks n floats of out against rank r's input from element `first` on. */
-static void ce_expect(const ce_bufs_t *b, const float *out, size_t n, int r, size_t first, const char *what) {
-  for (size_t i = 0; i < n; i++)
-    if (out[i] != ce_in(b, r, first + i)) {
-      test_fail(__FILE__, __LINE__, "rank %d: %s: element %zu is %g, expected rank %d's %g", b->rank, what, i,
-                (double)out[i], r, (double)ce_in(b, r, first + i));
-      return;
-    }
 }
 
 /* A last broadcast from `root` that the copy engines must move (the ranks still pair after what the test
@@ -1213,8 +1227,9 @@ static void ce_off_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
-/* BRAID_CE_REDUCE_MIN_BYTES=0 on one rank only: reductions stay on the kernels on both ranks (which move
- * nothing here), while the other steps still take the copy engines. */
+/* BRAID_CE_REDUCE_MIN_BYTES=0 on one rank only: reductions leave the copy engines on both ranks, while the
+ * other steps still take them: the reduce-scatter goes to the kernels (which move nothing here), the reduce
+ * is pulled (BRAID_CE_PULL_MIN_BYTES), in one chunk. */
 static void ce_reduce_off_rank(int rank, int nranks, void *arg) {
   if (rank == 1) setenv("BRAID_CE_REDUCE_MIN_BYTES", "0", 1);
   char log_path[128];
@@ -1226,16 +1241,59 @@ static void ce_reduce_off_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclMemAlloc(&r, (2 * CE_N + 1) * sizeof(float)));
   ce_bufs_t b = {(float *)s + 1, (float *)r + 1, rank, 91};
   mock_cuda_stats_t *st = mock_stats();
-  const uint64_t combines = st->combine_launches;
+  const uint64_t combines = st->combine_launches, chunks = st->combine_chunks;
   const int launches = st->launches;
   ce_fresh(&b);
   EXPECT_OK(ncclReduce(b.send, b.recv, CE_N, ncclFloat, ncclSum, 0, comm, NULL));
+  if (rank == 0) ce_expect_sum(&b, b.recv, CE_N, 0, "reduce pulled");
   ce_fresh(&b);
   EXPECT_OK(ncclReduceScatter(b.send, b.recv, CE_N, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(st->combine_launches == combines && st->launches == launches + 2,
-         "rank %d: reductions with the copy engines off for them: %llu combines, %d launches", rank,
-         (unsigned long long)(st->combine_launches - combines), st->launches - launches);
+  EXPECT(st->combine_launches == combines + (rank == 0) && st->combine_chunks == chunks + (rank == 0) &&
+             st->launches == launches + 1,
+         "rank %d: reductions with the copy engines off for them: %llu combines of %llu chunks, %d launches",
+         rank, (unsigned long long)(st->combine_launches - combines),
+         (unsigned long long)(st->combine_chunks - chunks), st->launches - launches);
   ce_close(&b, s, r, comm, 1, "broadcast beside reductions left to the kernels");
+}
+
+/* BRAID_CE_PULL_MIN_BYTES=0 on one rank: a reduce in place stays on the kernels on both (which move nothing
+ * here); below BRAID_CE_REDUCE_MIN_BYTES (mode 2): an out-of-place reduce is pulled too (one chunk, not the
+ * copy engines' several). */
+static void ce_pull(int rank, int nranks, const shared_t *sh, int mode) {
+  if (mode == 0 && rank == 1) setenv("BRAID_CE_PULL_MIN_BYTES", "0", 1);
+  if (mode == 2) setenv("BRAID_CE_REDUCE_MIN_BYTES", "1073741824", 1);
+  char log_path[128];
+  ncclComm_t comm = tuning_comm(sh, rank, nranks, log_path, sizeof log_path);
+  EXPECT(test_file_lines(log_path,
+                         mode == 0 ? "where it lies from 0 bytes" : "where it lies from 1024 bytes") == 1,
+         "rank %d: the log does not give the agreed BRAID_CE_PULL_MIN_BYTES", rank);
+  void *s, *r;
+  EXPECT_OK(ncclMemAlloc(&s, (2 * CE_N + 1) * sizeof(float)));
+  EXPECT_OK(ncclMemAlloc(&r, (2 * CE_N + 1) * sizeof(float)));
+  ce_bufs_t b = {(float *)s + 1, (float *)r + 1, rank, 57};
+  mock_cuda_stats_t *st = mock_stats();
+  const uint64_t combines = st->combine_launches, chunks = st->combine_chunks;
+  const int launches = st->launches;
+  ce_fresh(&b);
+  float *io = mode == 2 ? b.recv : rank == 0 ? b.recv : b.send;
+  if (mode != 2) memcpy(io, b.send, CE_N * sizeof(float));
+  EXPECT_OK(ncclReduce(mode == 2 ? b.send : io, io, CE_N, ncclFloat, ncclSum, 0, comm, NULL));
+  if (mode == 2 && rank == 0) ce_expect_sum(&b, b.recv, CE_N, 0, "reduce pulled out of place");
+  const uint64_t want = mode == 2 && rank == 0;
+  EXPECT(st->combine_launches == combines + want && st->combine_chunks == chunks + want &&
+             st->launches == launches + (mode == 0),
+         "rank %d: pulls, mode %d: %llu combines of %llu chunks, %d launches", rank, mode,
+         (unsigned long long)(st->combine_launches - combines),
+         (unsigned long long)(st->combine_chunks - chunks), st->launches - launches);
+  ce_close(&b, s, r, comm, 1, "broadcast after a reduce");
+}
+
+static void ce_pull_off_rank(int rank, int nranks, void *arg) {
+  ce_pull(rank, nranks, arg, 0);
+}
+
+static void ce_pull_all_rank(int rank, int nranks, void *arg) {
+  ce_pull(rank, nranks, arg, 2);
 }
 
 /* ncclCommInitAll where one device's init fails (its memory runs out): the call returns that error, and the
@@ -1266,6 +1324,7 @@ static void copy_engines(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   setenv("BRAID_CE_MIN_BYTES", "1024", 1);
   setenv("BRAID_CE_REDUCE_MIN_BYTES", "1024", 1);
+  setenv("BRAID_CE_PULL_MIN_BYTES", "1024", 1);
   setenv("BRAID_AR_SPLIT_BYTES", "1024", 1);
   setenv("BRAID_CE_CHUNK_BYTES", "1", 1);   /* the least there is: 64 KiB, five chunks of CE_N floats */
   setenv("NCCL_ALGO", "allreduce:ring", 1); /* not one-shot, which two ranks' all-reduce is up to 16 MiB */
@@ -1279,10 +1338,13 @@ static void copy_engines(void) {
   run_one_process(ce_local_proc, 60);
   run_with_logs(ce_off_rank, 60);
   run_with_logs(ce_reduce_off_rank, 60);
+  run_with_logs(ce_pull_off_rank, 60);
+  run_with_logs(ce_pull_all_rank, 60);
   setenv("BRAID_CE_CHUNK_BYTES", "65541", 1); /* not a multiple of 64 KiB: rounded up, chunks still whole */
   run_with_logs(ce_rank, 60);
   unsetenv("BRAID_CE_MIN_BYTES");
   unsetenv("BRAID_CE_REDUCE_MIN_BYTES");
+  unsetenv("BRAID_CE_PULL_MIN_BYTES");
   unsetenv("BRAID_AR_SPLIT_BYTES");
   unsetenv("BRAID_CE_CHUNK_BYTES");
   unsetenv("NCCL_ALGO");

@@ -38,8 +38,9 @@ static void test_struct_sizes(void) {
   EXPECT(offsetof(dev_work_small_t, nch) == offsetof(dev_work_t, nch));
   EXPECT(sizeof(dev_work_small_t) == 248 + DEV_SMALL_XFERS * sizeof(dev_xfer_t), "dev_work_small_t is %zu",
          sizeof(dev_work_small_t));
-  /* the copy-engine path's combine: the communicator, one transfer, its chunks' ends */
-  EXPECT(sizeof(dev_combine_t) == sizeof(dev_comm_t) + sizeof(dev_xfer_t) + 24 + DEV_COMBINE_CHUNKS * 8,
+  /* the copy-engine path's combine: the communicator, one transfer, the word, a pull's source, the call, the
+   * peer, the chunks, the tile, its chunks' ends */
+  EXPECT(sizeof(dev_combine_t) == sizeof(dev_comm_t) + sizeof(dev_xfer_t) + 40 + DEV_COMBINE_CHUNKS * 8,
          "dev_combine_t is %zu bytes", sizeof(dev_combine_t));
   EXPECT(sizeof(dev_combine_t) <= 4096, "dev_combine_t (%zu bytes) exceeds the kernel parameter limit",
          sizeof(dev_combine_t));

@@ -695,7 +695,7 @@ static CUresult run_combine(const dev_combine_t *w) {
   mock_cuda_stats.combine_launches++;
   const dev_xfer_t *x = &w->x;
   if (w->nchunks < 1 || w->nchunks > DEV_COMBINE_CHUNKS || x->red == DEV_RED_PREMULSUM ||
-      !(x->flags & DEV_XF_REDUCE) || w->ends[w->nchunks - 1] != x->bytes)
+      !(x->flags & DEV_XF_REDUCE) || w->ends[w->nchunks - 1] != x->bytes || w->tile % 16 != 0)
     return CUDA_ERROR_INVALID_VALUE;
   const red_t red = {.kind = (red_kind_t)x->red, .type = (ncclDataType_t)x->type, .divisor = x->scalar.i};
   const size_t es = dtype_size(red.type);
@@ -703,8 +703,8 @@ static CUresult run_combine(const dev_combine_t *w) {
   for (uint32_t c = 0; c < w->nchunks; c++) {
     if (w->ends[c] <= at || (w->ends[c] - at) % es != 0) return CUDA_ERROR_INVALID_VALUE;
     if (!word_wait(&w->comm, w->word, c + 1, w->peer, 0, w->seq)) return CUDA_SUCCESS;
-    red_combine(&red, x->dst + at, x->src + at, x->dst + at, (w->ends[c] - at) / es,
-                (x->flags & DEV_XF_LAST) != 0);
+    red_combine(&red, x->dst + at, x->src + at, (w->from != NULL ? w->from : x->dst) + at,
+                (w->ends[c] - at) / es, (x->flags & DEV_XF_LAST) != 0);
     mock_cuda_stats.combine_chunks++;
     at = w->ends[c];
   }

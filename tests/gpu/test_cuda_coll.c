@@ -9,7 +9,9 @@
  *   procs_*   one process per GPU (ncclCommInitRank); procs_ce with BRAID_CE_MIN_BYTES=4096, so that on two
  *             GPUs the copy engines move every transfer of 4 KiB and more that they can (reductions out of
  *             place too: BRAID_CE_REDUCE_MIN_BYTES=4096, in chunks of 64 KiB and more: BRAID_CE_CHUNK_BYTES,
- *             and the all-reduce's ring as two steps: BRAID_AR_SPLIT_BYTES=4096);
+ *             and the all-reduce's ring as two steps: BRAID_AR_SPLIT_BYTES=4096; a reduce in place pulled:
+ *             BRAID_CE_PULL_MIN_BYTES=4096), then the quick tier again with reductions' copy engines from
+ *             1 GiB only, so that a reduce out of place is pulled too;
  *   single_*  one process and thread driving every GPU (ncclCommInitAll, one group per case); single_ce with
  *             BRAID_CE_MIN_BYTES=4096, as procs_ce;
  *   shm_*     one process per GPU with NCCL_P2P_DISABLE=1: host shared memory between the GPUs;
@@ -206,9 +208,9 @@ static void procs_large(void) {
 /* The copy engines from 4 KiB (procs_ce, single_ce), or back to the defaults. */
 static void ce_env(int on) {
   const char *names[] = {"BRAID_CE_MIN_BYTES", "BRAID_CE_REDUCE_MIN_BYTES", "BRAID_CE_CHUNK_BYTES",
-                         "BRAID_AR_SPLIT_BYTES"};
-  const char *values[] = {"4096", "4096", "65536", "4096"};
-  for (int i = 0; i < 4; i++)
+                         "BRAID_AR_SPLIT_BYTES", "BRAID_CE_PULL_MIN_BYTES"};
+  const char *values[] = {"4096", "4096", "65536", "4096", "4096"};
+  for (int i = 0; i < 5; i++)
     if (on)
       setenv(names[i], values[i], 1);
     else
@@ -219,6 +221,8 @@ static void procs_ce(void) {
   ce_env(1);
   run_procs(TIER_QUICK, "procs/ce", 300);
   run_procs(TIER_LARGE_SINGLE, "procs/ce", 300);
+  setenv("BRAID_CE_REDUCE_MIN_BYTES", "1073741824", 1); /* every reduce pulled, out of place too */
+  run_procs(TIER_QUICK, "procs/ce-pull", 300);
   ce_env(0);
 }
 
