@@ -11,7 +11,8 @@
  *             place too: BRAID_CE_REDUCE_MIN_BYTES=4096, in chunks of 64 KiB and more: BRAID_CE_CHUNK_BYTES,
  *             and the all-reduce's ring as two steps: BRAID_AR_SPLIT_BYTES=4096; a reduce in place pulled:
  *             BRAID_CE_PULL_MIN_BYTES=4096), then the quick tier again with reductions' copy engines from
- *             1 GiB only, so that a reduce out of place is pulled too;
+ *             1 GiB only, so that a reduce out of place is pulled too, and rank 1's buffers one element
+ *             further from alignment than rank 0's;
  *   single_*  one process and thread driving every GPU (ncclCommInitAll, one group per case); single_ce with
  *             BRAID_CE_MIN_BYTES=4096, as procs_ce;
  *   shm_*     one process per GPU with NCCL_P2P_DISABLE=1: host shared memory between the GPUs;
@@ -166,17 +167,22 @@ static size_t tier_pool_bytes(tier_t tier, int n) {
 typedef struct {
   tier_t tier;
   const char *mode;
+  int skew; /* odd ranks' buffers one element past the case's offset: the ranks' alignments differ */
+  int rank;
   ncclComm_t comm;
   cuda_rank_t *r;
 } job_t;
 
 static void run_case(const coll_case_t *c, void *arg) {
   job_t *j = arg;
-  cuda_case_run(j->comm, j->r, c, j->mode, CASE_TIMEOUT_S);
+  coll_case_t k = *c;
+  if (j->skew && j->rank % 2 == 1) k.offset += (int)data_esize(k.type);
+  cuda_case_run(j->comm, j->r, &k, j->mode, CASE_TIMEOUT_S);
 }
 
 static void procs_rank(int rank, int n, const ncclUniqueId *id, void *arg) {
   job_t j = *(job_t *)arg;
+  j.rank = rank;
   cuda_rank_t r;
   size_t pool = tier_pool_bytes(j.tier, n);
   cuda_rank_open(&r, rank, pool, 2 * pool, NULL);
@@ -192,9 +198,13 @@ static void procs_rank(int rank, int n, const ncclUniqueId *id, void *arg) {
   cuda_rank_close(&r);
 }
 
-static void run_procs(tier_t tier, const char *mode, int timeout_s) {
-  job_t j = {.tier = tier, .mode = mode};
+static void run_procs_skewed(tier_t tier, const char *mode, int skew, int timeout_s) {
+  job_t j = {.tier = tier, .mode = mode, .skew = skew};
   EXPECT(cuda_run_ranks(cuda_nranks, timeout_s, procs_rank, &j) == 0, "%s: a rank failed", mode);
+}
+
+static void run_procs(tier_t tier, const char *mode, int timeout_s) {
+  run_procs_skewed(tier, mode, 0, timeout_s);
 }
 
 static void procs_small(void) {
@@ -221,8 +231,9 @@ static void procs_ce(void) {
   ce_env(1);
   run_procs(TIER_QUICK, "procs/ce", 300);
   run_procs(TIER_LARGE_SINGLE, "procs/ce", 300);
-  setenv("BRAID_CE_REDUCE_MIN_BYTES", "1073741824", 1); /* every reduce pulled, out of place too */
-  run_procs(TIER_QUICK, "procs/ce-pull", 300);
+  /* every reduce pulled, out of place too, from a peer whose buffers are aligned unlike this rank's */
+  setenv("BRAID_CE_REDUCE_MIN_BYTES", "1073741824", 1);
+  run_procs_skewed(TIER_QUICK, "procs/ce-pull-skewed", 1, 300);
   ce_env(0);
 }
 
