@@ -684,9 +684,9 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, i
       CHECK(copy_step(ce, x, st->count, sends, recvs, locals, stream, seq, ex));
   }
   if (capturing) return ncclSuccess;
-  for (int i = 0; i < st->count; i++) {
-    CHECK(mark_used(ce, x[i].send_peer >= 0 && st->ce == STEP_CE_COPY ? x[i].ce_dst : NULL, stream));
-    CHECK(mark_used(ce, x[i].recv_peer >= 0 && st->ce == STEP_CE_PULL ? x[i].ce_src : NULL, stream));
+  for (int i = 0; i < st->count; i++) { /* ce_dst is set on copies' sends only, ce_src on pulls' receives */
+    CHECK(mark_used(ce, x[i].ce_dst, stream));
+    CHECK(mark_used(ce, x[i].ce_src, stream));
   }
   return ncclSuccess;
 }

@@ -879,6 +879,37 @@ static void ce_fresh(ce_bufs_t *b) {
   data_poison(b->recv, 2 * CE_N * sizeof(float));
 }
 
+/* This rank's buffers for the copy-engine cases (2 * CE_N floats each, one float past ncclMemAlloc'd
+ * memory, freed by ce_close), with inputs from `seed` on. */
+static ce_bufs_t ce_open(int rank, uint64_t seed, void **s, void **r) {
+  EXPECT_OK(ncclMemAlloc(s, (2 * CE_N + 1) * sizeof(float)));
+  EXPECT_OK(ncclMemAlloc(r, (2 * CE_N + 1) * sizeof(float)));
+  return (ce_bufs_t){(float *)*s + 1, (float *)*r + 1, rank, seed};
+}
+
+/* The stand-in's counts of combines, of their chunks and of kernel launches. */
+typedef struct {
+  uint64_t combines, chunks;
+  int launches;
+} ce_counts_t;
+
+static ce_counts_t ce_counts(void) {
+  const mock_cuda_stats_t *st = mock_stats();
+  return (ce_counts_t){st->combine_launches, st->combine_chunks, st->launches};
+}
+
+/* Expects the calls since `before` to have run `combines` combines of `chunks` chunks in all and `launches`
+ * kernel launches. */
+static void ce_expect_counts(int rank, const ce_counts_t *before, uint64_t combines, uint64_t chunks,
+                             int launches, const char *what) {
+  const ce_counts_t now = ce_counts();
+  if (now.combines != before->combines + combines || now.chunks != before->chunks + chunks ||
+      now.launches != before->launches + launches)
+    test_fail(__FILE__, __LINE__, "rank %d: %s: %llu combines of %llu chunks, %d launches", rank, what,
+              (unsigned long long)(now.combines - before->combines),
+              (unsigned long long)(now.chunks - before->chunks), now.launches - before->launches);
+}
+
 /* Checks n floats of out against the sum of the two ranks' inputs from element `first` on (the host's sum
  * of two floats, in either order, is the one the combine computes). */
 static void ce_expect_sum(const ce_bufs_t *b, const float *out, size_t n, size_t first, const char *what) {
@@ -946,19 +977,14 @@ static void ce_reductions(ce_bufs_t *b, ncclComm_t comm) {
   for (int root = 0; root < 2; root++) {
     ce_fresh(b);
     float *io = rank == root ? b->recv : b->send;
-    memcpy(io, b->send, CE_N * sizeof(float));
-    const uint64_t combines = st->combine_launches, chunks = st->combine_chunks;
-    const int launches = st->launches;
+    if (rank == root) memcpy(io, b->send, CE_N * sizeof(float));
+    const ce_counts_t before = ce_counts();
     EXPECT_OK(ncclReduce(io, io, CE_N, ncclFloat, ncclSum, root, comm, NULL));
     if (rank == root)
       ce_expect_sum(b, io, CE_N, 0, "reduce in place");
     else
       ce_expect(b, io, CE_N, rank, 0, "reduce in place: the sender's input");
-    EXPECT(st->combine_launches == combines + (rank == root) &&
-               st->combine_chunks == chunks + (rank == root) && st->launches == launches,
-           "rank %d: a reduce in place to %d: %llu combines of %llu chunks, %d launches", rank, root,
-           (unsigned long long)(st->combine_launches - combines),
-           (unsigned long long)(st->combine_chunks - chunks), st->launches - launches);
+    ce_expect_counts(rank, &before, rank == root, rank == root, 0, "a reduce in place");
   }
   const uint64_t combines = st->combine_launches;
   const int launches = st->launches;
@@ -991,10 +1017,7 @@ static void ce_rank(int rank, int nranks, void *arg) {
          "rank %d: the communicator has no copy-engine path", rank);
   const int peer = 1 - rank;
   void *s, *r;
-  EXPECT_OK(ncclMemAlloc(&s, (2 * CE_N + 1) * sizeof(float)));
-  EXPECT_OK(ncclMemAlloc(&r, (2 * CE_N + 1) * sizeof(float)));
-  ce_bufs_t b = {(float *)s + 1, (float *)r + 1, rank, 1000u * (uint64_t)rank};
-  b.seed = 77; /* the same sequence of seeds on both ranks */
+  ce_bufs_t b = ce_open(rank, 77, &s, &r); /* the same sequence of seeds on both ranks */
   for (int root = 0; root < 2; root++) {
     ce_fresh(&b);
     EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N, ncclFloat, root, comm, NULL));
@@ -1092,10 +1115,7 @@ static void ce_capture_rank(int rank, int nranks, void *arg) {
   ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
   cudaStream_t cap = (cudaStream_t)MOCK_CUDA_CAPTURING;
   void *s, *r;
-  EXPECT_OK(ncclMemAlloc(&s, (2 * CE_N + 1) * sizeof(float)));
-  EXPECT_OK(ncclMemAlloc(&r, (2 * CE_N + 1) * sizeof(float)));
-  ce_bufs_t b = {(float *)s + 1, (float *)r + 1, rank, 0};
-  b.seed = 91;
+  ce_bufs_t b = ce_open(rank, 91, &s, &r);
   mock_cuda_stats_t *st = mock_stats();
   const int maps = live_mappings(st);
   const uint64_t copies = st->dd_copies, waits = st->wait_launches;
@@ -1237,22 +1257,14 @@ static void ce_reduce_off_rank(int rank, int nranks, void *arg) {
   EXPECT(test_file_lines(log_path, "out-of-place reductions from 0 bytes") == 1,
          "rank %d: reductions still take the copy engines", rank);
   void *s, *r;
-  EXPECT_OK(ncclMemAlloc(&s, (2 * CE_N + 1) * sizeof(float)));
-  EXPECT_OK(ncclMemAlloc(&r, (2 * CE_N + 1) * sizeof(float)));
-  ce_bufs_t b = {(float *)s + 1, (float *)r + 1, rank, 91};
-  mock_cuda_stats_t *st = mock_stats();
-  const uint64_t combines = st->combine_launches, chunks = st->combine_chunks;
-  const int launches = st->launches;
+  ce_bufs_t b = ce_open(rank, 91, &s, &r);
+  const ce_counts_t before = ce_counts();
   ce_fresh(&b);
   EXPECT_OK(ncclReduce(b.send, b.recv, CE_N, ncclFloat, ncclSum, 0, comm, NULL));
   if (rank == 0) ce_expect_sum(&b, b.recv, CE_N, 0, "reduce pulled");
   ce_fresh(&b);
   EXPECT_OK(ncclReduceScatter(b.send, b.recv, CE_N, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(st->combine_launches == combines + (rank == 0) && st->combine_chunks == chunks + (rank == 0) &&
-             st->launches == launches + 1,
-         "rank %d: reductions with the copy engines off for them: %llu combines of %llu chunks, %d launches",
-         rank, (unsigned long long)(st->combine_launches - combines),
-         (unsigned long long)(st->combine_chunks - chunks), st->launches - launches);
+  ce_expect_counts(rank, &before, rank == 0, rank == 0, 1, "reductions with the copy engines off for them");
   ce_close(&b, s, r, comm, 1, "broadcast beside reductions left to the kernels");
 }
 
@@ -1268,23 +1280,20 @@ static void ce_pull(int rank, int nranks, const shared_t *sh, int mode) {
                          mode == 0 ? "where it lies from 0 bytes" : "where it lies from 1024 bytes") == 1,
          "rank %d: the log does not give the agreed BRAID_CE_PULL_MIN_BYTES", rank);
   void *s, *r;
-  EXPECT_OK(ncclMemAlloc(&s, (2 * CE_N + 1) * sizeof(float)));
-  EXPECT_OK(ncclMemAlloc(&r, (2 * CE_N + 1) * sizeof(float)));
-  ce_bufs_t b = {(float *)s + 1, (float *)r + 1, rank, 57};
-  mock_cuda_stats_t *st = mock_stats();
-  const uint64_t combines = st->combine_launches, chunks = st->combine_chunks;
-  const int launches = st->launches;
+  ce_bufs_t b = ce_open(rank, 57, &s, &r);
+  const ce_counts_t before = ce_counts();
   ce_fresh(&b);
-  float *io = mode == 2 ? b.recv : rank == 0 ? b.recv : b.send;
-  if (mode != 2) memcpy(io, b.send, CE_N * sizeof(float));
-  EXPECT_OK(ncclReduce(mode == 2 ? b.send : io, io, CE_N, ncclFloat, ncclSum, 0, comm, NULL));
+  /* mode 0 in place (the root's output holds its input), mode 2 out of place */
+  float *in = b.send, *out = b.recv;
+  if (mode == 0) {
+    in = out = rank == 0 ? b.recv : b.send;
+    if (rank == 0) memcpy(b.recv, b.send, CE_N * sizeof(float));
+  }
+  EXPECT_OK(ncclReduce(in, out, CE_N, ncclFloat, ncclSum, 0, comm, NULL));
   if (mode == 2 && rank == 0) ce_expect_sum(&b, b.recv, CE_N, 0, "reduce pulled out of place");
-  const uint64_t want = mode == 2 && rank == 0;
-  EXPECT(st->combine_launches == combines + want && st->combine_chunks == chunks + want &&
-             st->launches == launches + (mode == 0),
-         "rank %d: pulls, mode %d: %llu combines of %llu chunks, %d launches", rank, mode,
-         (unsigned long long)(st->combine_launches - combines),
-         (unsigned long long)(st->combine_chunks - chunks), st->launches - launches);
+  const int pulled = mode == 2 && rank == 0;
+  ce_expect_counts(rank, &before, pulled, pulled, mode == 0,
+                   mode == 0 ? "no pulls" : "a reduce pulled out of place");
   ce_close(&b, s, r, comm, 1, "broadcast after a reduce");
 }
 
