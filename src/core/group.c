@@ -26,23 +26,31 @@ typedef struct job {
   struct job *next;
 } job_t;
 
-/* The calling thread's group. */
-static _Thread_local struct {
+/* The calling thread's group. A function that reads it more than once takes its address once, from me(): in a
+ * shared library each access to a thread-local variable costs a call to the loader's lookup, and a compiler
+ * that sees the address as a constant computes it again after every call (18 lookups per ncclGroupEnd). */
+typedef struct {
   int depth;
   ncclComm_t comms;   /* communicators with calls, linked through group_next */
   job_t *jobs;        /* deferred jobs, most recent first */
   ncclResult_t error; /* first error of a call inside the group */
   exec_t *execs;      /* engine state, reused across groups */
   int cap_execs;
-} grp;
+} group_t;
+static _Thread_local group_t grp;
+
+/* Out of line, so that its result is a value the caller keeps, not an expression it computes again. */
+__attribute__((noinline)) static group_t *me(void) {
+  return &grp;
+}
 
 int group_depth(void) {
   return grp.depth;
 }
 
 ncclResult_t group_error(ncclResult_t res) {
-  if (grp.depth > 0 && grp.error == ncclSuccess && res != ncclSuccess && res != ncclInProgress)
-    grp.error = res;
+  group_t *g = me();
+  if (g->depth > 0 && g->error == ncclSuccess && res != ncclSuccess && res != ncclInProgress) g->error = res;
   return res;
 }
 
@@ -69,9 +77,10 @@ static void *job_main(void *arg) {
 /* Runs the deferred jobs, concurrently when there are several; returns the first error of a job that failed
  * on its own (else the first error). */
 static ncclResult_t run_jobs(void) {
+  group_t *g = me();
   ncclResult_t first = ncclSuccess, cause = ncclSuccess;
-  job_t *jobs = grp.jobs;
-  grp.jobs = NULL;
+  job_t *jobs = g->jobs;
+  g->jobs = NULL;
   int several = jobs != NULL && jobs->next != NULL;
   for (job_t *j = jobs; j != NULL; j = j->next) j->group = jobs;
   for (job_t *j = jobs; j != NULL; j = j->next) {
@@ -98,23 +107,25 @@ static ncclResult_t run_jobs(void) {
 }
 
 ncclResult_t group_job(group_job_fn_t fn, void *arg, volatile int *abort_flag) {
-  if (grp.depth == 0) return fn(arg);
+  group_t *g = me();
+  if (g->depth == 0) return fn(arg);
   job_t *j = calloc(1, sizeof *j);
   if (j == NULL)
     return group_error(log_err(ncclSystemError, "out of host memory deferring an init to ncclGroupEnd"));
   j->fn = fn;
   j->arg = arg;
   j->abort_flag = abort_flag;
-  j->next = grp.jobs;
-  grp.jobs = j;
+  j->next = g->jobs;
+  g->jobs = j;
   return ncclSuccess;
 }
 
 /* Takes the communicators off the group and forgets their calls. */
 static void drop_calls(void) {
-  while (grp.comms != NULL) {
-    ncclComm_t c = grp.comms;
-    grp.comms = c->group_next;
+  group_t *g = me();
+  while (g->comms != NULL) {
+    ncclComm_t c = g->comms;
+    g->comms = c->group_next;
     c->group_next = NULL;
     c->in_group = 0;
     plan_reset(&c->plan);
@@ -122,27 +133,29 @@ static void drop_calls(void) {
 }
 
 ncclResult_t group_enqueue(ncclComm_t comm, const task_t *task) {
-  int implicit = grp.depth == 0;
-  if (implicit) grp.depth = 1;
+  group_t *g = me();
+  int implicit = g->depth == 0;
+  if (implicit) g->depth = 1;
   /* The reduction is resolved now: a PreMulSum op may be destroyed before the group ends (NCCL allows it). */
   task_t t = *task;
   redop_resolve(&comm->redops, t.op, t.type, comm->nranks, comm->gx != NULL, &t.red);
   ncclResult_t res = plan_add_task(&comm->plan, &t);
   if (res == ncclSuccess && !comm->in_group) {
     comm->in_group = 1;
-    comm->group_next = grp.comms;
-    grp.comms = comm;
+    comm->group_next = g->comms;
+    g->comms = comm;
   }
   if (!implicit) return group_error(res);
   return group_end();
 }
 
 static ncclResult_t reserve_execs(int n) {
-  if (n <= grp.cap_execs) return ncclSuccess;
-  exec_t *e = realloc(grp.execs, n * sizeof *e);
+  group_t *g = me();
+  if (n <= g->cap_execs) return ncclSuccess;
+  exec_t *e = realloc(g->execs, n * sizeof *e);
   if (e == NULL) return log_err(ncclSystemError, "out of host memory for %d group members", n);
-  grp.execs = e;
-  grp.cap_execs = n;
+  g->execs = e;
+  g->cap_execs = n;
   return ncclSuccess;
 }
 
@@ -175,28 +188,29 @@ static ncclResult_t launch_calls(ncclComm_t c) {
 /* Plans, connects and runs the calls of every communicator of the group: GPU communicators launch, host ones
  * run together on the host executor. */
 static ncclResult_t run_calls(void) {
+  group_t *g = me();
   int n = 0;
-  for (ncclComm_t c = grp.comms; c != NULL; c = c->group_next) n++;
+  for (ncclComm_t c = g->comms; c != NULL; c = c->group_next) n++;
   CHECK(reserve_execs(n));
   int i = 0;
-  for (ncclComm_t c = grp.comms; c != NULL; c = c->group_next, i++) {
+  for (ncclComm_t c = g->comms; c != NULL; c = c->group_next, i++) {
     atomic_fetch_add(&c->busy, 1);
-    engine_start(&grp.execs[i], &c->plan, c->links, &c->abort_flag, c->name);
+    engine_start(&g->execs[i], &c->plan, c->links, &c->abort_flag, c->name);
     if (c->gx != NULL) {
-      grp.execs[i].result = plan_calls(c);
-      grp.execs[i].step = -1; /* launched: nothing left for the host executor */
+      g->execs[i].result = plan_calls(c);
+      g->execs[i].step = -1; /* launched: nothing left for the host executor */
     } else {
-      grp.execs[i].result = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2, NULL);
+      g->execs[i].result = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2, NULL);
     }
   }
   i = 0;
-  for (ncclComm_t c = grp.comms; c != NULL; c = c->group_next, i++)
-    if (c->gx != NULL && grp.execs[i].result == ncclSuccess) grp.execs[i].result = launch_calls(c);
-  for (int p = 0; p < 3; p++) connect_phase(p, grp.execs, n);
-  ncclResult_t res = engine_run(grp.execs, n);
+  for (ncclComm_t c = g->comms; c != NULL; c = c->group_next, i++)
+    if (c->gx != NULL && g->execs[i].result == ncclSuccess) g->execs[i].result = launch_calls(c);
+  for (int p = 0; p < 3; p++) connect_phase(p, g->execs, n);
+  ncclResult_t res = engine_run(g->execs, n);
   i = 0;
-  for (ncclComm_t c = grp.comms; c != NULL; c = c->group_next, i++) {
-    ncclResult_t r = grp.execs[i].result;
+  for (ncclComm_t c = g->comms; c != NULL; c = c->group_next, i++) {
+    ncclResult_t r = g->execs[i].result;
     /* A call the planner refused moved no data: the communicator stays usable. */
     if (r != ncclSuccess && r != ncclInvalidUsage && r != ncclInvalidArgument) comm_set_error(c, r);
     if (res == ncclSuccess) res = r;
@@ -206,29 +220,31 @@ static ncclResult_t run_calls(void) {
 }
 
 ncclResult_t group_end(void) {
-  if (grp.depth == 0)
+  group_t *g = me();
+  if (g->depth == 0)
     return log_err(ncclInvalidUsage, "ncclGroupEnd: no group was started (ncclGroupStart missing)");
-  if (--grp.depth > 0) return ncclSuccess;
+  if (--g->depth > 0) return ncclSuccess;
   ncclResult_t res = run_jobs();
-  if (res == ncclSuccess) res = grp.error;
-  if (res == ncclSuccess && grp.comms != NULL) res = run_calls();
-  grp.error = ncclSuccess;
+  if (res == ncclSuccess) res = g->error;
+  if (res == ncclSuccess && g->comms != NULL) res = run_calls();
+  g->error = ncclSuccess;
   drop_calls();
   return res;
 }
 
 ncclResult_t group_simulate_end(ncclSimInfo_t *sim) {
-  if (grp.depth == 0) return log_err(ncclInvalidUsage, "ncclGroupSimulateEnd: no group was started");
-  if (--grp.depth > 0) return ncclSuccess;
+  group_t *g = me();
+  if (g->depth == 0) return log_err(ncclInvalidUsage, "ncclGroupSimulateEnd: no group was started");
+  if (--g->depth > 0) return ncclSuccess;
   ncclResult_t res = run_jobs();
-  if (res == ncclSuccess) res = grp.error;
+  if (res == ncclSuccess) res = g->error;
   double us = 0;
-  for (ncclComm_t c = grp.comms; c != NULL && res == ncclSuccess; c = c->group_next) {
+  for (ncclComm_t c = g->comms; c != NULL && res == ncclSuccess; c = c->group_next) {
     res = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2, NULL);
     double t = plan_estimate_us(&c->plan, c->nranks);
     if (t > us) us = t;
   }
-  grp.error = ncclSuccess;
+  g->error = ncclSuccess;
   drop_calls();
   if (res == ncclSuccess) sim->estimatedTime = (float)us;
   return res;
