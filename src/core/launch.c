@@ -61,6 +61,19 @@ typedef struct token {
   struct tbuf *bufs;    /* what it owns: spilled transfer lists, in-place all-to-all staging */
 } token_t;
 
+/* The last eager launch of one step on the LL or pair entry point (memo_launch). */
+typedef struct {
+  int valid;
+  int count;                      /* the step's transfers */
+  int p2p;                        /* wide_p2p of the step (lanes) */
+  dev_xfer_t xf[DEV_SMALL_XFERS]; /* as fill_xfer made them, before lanes */
+  gpu_func_t *f;
+  unsigned grid, threads;
+  int pair; /* the parameters are `pair`, else the head of `work` (dev_work_small_t) */
+  dev_pair_t pair_params;
+  dev_work_small_t work;
+} memo_t;
+
 struct gx {
   int dev, rank, nranks;
   int nch;   /* channels a transfer takes at most: what the widest step's lanes fit (gx_channels) */
@@ -111,6 +124,8 @@ struct gx {
   dev_pair_t pair;    /* its parameters when it takes braid_kernel_pair */
   dev_xfer_t *xf;     /* its transfer list while it is built (copied to work.xfers or spilled) */
   uint32_t xf_cap;
+  memo_t memo;     /* the last eager LL or pair launch of one step (memo_launch) */
+  int memo_staged; /* the launch being built may become the memo: memo.count, p2p and xf hold its step */
   /* the work queue: entries in host-mapped memory (headers, staged spills) and its device copy (spills) */
   workq_t wq;
   char *q_host, *q_host_dev;
@@ -1097,6 +1112,56 @@ static void log_launch(const gx_t *gx, const dev_work_t *w, const gpu_func_t *f,
       w->comm.split ? ", split" : "", batch);
 }
 
+/* ---- The last LL launch, remembered ---- */
+
+/* An eager launch of one step whose transfers come out of fill_xfer as the memo's did launches again with the
+ * memo's parameters, only the call's number changed (a training loop's all-reduce of the same buffers, call
+ * after call). What add_step and flush build from those transfers for the LL and pair entry points depends on
+ * nothing else that changes while the executor lives (its settings are read at init, the kernels find their
+ * rings' positions in device memory), so it is what they would build again; the lanes, their checks and the
+ * choice of entry point are skipped, about a third of the library's own host time per small eager call
+ * (docs/perf-notes.md, 88). Otherwise the step is staged in the memo, which flush keeps if the launch takes
+ * the LL or pair entry point (memo_keep). At TRACE (TUNING) every launch is built, so that each is logged. */
+static ncclResult_t memo_launch(gx_t *gx, const launch_ctx_t *lc, int count, int p2p, const dev_xfer_t *x,
+                                int *launched) {
+  memo_t *m = &gx->memo;
+  *launched = 0;
+  gx->memo_staged = 0;
+  if (count > DEV_SMALL_XFERS || log_enabled(LOG_TRACE, LOG_TUNING)) return ncclSuccess;
+  const size_t bytes = (size_t)count * sizeof *x; /* dev_xfer_t has no implicit padding (dev.h) */
+  if (m->valid && m->count == count && m->p2p == p2p && memcmp(m->xf, x, bytes) == 0) {
+    if (m->pair) {
+      m->pair_params.seq = gx->work.seq;
+      CHECK(gpu_launch(m->f, m->grid, m->threads, &m->pair_params, sizeof m->pair_params, lc->s));
+    } else {
+      m->work.seq = gx->work.seq;
+      CHECK(gpu_launch(m->f, m->grid, m->threads, &m->work, sizeof m->work, lc->s));
+    }
+    *launched = 1;
+    return ncclSuccess;
+  }
+  m->valid = 0;
+  m->count = count;
+  m->p2p = p2p;
+  memcpy(m->xf, x, bytes);
+  gx->memo_staged = 1;
+  return ncclSuccess;
+}
+
+/* After flush launched the staged step on the LL or pair entry point: its parameters become the memo's. */
+static void memo_keep(gx_t *gx, gpu_func_t *f, unsigned grid, unsigned threads, int pair) {
+  memo_t *m = &gx->memo;
+  m->f = f;
+  m->grid = grid;
+  m->threads = threads;
+  m->pair = pair;
+  if (pair)
+    m->pair_params = gx->pair;
+  else
+    memcpy(&m->work, &gx->work, sizeof m->work);
+  m->valid = 1;
+}
+
 /* Launches the work built so far (if any) and starts a new one. */
 static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
   dev_work_t *w = &gx->work;
@@ -1168,10 +1233,14 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
         pair ? gpu_launch(f, grid, threads, &gx->pair, sizeof gx->pair, lc->s)
              : gpu_launch(f, grid, threads, w, small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
     if (res != ncclSuccess) {
+      gx->memo_staged = 0;
       wq_cancel(&gx->wq, &slot); /* it never reached the GPU */
       return res;
     }
+    if (gx->memo_staged && w->nsteps == 1 && (pair || f == gx->func_ll))
+      memo_keep(gx, f, grid, threads, pair);
   }
+  gx->memo_staged = 0;
   w->nsteps = w->nxfers = w->nch = 0;
   w->seq = seq;
   gx->one_way = 1;
@@ -1342,6 +1411,11 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
     fill_xfer(gx, in, (uint16_t)(st->task - plan->tasks), own ? gx->nch : cap, &x[i]);
     if (x[i].nch > nch) nch = x[i].nch;
   }
+  if (w->nsteps == 0 && plan->nsteps == 1 && !lc->capturing) {
+    int launched;
+    CHECK(memo_launch(gx, lc, st->count, p2p, x, &launched));
+    if (launched) return ncclSuccess;
+  }
   int parent[2 * GX_MAX_RANKS + 1], lane_of[2 * GX_MAX_RANKS + 1], mark[4 * GX_MAX_RANKS];
   const int lanes = assign_lanes(x, st->count, gx->nranks, p2p, parent, lane_of);
   CHECK(lanes_check(gx, x, st->count, mark, st->task->seq));
@@ -1377,6 +1451,7 @@ ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
   gx->work.nsteps = gx->work.nxfers = gx->work.nch = 0;
   gx->work.seq = plan->tasks[0].seq;
   gx->one_way = 1;
+  gx->memo_staged = 0;
   for (int i = 0; i < plan->nsteps; i++) CHECK_GOTO(add_step(gx, plan, i, &lc), res, out);
   CHECK_GOTO(flush(gx, &lc, 0), res, out);
   res = after(gx, plan, lc.s, lc.capturing);

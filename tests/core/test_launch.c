@@ -807,6 +807,155 @@ static void pair_shapes(void) {
   unsetenv("BRAID_PAIR_KERNEL");
 }
 
+/* ---- The last LL launch remembered (launch.c, memo_launch) ---- */
+
+/* One launch as the stand-in driver saw it. */
+typedef struct {
+  char entry; /* last_entry, or 'p': the pair kernel */
+  unsigned grid, block;
+  const void *at; /* where the library passed its parameter from */
+  uint64_t seq;   /* the call's number in the parameter */
+  unsigned char work[4096];
+} seen_t;
+
+static void seen(const mock_cuda_stats_t *s, seen_t *l) {
+  l->entry = s->last_pair ? 'p' : last_entry(s);
+  l->grid = s->last_grid;
+  l->block = s->last_block;
+  l->at = s->last_param_at;
+  memcpy(l->work, s->last_work, sizeof l->work);
+  /* the number's place: dev_pair_t's, or the work's (the small work shares the head of dev_work_t) */
+  uint64_t *seq = s->last_pair ? &((dev_pair_t *)l->work)->seq : &((dev_work_t *)l->work)->seq;
+  l->seq = *seq;
+  *seq = 0;
+}
+
+/* memo_rank's all-reduces by call number (count 0: another call): in place, or the output's offset; count,
+ * type and operation. */
+typedef struct {
+  int in_place;
+  size_t out_at, count;
+  ncclDataType_t type;
+  ncclRedOp_t op;
+} memo_ar_t;
+static const memo_ar_t memo_ars[18] = {
+    [1] = {0, 0, 2, ncclFloat, ncclSum},      [2] = {1, 0, 4096, ncclFloat, ncclSum},
+    [3] = {0, 64, 2, ncclFloat, ncclSum},     [4] = {0, 0, 3, ncclFloat, ncclSum},
+    [5] = {0, 0, 2, ncclInt32, ncclMax},      [6] = {0, 0, 2, ncclFloat, ncclProd},
+    [7] = {0, 0, 131072, ncclFloat, ncclSum}, [14] = {0, 0, 393217, ncclFloat, ncclSum}, /* Simple */
+    [17] = {0, 0, 2, ncclFloat16, ncclSum}};
+
+/* The calls of memo_rank, by number (1-17): the same number makes the same call. */
+static void memo_call(int k, int rank, ncclComm_t comm, char *buf, char *out) {
+  const memo_ar_t *a = &memo_ars[k];
+  if (a->count > 0) {
+    EXPECT_OK(ncclAllReduce(buf, a->in_place ? buf : out + a->out_at, a->count, a->type, a->op, comm, NULL));
+    return;
+  }
+  const int peer = 1 - rank;
+  ncclRedOp_t premul;
+  float scale = k == 8 ? 2.0f : 3.0f;
+  switch (k) {
+  case 8: /* PreMulSum by 2, then (9) by 3 over the same buffers */
+  case 9:
+    EXPECT_OK(ncclRedOpCreatePreMulSum(&premul, &scale, ncclFloat, ncclScalarHostImmediate, comm));
+    EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, premul, comm, NULL));
+    EXPECT_OK(ncclRedOpDestroy(premul, comm));
+    break;
+  case 10:
+  case 11:
+    EXPECT_OK(ncclBroadcast(buf, out, 16, ncclFloat, k - 10, comm, NULL));
+    break;
+  case 12:
+    EXPECT_OK(ncclAllGather(buf, out, 196608, ncclFloat, comm, NULL));
+    break;
+  case 13:
+    EXPECT_OK(ncclReduceScatter(buf, out, 16, ncclFloat, ncclSum, comm, NULL));
+    break;
+  case 15: /* a group of two calls: two steps */
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, ncclSum, comm, NULL));
+    EXPECT_OK(ncclAllReduce(buf + 64, out + 64, 2, ncclFloat, ncclSum, comm, NULL));
+    EXPECT_OK(ncclGroupEnd());
+    break;
+  case 16:
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(buf, 16, ncclFloat, peer, comm, NULL));
+    EXPECT_OK(ncclRecv(out, 16, ncclFloat, peer, comm, NULL));
+    EXPECT_OK(ncclGroupEnd());
+    break;
+  default:
+    EXPECT(0, "memo_call: no call %d", k);
+  }
+}
+
+/* Each call of a sequence that repeats, alternates and varies its calls must launch what the full path
+ * builds for it, which the same call at TRACE (TUNING) rebuilds right after on the same communicator: the
+ * same entry point, grid and block, the same parameter bytes but the call's number, and that number one lower
+ * (two for a group of two calls). A call comes from the memo (whose parameters the library passes from a
+ * place of their own) exactly when the memo holds the same call: the last call at WARN of one step on the LL
+ * or pair entry point, unless a call of one step on another entry point came after it (the TRACE calls leave
+ * the memo alone). */
+static void memo_rank(int rank, int nranks, void *arg) {
+  const shared_t *sh = arg;
+  char log_path[128];
+  setenv("NCCL_DEBUG", "WARN", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+  rank_log(sh, rank, log_path, sizeof log_path);
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  mock_cuda_stats_t *s = mock_stats();
+  char *buf = (char *)(uintptr_t)0x10000000, *out = (char *)(uintptr_t)0x20000000;
+  static const int calls[] = {1,  1,  1,  2,  2,  1,  3, 3,  4,  5, 5, 6,  7, 7,  8,  9,  9,  8,  10,
+                              10, 11, 12, 12, 13, 14, 1, 14, 14, 1, 1, 15, 1, 15, 16, 16, 17, 17, 1};
+  const int n = (int)(sizeof calls / sizeof calls[0]);
+  int hits = 0, held = 0;
+  for (int i = 0; i < n; i++) {
+    const int k = calls[i];
+    seen_t first, rebuilt;
+    const uint64_t launches = s->launches;
+    memo_call(k, rank, comm, buf, out);
+    seen(s, &first);
+    setenv("NCCL_DEBUG", "TRACE", 1);
+    param_reload();
+    log_init();
+    memo_call(k, rank, comm, buf, out);
+    seen(s, &rebuilt);
+    setenv("NCCL_DEBUG", "WARN", 1);
+    param_reload();
+    log_init();
+    const uint64_t each = (s->launches - launches) / 2;
+    EXPECT(s->launches - launches == 2 * each && each >= 1,
+           "rank %d, call %d (%d): %llu launches for the call and its rebuild", rank, i, k,
+           (unsigned long long)(s->launches - launches));
+    EXPECT(first.entry == rebuilt.entry && first.grid == rebuilt.grid && first.block == rebuilt.block,
+           "rank %d, call %d (%d): entry %c, %u blocks of %u against %c, %u of %u rebuilt", rank, i, k,
+           first.entry, first.grid, first.block, rebuilt.entry, rebuilt.grid, rebuilt.block);
+    EXPECT(memcmp(first.work, rebuilt.work, sizeof first.work) == 0,
+           "rank %d, call %d (%d): the parameters differ from the rebuilt ones", rank, i, k);
+    const uint64_t ncalls = k == 15 || k == 16 ? 2 : 1; /* the group's calls */
+    EXPECT(rebuilt.seq == first.seq + ncalls, "rank %d, call %d (%d): call number %llu, rebuilt %llu", rank,
+           i, k, (unsigned long long)first.seq, (unsigned long long)rebuilt.seq);
+    const int hit = first.at != rebuilt.at;
+    EXPECT(hit == (held == k), "rank %d, call %d (%d, entry %c): %s the memo, which holds call %d", rank, i,
+           k, first.entry, hit ? "launched from" : "not launched from", held);
+    hits += hit;
+    /* what the memo holds next: this call if it launched one step on the LL or pair entry point; nothing if
+     * it launched one step otherwise; the group of two calls, two steps, leaves it alone */
+    if (k != 15) held = first.entry == 'l' || first.entry == 'p' ? k : 0;
+  }
+  EXPECT(hits >= 10, "rank %d: %d calls came from the memo", rank, hits);
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+static void launch_memo(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  unsetenv("MOCK_CUDA_STUCK");
+  run_with_logs(memo_rank, 60);
+  unsetenv("NCCL_DEBUG_SUBSYS");
+  setenv("NCCL_DEBUG", "WARN", 1);
+}
+
 /* A communicator of the rank process whose log (TUNING at INFO) goes to the file named in path. */
 static ncclComm_t tuning_comm(const shared_t *sh, int rank, int nranks, char *path, size_t size) {
   setenv("NCCL_DEBUG", "INFO", 1);
@@ -1369,6 +1518,7 @@ int main(int argc, char **argv) {
   TEST(pair_shapes, 60);
   TEST(full_queue_wait, 90);
   TEST(tuning_log, 60);
+  TEST(launch_memo, 60);
   TEST(copy_engines, 90);
   TEST(init_all_failure, 90);
   return test_summary();

@@ -728,6 +728,7 @@ static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
       params == NULL || extra != NULL)
     return CUDA_ERROR_INVALID_VALUE;
   memcpy(&mock_cuda_stats.last_param, params[0], sizeof mock_cuda_stats.last_param);
+  mock_cuda_stats.last_param_at = params[0];
   mock_cuda_stats.last_grid = gx;
   mock_cuda_stats.last_small = f == &kernel_small;
   mock_cuda_stats.last_ll = f == &kernel_ll;

@@ -31,12 +31,13 @@
   30 /* a MOCK_CUDA_KERNEL_WAIT (or COMBINE) whose value never comes fails after this */
 
 typedef struct {
-  int proc_version;    /* cudaVersion of the last cuGetProcAddress */
-  int legacy_stream;   /* it asked for the legacy default stream's variants */
-  int retains;         /* cuDevicePrimaryCtxRetain calls */
-  int module_loads;    /* modules loaded and not unloaded */
-  int launches;        /* cuLaunchKernel calls, MOCK_CUDA_KERNEL_WAIT and _COMBINE aside */
-  uint64_t last_param; /* the first 8 bytes of the last launch's parameter */
+  int proc_version;          /* cudaVersion of the last cuGetProcAddress */
+  int legacy_stream;         /* it asked for the legacy default stream's variants */
+  int retains;               /* cuDevicePrimaryCtxRetain calls */
+  int module_loads;          /* modules loaded and not unloaded */
+  int launches;              /* cuLaunchKernel calls, MOCK_CUDA_KERNEL_WAIT and _COMBINE aside */
+  uint64_t last_param;       /* the first 8 bytes of the last launch's parameter */
+  const void *last_param_at; /* where the caller passed that parameter from */
   unsigned last_grid, last_block;
   int last_small;                /* the last launch was of MOCK_CUDA_KERNEL_SMALL */
   unsigned char last_work[4096]; /* the last launch's parameter: as many bytes as its kernel takes */
