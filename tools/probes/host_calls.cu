@@ -10,7 +10,11 @@
  *            launch, instead of around each one;
  *   write    as capture, but a cuStreamWriteValue32 of the call's number into a word of host-mapped memory
  *            after the launch instead of the event record (what a launch would cost whose completion the host
- *            and other streams read from a word instead of an event).
+ *            and other streams read from a word instead of an event);
+ *   ex       as event, but launched with cuLaunchKernelEx (no attribute): what the extended entry costs;
+ *   progev   as capture, launched with cuLaunchKernelEx and the event recorded by the launch itself
+ *            (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT, triggered as each block ends) instead of a record after
+ *            it.
  * The variants take turns, run by run, so that a drift of the host's speed falls on all of them alike.
  * Not part of the build:
  *
@@ -48,8 +52,9 @@ static CUfunction fns[MAX_DEVS];
 static CUdeviceptr words[MAX_DEVS];
 static unsigned calls;
 
-enum variant { FLOOR, SCOPE, CAPTURE, EVENT, GROUP, WRITE, NVARIANTS };
-static const char *names[NVARIANTS] = {"floor", "scope", "capture", "event", "group", "write"};
+enum variant { FLOOR, SCOPE, CAPTURE, EVENT, GROUP, WRITE, EX, PROGEV, NVARIANTS };
+static const char *names[NVARIANTS] = {"floor", "scope", "capture", "event",
+                                       "group", "write", "ex",      "progev"};
 
 static void one_call(int v, int d, params *p) {
   CUcontext saved = nullptr;
@@ -62,8 +67,22 @@ static void one_call(int v, int d, params *p) {
     DK(cuStreamGetCaptureInfo(streams[d], &status, &id, &graph, nullptr, nullptr, nullptr));
   }
   void *args[] = {p};
-  DK(cuLaunchKernel(fns[d], 1, 1, 1, 32, 1, 1, 0, streams[d], args, nullptr));
-  if (v == EVENT || v == GROUP) DK(cuEventRecord(events[d], streams[d]));
+  if (v == EX || v == PROGEV) {
+    CUlaunchAttribute attr = {};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
+    attr.value.programmaticEvent.event = events[d];
+    CUlaunchConfig cfg = {};
+    cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 32;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.hStream = streams[d];
+    cfg.attrs = &attr;
+    cfg.numAttrs = v == PROGEV ? 1 : 0;
+    DK(cuLaunchKernelEx(&cfg, fns[d], args, nullptr));
+  } else {
+    DK(cuLaunchKernel(fns[d], 1, 1, 1, 32, 1, 1, 0, streams[d], args, nullptr));
+  }
+  if (v == EVENT || v == GROUP || v == EX) DK(cuEventRecord(events[d], streams[d]));
   if (v == WRITE) DK(cuStreamWriteValue32(streams[d], words[d], ++calls, CU_STREAM_WRITE_VALUE_DEFAULT));
   if (v >= SCOPE && v != GROUP && saved != ctxs[d]) DK(cuCtxSetCurrent(saved));
 }
