@@ -285,15 +285,18 @@ static int candidate(const ce_t *ce, const plan_t *plan, const step_t *st) {
   return nsend + nrecv > 0 && nsend <= CE_MAX_XFERS && nrecv <= CE_MAX_XFERS;
 }
 
-/* Where the chunks of a reduction's transfer of `bytes` end (ends[], returned: how many): each half of what
- * is left, at least chunk_min, at multiples of CE_CHUNK_ALIGN, so that the last ones, whose combine nothing
- * hides, are small, and the chunks few: each costs the link about 5.5 us on two H200s, the copy's end, the
- * flag and the next copy's start (docs/perf-notes.md). A function of the size and the agreed minimum: both
+/* Where the chunks of a reduction's transfer of `bytes` end (ends[], returned: how many): each three fifths
+ * of what is left, at least chunk_min, at multiples of CE_CHUNK_ALIGN, so that the last ones, whose combine
+ * nothing hides, are small, and the chunks few: each costs the link about 6 us on two H200s, the copy's end,
+ * the flag and the next copy's start. The combine of a chunk runs while the rest lands, at about twice the
+ * link's rate: halves (the first cut) cost one chunk more from 256 MiB and made reduce-scatter, all-reduce
+ * and reduce out of place 4-11 us slower at 512 MiB-1 GiB; two thirds made 1 GiB slower again, the combine no
+ * longer keeping up (docs/perf-notes.md, 65 and 91). A function of the size and the agreed minimum: both
  * ranks cut alike. */
 static uint32_t chunk_ends(const ce_t *ce, uint64_t bytes, uint64_t *ends) {
   uint32_t n = 0;
   for (uint64_t at = 0; at < bytes;) {
-    uint64_t left = bytes - at, c = left / 2 / CE_CHUNK_ALIGN * CE_CHUNK_ALIGN;
+    uint64_t left = bytes - at, c = left / 5 * 3 / CE_CHUNK_ALIGN * CE_CHUNK_ALIGN;
     if (c < ce->chunk_min) c = ce->chunk_min;
     if (c > left || n == DEV_COMBINE_CHUNKS - 1) c = left;
     at += c;
