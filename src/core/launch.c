@@ -1119,7 +1119,7 @@ static void log_launch(const gx_t *gx, const dev_work_t *w, const gpu_func_t *f,
  * after call). What add_step and flush build from those transfers for the LL and pair entry points depends on
  * nothing else that changes while the executor lives (its settings are read at init, the kernels find their
  * rings' positions in device memory), so it is what they would build again; the lanes, their checks and the
- * choice of entry point are skipped, about a third of the library's own host time per small eager call
+ * choice of entry point are skipped, about 30% of the library's own instructions per small eager call
  * (docs/perf-notes.md, 88). Otherwise the step is staged in the memo, which flush keeps if the launch takes
  * the LL or pair entry point (memo_keep). At TRACE (TUNING) every launch is built, so that each is logged. */
 static ncclResult_t memo_launch(gx_t *gx, const launch_ctx_t *lc, int count, int p2p, const dev_xfer_t *x,
