@@ -127,10 +127,10 @@ static void print_header(const bench_opts_t *o, const bench_run_t *run) {
          run->date);
   for (int l = 0; l < run->nlibs; l++)
     printf("# %c: %s, NCCL version %d\n", 'A' + l, run->libs[l].path, run->versions[l]);
-  printf(
-      "# each library in a fresh process of its own; %zu MiB buffers, float sum; %d warm-up, then %d timed "
-      "%d-byte all_reduces; NCCL_NVLS_ENABLE=0\n",
-      RES_BYTES >> 20, RES_WARMUP, RES_LOOP, RES_SMALL_BYTES);
+  printf("# each library in a fresh process of its own; %zu MiB buffers, float sum; %d warm-up, then %d "
+         "rounds of "
+         "%d timed %d-byte all_reduces, the floor's loop after each (medians); NCCL_NVLS_ENABLE=0\n",
+         RES_BYTES >> 20, RES_WARMUP, RES_ROUNDS, RES_LOOP, RES_SMALL_BYTES);
   printf("# memory: total - free from cuMemGetInfo, device-wide, the largest over GPUs%s\n",
          run->gpu ? "" : " (n/a on the host backend)");
   fflush(stdout);
@@ -180,8 +180,8 @@ static int write_json(const bench_opts_t *o, const bench_run_t *run, const res_f
   report_json_string(f, run->gpu_name);
   fprintf(f,
           ",\n  \"device\": \"%s\",\n  \"nranks\": %d,\n  \"buffer_bytes\": %zu,\n  \"warmup\": %d,\n"
-          "  \"iterations\": %d,\n  \"libraries\": [",
-          run->gpu ? "cuda" : "host", o->nranks, RES_BYTES, RES_WARMUP, RES_LOOP);
+          "  \"iterations\": %d,\n  \"rounds\": %d,\n  \"libraries\": [",
+          run->gpu ? "cuda" : "host", o->nranks, RES_BYTES, RES_WARMUP, RES_LOOP, RES_ROUNDS);
   for (int l = 0; l < run->nlibs; l++) {
     fprintf(f, "%s\n    {\"name\": \"%c\", \"path\": ", l ? "," : "", 'A' + l);
     report_json_string(f, run->libs[l].path);

@@ -218,29 +218,13 @@ static ncclResult_t every_coll(res_proc_t *p) {
   return ncclSuccess;
 }
 
-/* Step 5: the host's time per eager call. The timed loop never synchronises, so it measures what a call
- * costs the calling thread (the GPU works behind it); RES_LOOP stays below the queues' depths (bench_res.h),
- * so no call waits for the GPU. The synchronisation is then timed with the loop: time per iteration. */
-static ncclResult_t eager_loop(res_proc_t *p) {
-  const coll_t *coll = &bench_colls[COLL_ALL_REDUCE];
-  prepare(p, coll, RES_SMALL_BYTES, 0);
-  for (int i = 0; i < RES_WARMUP; i++) CHECK(group_call(p, coll));
-  CHECK(sync_all(p));
-  double t0 = now_s();
-  for (int i = 0; i < RES_LOOP; i++) CHECK(group_call(p, coll));
-  double t1 = now_s();
-  CHECK(sync_all(p));
-  double t2 = now_s();
-  p->figs->v[RES_ENQUEUE_US] = (t1 - t0) * 1e6 / ((double)RES_LOOP * p->n);
-  p->figs->v[RES_ITER_US] = (t2 - t0) * 1e6 / RES_LOOP;
-  CHECK(read_used(p));
-  p->figs->v[RES_MEM_END] = worst_gpu(p, 0);
-  return ncclSuccess;
-}
-
-/* Step 5, continued: the host's floor per call, timed as eager_loop times the library: per iteration and
- * rank, the rank's context made current (one thread drives every GPU, as a library's calls in a group do)
- * and one launch of an empty kernel on its stream. NaN on the host and in a build without the kernel. */
+/* Step 5: the host's time per eager call, and its floor. The timed loop never synchronises, so it measures
+ * what a call costs the calling thread (the GPU works behind it); RES_LOOP stays below the queues' depths
+ * (bench_res.h), so no call waits for the GPU. The synchronisation is then timed with the loop: time per
+ * iteration. The floor is timed the same way: per iteration and rank, the rank's context made current (one
+ * thread drives every GPU, as a library's calls in a group do) and one launch of an empty kernel on its
+ * stream (NaN on the host and in a build without the kernel). The two loops take turns, RES_ROUNDS times, and
+ * each figure is the median of its rounds. */
 static ncclResult_t launch_empties(res_proc_t *p, drv_function_t *fns, int iters) {
   floor_args_t args = {0};
   for (int k = 0; k < iters; k++)
@@ -251,25 +235,71 @@ static ncclResult_t launch_empties(res_proc_t *p, drv_function_t *fns, int iters
   return ncclSuccess;
 }
 
-static ncclResult_t floor_loop(res_proc_t *p) {
+static double median(double *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+      double t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  return v[n / 2];
+}
+
+/* The floor's kernel on every rank's device (fns[i]); *on stays 0 on the host and in a build without it. */
+static ncclResult_t floor_open(res_proc_t *p, drv_module_t *mods, drv_function_t *fns, int *on) {
   char why[160];
+  *on = 0;
   if (!p->run->gpu || !floor_available(why, sizeof why)) return ncclSuccess;
+  for (int i = 0; i < p->n; i++) {
+    CHECK(dev_enter(&p->ranks[i]));
+    CHECK(drv_module_load(bench_floor_fatbin, &mods[i]));
+    CHECK(drv_module_function(mods[i], "braid_floor_empty", &fns[i]));
+  }
+  *on = 1;
+  return ncclSuccess;
+}
+
+static ncclResult_t host_loops(res_proc_t *p, drv_module_t *mods, drv_function_t *fns) {
+  const coll_t *coll = &bench_colls[COLL_ALL_REDUCE];
+  prepare(p, coll, RES_SMALL_BYTES, 0);
+  for (int i = 0; i < RES_WARMUP; i++) CHECK(group_call(p, coll));
+  CHECK(sync_all(p));
+  int floor;
+  CHECK(floor_open(p, mods, fns, &floor));
+  if (floor) {
+    CHECK(launch_empties(p, fns, RES_WARMUP));
+    CHECK(sync_all(p));
+  }
+  double enq[RES_ROUNDS], iter[RES_ROUNDS], flr[RES_ROUNDS];
+  for (int r = 0; r < RES_ROUNDS; r++) {
+    double t0 = now_s();
+    for (int i = 0; i < RES_LOOP; i++) CHECK(group_call(p, coll));
+    double t1 = now_s();
+    CHECK(sync_all(p));
+    double t2 = now_s();
+    enq[r] = (t1 - t0) * 1e6 / ((double)RES_LOOP * p->n);
+    iter[r] = (t2 - t0) * 1e6 / RES_LOOP;
+    if (!floor) continue;
+    t0 = now_s();
+    CHECK(launch_empties(p, fns, RES_LOOP));
+    t1 = now_s();
+    CHECK(sync_all(p));
+    flr[r] = (t1 - t0) * 1e6 / ((double)RES_LOOP * p->n);
+  }
+  p->figs->v[RES_ENQUEUE_US] = median(enq, RES_ROUNDS);
+  p->figs->v[RES_ITER_US] = median(iter, RES_ROUNDS);
+  if (floor) p->figs->v[RES_FLOOR_US] = median(flr, RES_ROUNDS);
+  CHECK(read_used(p));
+  p->figs->v[RES_MEM_END] = worst_gpu(p, 0);
+  return ncclSuccess;
+}
+
+static ncclResult_t eager_loops(res_proc_t *p) {
   drv_module_t *mods = calloc((size_t)p->n, sizeof *mods);
   drv_function_t *fns = calloc((size_t)p->n, sizeof *fns);
   ncclResult_t res = mods != NULL && fns != NULL ? ncclSuccess : ncclSystemError;
   if (res != ncclSuccess) fprintf(stderr, "braid bench --resources: out of memory for the floor loop\n");
-  for (int i = 0; i < p->n && res == ncclSuccess; i++) {
-    res = dev_enter(&p->ranks[i]);
-    if (res == ncclSuccess) res = drv_module_load(bench_floor_fatbin, &mods[i]);
-    if (res == ncclSuccess) res = drv_module_function(mods[i], "braid_floor_empty", &fns[i]);
-  }
-  if (res == ncclSuccess) res = launch_empties(p, fns, RES_WARMUP);
-  if (res == ncclSuccess) res = sync_all(p);
-  double t0 = now_s();
-  if (res == ncclSuccess) res = launch_empties(p, fns, RES_LOOP);
-  double t1 = now_s();
-  if (res == ncclSuccess) res = sync_all(p);
-  if (res == ncclSuccess) p->figs->v[RES_FLOOR_US] = (t1 - t0) * 1e6 / ((double)RES_LOOP * p->n);
+  if (res == ncclSuccess) res = host_loops(p, mods, fns);
   for (int i = 0; mods != NULL && i < p->n; i++)
     if (mods[i] != NULL && dev_enter(&p->ranks[i]) == ncclSuccess) drv_module_unload(mods[i]);
   free(mods);
@@ -298,8 +328,7 @@ static ncclResult_t run_steps(res_proc_t *p) {
   CHECK(make_buffers(p));
   CHECK(first_call(p));
   CHECK(every_coll(p));
-  CHECK(eager_loop(p));
-  CHECK(floor_loop(p));
+  CHECK(eager_loops(p));
   return destroy_all(p);
 }
 
