@@ -26,6 +26,7 @@
 
 #include "base/check.h"
 #include "bench_floor.h"
+#include "stats.h"
 
 #define MIB 1048576.0
 
@@ -235,16 +236,6 @@ static ncclResult_t launch_empties(res_proc_t *p, drv_function_t *fns, int iters
   return ncclSuccess;
 }
 
-static double median(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-      double t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  return v[n / 2];
-}
-
 /* The floor's kernel on every rank's device (fns[i]); *on stays 0 on the host and in a build without it. */
 static ncclResult_t floor_open(res_proc_t *p, drv_module_t *mods, drv_function_t *fns, int *on) {
   char why[160];
@@ -286,9 +277,9 @@ static ncclResult_t host_loops(res_proc_t *p, drv_module_t *mods, drv_function_t
     CHECK(sync_all(p));
     flr[r] = (t1 - t0) * 1e6 / ((double)RES_LOOP * p->n);
   }
-  p->figs->v[RES_ENQUEUE_US] = median(enq, RES_ROUNDS);
-  p->figs->v[RES_ITER_US] = median(iter, RES_ROUNDS);
-  if (floor) p->figs->v[RES_FLOOR_US] = median(flr, RES_ROUNDS);
+  p->figs->v[RES_ENQUEUE_US] = stats_median(enq, RES_ROUNDS);
+  p->figs->v[RES_ITER_US] = stats_median(iter, RES_ROUNDS);
+  if (floor) p->figs->v[RES_FLOOR_US] = stats_median(flr, RES_ROUNDS);
   CHECK(read_used(p));
   p->figs->v[RES_MEM_END] = worst_gpu(p, 0);
   return ncclSuccess;

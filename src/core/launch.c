@@ -125,7 +125,7 @@ struct gx {
   dev_xfer_t *xf;     /* its transfer list while it is built (copied to work.xfers or spilled) */
   uint32_t xf_cap;
   memo_t memo;     /* the last eager LL or pair launch of one step (memo_launch) */
-  int memo_staged; /* the launch being built may become the memo: memo.count, p2p and xf hold its step */
+  int memo_staged; /* the gx_launch in progress staged its one step in the memo (memo_launch) for flush */
   /* the work queue: entries in host-mapped memory (headers, staged spills) and its device copy (spills) */
   workq_t wq;
   char *q_host, *q_host_dev;
@@ -1126,7 +1126,6 @@ static ncclResult_t memo_launch(gx_t *gx, const launch_ctx_t *lc, int count, int
                                 int *launched) {
   memo_t *m = &gx->memo;
   *launched = 0;
-  gx->memo_staged = 0;
   if (count > DEV_SMALL_XFERS || log_enabled(LOG_TRACE, LOG_TUNING)) return ncclSuccess;
   const size_t bytes = (size_t)count * sizeof *x; /* dev_xfer_t has no implicit padding (dev.h) */
   if (m->valid && m->count == count && m->p2p == p2p && memcmp(m->xf, x, bytes) == 0) {
@@ -1233,14 +1232,12 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
         pair ? gpu_launch(f, grid, threads, &gx->pair, sizeof gx->pair, lc->s)
              : gpu_launch(f, grid, threads, w, small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
     if (res != ncclSuccess) {
-      gx->memo_staged = 0;
       wq_cancel(&gx->wq, &slot); /* it never reached the GPU */
       return res;
     }
     if (gx->memo_staged && w->nsteps == 1 && (pair || f == gx->func_ll))
       memo_keep(gx, f, grid, threads, pair);
   }
-  gx->memo_staged = 0;
   w->nsteps = w->nxfers = w->nch = 0;
   w->seq = seq;
   gx->one_way = 1;
