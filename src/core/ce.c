@@ -66,6 +66,7 @@ struct ce {
   uint64_t clock;
   struct offer *offers; /* ce_offer's messages, one per candidate step of the plan, for ce_settle */
   int noffers, cap_offers;
+  int offered;       /* the last plan had candidate steps (ce_offered) */
   struct held *held; /* captured steps' mappings made by ce_settle, until ce_step hands them to the graph */
   int nheld, cap_held;
   _Atomic uint64_t logged[OP_COUNT]; /* size classes whose first step was logged (TUNING) */
@@ -533,9 +534,14 @@ ncclResult_t ce_offer(ce_t *ce, plan_t *plan) {
     CHECK_GOTO(boot_send(ce->boot, ce->peer, TAG_CE_STEP, &o->msg, sizeof o->msg), res, out);
   }
 out:
+  ce->offered = ce->noffers > 0 || res != ncclSuccess;
   if (relaxed) gpu_capture_restore(saved);
   if (entered) gpu_leave(&scope);
   return res;
+}
+
+int ce_offered(const ce_t *ce) {
+  return ce != NULL && ce->offered;
 }
 
 ncclResult_t ce_settle(ce_t *ce, plan_t *plan) {

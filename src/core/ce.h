@@ -75,6 +75,9 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
  * ce_offer must be followed by ce_settle on the same plan. */
 ncclResult_t ce_offer(ce_t *ce, plan_t *plan);
 ncclResult_t ce_settle(ce_t *ce, plan_t *plan);
+/* Whether the last ce_offer had a candidate step (or failed): both ranks offer such a step whenever it comes,
+ * so its calls are never launched again unplanned (gx_relaunch). */
+int ce_offered(const ce_t *ce);
 /* What the executor does for a step (core/launch.c): enqueues on `stream` the wait for this rank's `word`
  * (raised by the peer about call `seq`; is_send: the word says the peer's output is free) and a reduction's
  * combine, and, for a captured step, takes a mapping the graph must keep until it is destroyed (on failure,

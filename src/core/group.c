@@ -171,6 +171,10 @@ static void connect_phase(int p, exec_t *execs, int n) {
   }
 }
 
+/* exec_t.step of a GPU communicator's calls, which the host executor skips (a step below 0): planned, to be
+ * launched by launch_calls; or launched already by gx_relaunch. */
+enum { STEP_PLANNED = -1, STEP_RELAUNCHED = -2 };
+
 /* GPU communicators: plan with whole blocks (the kernels slice) and offer the copy engines their steps (every
  * communicator of the group offers before any settles: core/ce.h); then settle and launch. Nothing waits
  * for the GPU. */
@@ -197,15 +201,19 @@ static ncclResult_t run_calls(void) {
     atomic_fetch_add(&c->busy, 1);
     engine_start(&g->execs[i], &c->plan, c->links, &c->abort_flag, c->name);
     if (c->gx != NULL) {
-      g->execs[i].result = plan_calls(c);
-      g->execs[i].step = -1; /* launched: nothing left for the host executor */
+      /* the same calls as the last launch go again as they went, unplanned (gx_relaunch) */
+      int took = 0;
+      g->execs[i].result = gx_relaunch(c->gx, &c->plan, &took);
+      if (!took && g->execs[i].result == ncclSuccess) g->execs[i].result = plan_calls(c);
+      g->execs[i].step = took ? STEP_RELAUNCHED : STEP_PLANNED; /* nothing left for the host executor */
     } else {
       g->execs[i].result = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2, NULL);
     }
   }
   i = 0;
   for (ncclComm_t c = g->comms; c != NULL; c = c->group_next, i++)
-    if (c->gx != NULL && g->execs[i].result == ncclSuccess) g->execs[i].result = launch_calls(c);
+    if (c->gx != NULL && g->execs[i].result == ncclSuccess && g->execs[i].step == STEP_PLANNED)
+      g->execs[i].result = launch_calls(c);
   for (int p = 0; p < 3; p++) connect_phase(p, g->execs, n);
   ncclResult_t res = engine_run(g->execs, n);
   i = 0;

@@ -74,6 +74,14 @@ typedef struct {
   dev_work_small_t work;
 } memo_t;
 
+/* The calls of the last eager launch that the memo made or held (gx_relaunch). */
+#define GX_RECALL_TASKS 4
+typedef struct {
+  int valid;
+  int ntasks;
+  task_t tasks[GX_RECALL_TASKS];
+} recall_t;
+
 struct gx {
   int dev, rank, nranks;
   int nch;   /* channels a transfer takes at most: what the widest step's lanes fit (gx_channels) */
@@ -124,8 +132,11 @@ struct gx {
   dev_pair_t pair;    /* its parameters when it takes braid_kernel_pair */
   dev_xfer_t *xf;     /* its transfer list while it is built (copied to work.xfers or spilled) */
   uint32_t xf_cap;
-  memo_t memo;     /* the last eager LL or pair launch of one step (memo_launch) */
-  int memo_staged; /* the gx_launch in progress staged its one step in the memo (memo_launch) for flush */
+  memo_t memo;         /* the last eager LL or pair launch of one step (memo_launch) */
+  int memo_staged;     /* the gx_launch in progress staged its one step in the memo (memo_launch) for flush */
+  int memo_used;       /* the gx_launch in progress launched from the memo or filled it */
+  recall_t recall;     /* the calls the memo's launch serves: the same calls again take gx_relaunch */
+  uint64_t relaunches; /* launches gx_relaunch made (gx_relaunches) */
   /* the work queue: entries in host-mapped memory (headers, staged spills) and its device copy (spills) */
   workq_t wq;
   char *q_host, *q_host_dev;
@@ -1114,6 +1125,20 @@ static void log_launch(const gx_t *gx, const dev_work_t *w, const gpu_func_t *f,
 
 /* ---- The last LL launch, remembered ---- */
 
+/* Launches the memo's parameters again as call `seq`, on `s`. */
+static ncclResult_t memo_fire(gx_t *gx, uint64_t seq, cudaStream_t s) {
+  memo_t *m = &gx->memo;
+  if (m->pair) {
+    m->pair_params.seq = seq;
+    CHECK(gpu_launch(m->f, m->grid, m->threads, &m->pair_params, sizeof m->pair_params, s));
+  } else {
+    m->work.seq = seq;
+    CHECK(gpu_launch(m->f, m->grid, m->threads, &m->work, sizeof m->work, s));
+  }
+  gx->memo_used = 1;
+  return ncclSuccess;
+}
+
 /* An eager launch of one step whose transfers come out of fill_xfer as the memo's did launches again with the
  * memo's parameters, only the call's number changed (a training loop's all-reduce of the same buffers, call
  * after call). What add_step and flush build from those transfers for the LL and pair entry points depends on
@@ -1129,13 +1154,7 @@ static ncclResult_t memo_launch(gx_t *gx, const launch_ctx_t *lc, int count, int
   if (count > DEV_SMALL_XFERS || log_enabled(LOG_TRACE, LOG_TUNING)) return ncclSuccess;
   const size_t bytes = (size_t)count * sizeof *x; /* dev_xfer_t has no implicit padding (dev.h) */
   if (m->valid && m->count == count && m->p2p == p2p && memcmp(m->xf, x, bytes) == 0) {
-    if (m->pair) {
-      m->pair_params.seq = gx->work.seq;
-      CHECK(gpu_launch(m->f, m->grid, m->threads, &m->pair_params, sizeof m->pair_params, lc->s));
-    } else {
-      m->work.seq = gx->work.seq;
-      CHECK(gpu_launch(m->f, m->grid, m->threads, &m->work, sizeof m->work, lc->s));
-    }
+    CHECK(memo_fire(gx, gx->work.seq, lc->s));
     *launched = 1;
     return ncclSuccess;
   }
@@ -1159,6 +1178,7 @@ static void memo_keep(gx_t *gx, gpu_func_t *f, unsigned grid, unsigned threads, 
   else
     memcpy(&m->work, &gx->work, sizeof m->work);
   m->valid = 1;
+  gx->memo_used = 1;
 }
 
 /* Launches the work built so far (if any) and starts a new one. */
@@ -1430,6 +1450,43 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
   return ncclSuccess;
 }
 
+/* ---- The same calls again ---- */
+
+/* A group's calls, enqueued again with the same arguments, build the same plan: plan_build depends on nothing
+ * else that changes while the executor lives (rank, ranks and the knobs are fixed, and the in-place
+ * all-to-all's staging is reached only through gx_scratch, which runs on the full path). When the last eager
+ * gx_launch of the executor was one step that the memo launched or kept, and the copy engines had no
+ * candidate in it (a candidate step is offered to the peer, which expects the offer whatever came before),
+ * the same calls again (every argument but the call's number; the stream may change, as the memo's
+ * parameters do not depend on it) are launched from the memo by gx_relaunch, before plan_build: the plan,
+ * the copy engines' offer and the transfers are skipped as well as the lanes, about 38% of the instructions
+ * of a small eager call (docs/perf-notes.md, 92). Any other gx_launch forgets the calls first, and so does a
+ * gx_relaunch that finds other calls, or a capture, as the full path follows it. */
+static int same_call(const task_t *a, const task_t *b) {
+  return a->kind == b->kind && a->sendbuff == b->sendbuff && a->recvbuff == b->recvbuff &&
+         a->count == b->count && a->type == b->type && a->op == b->op && a->root == b->root &&
+         a->red.kind == b->red.kind && a->red.type == b->red.type && a->red.fscale == b->red.fscale &&
+         a->red.iscale == b->red.iscale && a->red.divisor == b->red.divisor &&
+         a->red.scalar_dev == b->red.scalar_dev;
+}
+
+static int recall_matches(const recall_t *r, const plan_t *plan) {
+  if (plan->ntasks != r->ntasks) return 0;
+  for (int i = 0; i < r->ntasks; i++)
+    if (!same_call(&r->tasks[i], &plan->tasks[i])) return 0;
+  return 1;
+}
+
+/* After a gx_launch: its calls become the recall's when its one step came from the memo or filled it. */
+static void recall_keep(gx_t *gx, const plan_t *plan, int capturing) {
+  if (capturing || !gx->memo_used || !gx->memo.valid || plan->nsteps != 1 || plan->ntasks > GX_RECALL_TASKS ||
+      ce_offered(gx->ce))
+    return;
+  gx->recall.ntasks = plan->ntasks;
+  memcpy(gx->recall.tasks, plan->tasks, (size_t)plan->ntasks * sizeof *plan->tasks);
+  gx->recall.valid = 1;
+}
+
 ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
   if (plan->ntasks == 0) return ncclSuccess;
   launch_ctx_t lc = {.s = plan->tasks[0].stream, .op = plan_op_name(plan->tasks[0].kind)};
@@ -1448,13 +1505,54 @@ ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
   gx->work.nsteps = gx->work.nxfers = gx->work.nch = 0;
   gx->work.seq = plan->tasks[0].seq;
   gx->one_way = 1;
-  gx->memo_staged = 0;
+  gx->memo_staged = gx->memo_used = 0;
+  gx->recall.valid = 0;
   for (int i = 0; i < plan->nsteps; i++) CHECK_GOTO(add_step(gx, plan, i, &lc), res, out);
   CHECK_GOTO(flush(gx, &lc, 0), res, out);
   res = after(gx, plan, lc.s, lc.capturing);
+  if (res == ncclSuccess) recall_keep(gx, plan, lc.capturing);
 out:
   gpu_leave(&scope);
   return res;
+}
+
+ncclResult_t gx_relaunch(gx_t *gx, const plan_t *plan, int *took) {
+  *took = 0;
+  if (!gx->recall.valid || !recall_matches(&gx->recall, plan) || log_enabled(LOG_TRACE, LOG_TUNING)) {
+    gx->recall.valid = 0; /* the full path follows, which may change what the memo's launch depends on */
+    return ncclSuccess;
+  }
+  const cudaStream_t s = plan->tasks[0].stream;
+  gpu_scope_t scope;
+  CHECK(gpu_enter(gx->dev, &scope));
+  gx_sweep();
+  tokens_sweep(gx);
+  int capturing = 0;
+  void *graph = NULL;
+  uint64_t capture_id = 0;
+  ncclResult_t res = gpu_stream_capture(s, &capturing, &graph, &capture_id);
+  if (res == ncclSuccess && capturing) { /* a graph gets storage of its own: the full path */
+    gx->recall.valid = 0;
+    goto out;
+  }
+  *took = 1;
+  if (res == ncclSuccess) res = before(gx, plan, s, 0);
+  if (res == ncclSuccess) {
+    gx->group_first_tag = gx->wq.next_tag;
+    res = memo_fire(gx, plan->tasks[0].seq, s);
+  }
+  if (res == ncclSuccess) res = after(gx, plan, s, 0);
+  if (res == ncclSuccess)
+    gx->relaunches++;
+  else
+    gx->recall.valid = 0;
+out:
+  gpu_leave(&scope);
+  return res;
+}
+
+uint64_t gx_relaunches(const gx_t *gx) {
+  return gx == NULL ? 0 : gx->relaunches;
 }
 
 void gx_set_ce(gx_t *gx, ce_t *ce) {

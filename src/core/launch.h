@@ -36,6 +36,12 @@ ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks);
 void gx_set_ce(gx_t *gx, ce_t *ce);
 /* Launches a built plan (the calls' streams are in its tasks). */
 ncclResult_t gx_launch(gx_t *gx, const plan_t *plan);
+/* Before plan_build: when the plan's calls (enqueued, not built) are those of the executor's last eager
+ * launch and that was one step on the LL or pair entry point, launches them again as gx_launch would and sets
+ * *took; otherwise (or when the stream is capturing) sets *took to 0, and the caller takes the full path. */
+ncclResult_t gx_relaunch(gx_t *gx, const plan_t *plan, int *took);
+/* How many launches gx_relaunch made (for tests). */
+uint64_t gx_relaunches(const gx_t *gx);
 /* Stops every kernel of the communicator that waits (they record DEV_ERR_ABORTED and leave). */
 void gx_abort(gx_t *gx);
 /* ncclSuccess, or the error a kernel reported (logged once, with what it waited for). */

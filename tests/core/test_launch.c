@@ -29,6 +29,7 @@
 
 #ifdef BRAID_MOCK_CUDA_DIR
 
+#include "core/comm.h"
 #include "core/launch.h"
 #include "core/workq.h"
 #include "gpu/gpu.h"
@@ -807,6 +808,16 @@ static void pair_shapes(void) {
   unsetenv("BRAID_PAIR_KERNEL");
 }
 
+/* Destroys the stand-in driver's one graph (mock_cuda.h); how many user objects it held. */
+static int mock_graph_destroy(void) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  void *sym = lib != NULL ? dlsym(lib, MOCK_CUDA_GRAPH_DESTROY) : NULL;
+  EXPECT(sym != NULL, "the stand-in driver exports no %s", MOCK_CUDA_GRAPH_DESTROY);
+  mock_cuda_graph_destroy_fn destroy;
+  memcpy(&destroy, &sym, sizeof sym);
+  return destroy();
+}
+
 /* ---- The last LL launch remembered (launch.c, memo_launch) ---- */
 
 /* One launch as the stand-in driver saw it. */
@@ -895,7 +906,10 @@ static void memo_call(int k, int rank, ncclComm_t comm, char *buf, char *out) {
  * (two for a group of two calls). A call comes from the memo (whose parameters the library passes from a
  * place of their own) exactly when the memo holds the same call: the last call at WARN of one step on the LL
  * or pair entry point, unless a call of one step on another entry point came after it (the TRACE calls leave
- * the memo alone). */
+ * the memo alone). After the rebuild the call goes twice more at WARN: the first takes the full path (the
+ * TRACE call made the executor forget its calls), the second is launched again unplanned (gx_relaunch)
+ * exactly when the call is one step from the memo; and so is the next number's first call when it is the
+ * same call, not when it is another. */
 static void memo_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
   char log_path[128];
@@ -906,45 +920,74 @@ static void memo_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
   mock_cuda_stats_t *s = mock_stats();
   char *buf = (char *)(uintptr_t)0x10000000, *out = (char *)(uintptr_t)0x20000000;
-  static const int calls[] = {1,  1,  1,  2,  2,  1,  3, 3,  4,  5, 5, 6,  7, 7,  8,  9,  9,  8,  10,
-                              10, 11, 12, 12, 13, 14, 1, 14, 14, 1, 1, 15, 1, 15, 16, 16, 17, 17, 1};
+  static const int calls[] = {1,  1,  1,  2,  2, 1,  3,  3, 4, 5,  5, 6,  7,  7,  8,  9,  9, 8, 10, 10, 11,
+                              12, 12, 13, 14, 1, 14, 14, 1, 1, 15, 1, 15, 16, 16, 17, 17, 1, 4, 1,  8};
   const int n = (int)(sizeof calls / sizeof calls[0]);
-  int hits = 0, held = 0;
+  int hits = 0, held = 0, recalled = 0, relaunched = 0;
   for (int i = 0; i < n; i++) {
     const int k = calls[i];
-    seen_t first, rebuilt;
-    const uint64_t launches = s->launches;
-    memo_call(k, rank, comm, buf, out);
-    seen(s, &first);
-    setenv("NCCL_DEBUG", "TRACE", 1);
-    param_reload();
-    log_init();
-    memo_call(k, rank, comm, buf, out);
-    seen(s, &rebuilt);
-    setenv("NCCL_DEBUG", "WARN", 1);
-    param_reload();
-    log_init();
-    const uint64_t each = (s->launches - launches) / 2;
-    EXPECT(s->launches - launches == 2 * each && each >= 1,
-           "rank %d, call %d (%d): %llu launches for the call and its rebuild", rank, i, k,
-           (unsigned long long)(s->launches - launches));
-    EXPECT(first.entry == rebuilt.entry && first.grid == rebuilt.grid && first.block == rebuilt.block,
-           "rank %d, call %d (%d): entry %c, %u blocks of %u against %c, %u of %u rebuilt", rank, i, k,
-           first.entry, first.grid, first.block, rebuilt.entry, rebuilt.grid, rebuilt.block);
-    EXPECT(memcmp(first.work, rebuilt.work, sizeof first.work) == 0,
-           "rank %d, call %d (%d): the parameters differ from the rebuilt ones", rank, i, k);
     const uint64_t ncalls = k == 15 || k == 16 ? 2 : 1; /* the group's calls */
-    EXPECT(rebuilt.seq == first.seq + ncalls, "rank %d, call %d (%d): call number %llu, rebuilt %llu", rank,
-           i, k, (unsigned long long)first.seq, (unsigned long long)rebuilt.seq);
-    const int hit = first.at != rebuilt.at;
+    /* 0: the call; 1: its rebuild at TRACE; 2 and 3: the call again at WARN */
+    seen_t l[4];
+    uint64_t again[4];
+    for (int j = 0; j < 4; j++) {
+      const int trace = j == 1;
+      if (trace || j == 2) {
+        setenv("NCCL_DEBUG", trace ? "TRACE" : "WARN", 1);
+        param_reload();
+        log_init();
+      }
+      const uint64_t launches = s->launches, before = gx_relaunches(comm->gx);
+      memo_call(k, rank, comm, buf, out);
+      seen(s, &l[j]);
+      again[j] = gx_relaunches(comm->gx) - before;
+      EXPECT(s->launches - launches >= 1, "rank %d, call %d (%d), turn %d: %llu launches", rank, i, k, j,
+             (unsigned long long)(s->launches - launches));
+    }
+    const seen_t *rebuilt = &l[1];
+    for (int j = 0; j < 4; j++) {
+      if (j == 1) continue;
+      const seen_t *first = &l[j];
+      EXPECT(first->entry == rebuilt->entry && first->grid == rebuilt->grid && first->block == rebuilt->block,
+             "rank %d, call %d (%d), turn %d: entry %c, %u blocks of %u against %c, %u of %u rebuilt", rank,
+             i, k, j, first->entry, first->grid, first->block, rebuilt->entry, rebuilt->grid, rebuilt->block);
+      EXPECT(memcmp(first->work, rebuilt->work, sizeof first->work) == 0,
+             "rank %d, call %d (%d), turn %d: the parameters differ from the rebuilt ones", rank, i, k, j);
+      EXPECT(first->seq == l[0].seq + (uint64_t)j * ncalls,
+             "rank %d, call %d (%d), turn %d: call number %llu", rank, i, k, j,
+             (unsigned long long)first->seq);
+    }
+    EXPECT(rebuilt->seq == l[0].seq + ncalls, "rank %d, call %d (%d): call number %llu, rebuilt %llu", rank,
+           i, k, (unsigned long long)l[0].seq, (unsigned long long)rebuilt->seq);
+    const int hit = l[0].at != rebuilt->at;
     EXPECT(hit == (held == k), "rank %d, call %d (%d, entry %c): %s the memo, which holds call %d", rank, i,
-           k, first.entry, hit ? "launched from" : "not launched from", held);
+           k, l[0].entry, hit ? "launched from" : "not launched from", held);
     hits += hit;
     /* what the memo holds next: this call if it launched one step on the LL or pair entry point; nothing if
      * it launched one step otherwise; the group of two calls, two steps, leaves it alone */
-    if (k != 15) held = first.entry == 'l' || first.entry == 'p' ? k : 0;
+    if (k != 15) held = l[0].entry == 'l' || l[0].entry == 'p' ? k : 0;
+    const int one_step = k != 15 && (l[0].entry == 'l' || l[0].entry == 'p');
+    EXPECT(
+        again[0] == (recalled == k) && again[1] == 0 && again[2] == 0 && again[3] == (uint64_t)one_step,
+        "rank %d, call %d (%d): launched again unplanned %llu, %llu, %llu, %llu times (the last calls: %d)",
+        rank, i, k, (unsigned long long)again[0], (unsigned long long)again[1], (unsigned long long)again[2],
+        (unsigned long long)again[3], recalled);
+    EXPECT(one_step == (held == k) || k == 15, "rank %d, call %d (%d): the memo holds %d", rank, i, k, held);
+    relaunched += (int)(again[0] + again[3]);
+    recalled = one_step ? k : 0;
   }
   EXPECT(hits >= 10, "rank %d: %d calls came from the memo", rank, hits);
+  EXPECT(relaunched >= 25, "rank %d: %d calls were launched again unplanned", rank, relaunched);
+  /* the same call captured takes the full path, and the eager call after it too (a capture forgets) */
+  for (int j = 0; j < 2; j++) memo_call(1, rank, comm, buf, out);
+  uint64_t before = gx_relaunches(comm->gx);
+  EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, ncclSum, comm, (cudaStream_t)MOCK_CUDA_CAPTURING));
+  EXPECT(gx_relaunches(comm->gx) == before, "rank %d: a captured call was launched again unplanned", rank);
+  mock_graph_destroy();
+  memo_call(1, rank, comm, buf, out);
+  EXPECT(gx_relaunches(comm->gx) == before, "rank %d: the call after a capture was launched again", rank);
+  memo_call(1, rank, comm, buf, out);
+  EXPECT(gx_relaunches(comm->gx) == before + 1, "rank %d: the next one was not", rank);
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
@@ -1238,16 +1281,6 @@ static void ce_rank(int rank, int nranks, void *arg) {
   EXPECT(st->dd_copies == copies && st->launches == launches + 3, "rank %d: a small broadcast took copies",
          rank);
   ce_close(&b, s, r, comm, 0, "broadcast after refusals");
-}
-
-/* Destroys the stand-in driver's one graph (mock_cuda.h); how many user objects it held. */
-static int mock_graph_destroy(void) {
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  void *sym = lib != NULL ? dlsym(lib, MOCK_CUDA_GRAPH_DESTROY) : NULL;
-  EXPECT(sym != NULL, "the stand-in driver exports no %s", MOCK_CUDA_GRAPH_DESTROY);
-  mock_cuda_graph_destroy_fn destroy;
-  memcpy(&destroy, &sym, sizeof sym);
-  return destroy();
 }
 
 /* Mapped allocations of the peer, as the stand-in driver counts them (cuMem mappings and opened IPC). */
