@@ -103,6 +103,7 @@ struct gx {
   int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
   int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
   int pair_kernel;           /* BRAID_PAIR_KERNEL: such launches take func_pair */
+  uint64_t pair_halves;      /* BRAID_PAIR_HALVES_BYTES: in-place parts up to this size run on two halves */
   int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
   int wave_fence;            /* BRAID_WAVE_FENCE: which bulk launches send in waves (wave_fence) */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
@@ -405,6 +406,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
   gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
   gx->pair_kernel = param_int(P_BRAID_PAIR_KERNEL) != 0;
+  gx->pair_halves = (uint64_t)param_int(P_BRAID_PAIR_HALVES_BYTES);
   gx->split_lane = param_int(P_BRAID_SPLIT_LANE) != 0;
   gx->wave_fence = (int)param_int(P_BRAID_WAVE_FENCE);
   gx->wide = (int)param_int(P_BRAID_WIDE_STEPS);
@@ -944,7 +946,11 @@ static int pair_shape(const gx_t *gx, const dev_work_t *w, unsigned ll_thr, dev_
   p->send_blocks = (uint8_t)((send != NULL || copy != NULL) && !fused ? w->nch : 0);
   p->recv_blocks = (uint8_t)(recv != NULL ? w->nch : 0);
   /* in place, a part of a line per thread of half a block runs on two halves, as two blocks would (dev.h) */
-  p->fused = (uint8_t)(!fused ? 0 : 2 * ll_thr <= DEV_THREADS && s->proto == DEV_PROTO_LL ? 2 : 1);
+  p->fused = (uint8_t)(!fused ? 0
+                       : 2 * ll_thr <= DEV_THREADS && s->proto == DEV_PROTO_LL &&
+                               dev_part(s->bytes, s->nch, 0, 0).len <= gx->pair_halves
+                           ? 2
+                           : 1);
   return 1;
 }
 

@@ -696,6 +696,9 @@ static void pair_rank(int rank, int nranks, void *arg) {
     const dev_pair_t *p = (const dev_pair_t *)s->last_work;
     EXPECT(p->nch == 16 && p->send.nch == 16 && p->recv.nch == 16 && p->recv.dst == buf,
            "rank %d: 16 KiB in place: %d channels", rank, p->nch);
+    EXPECT(p->fused == 1 && s->last_block == 128,
+           "rank %d: 16 KiB in place: 1 KiB per channel, one pass per thread (fused %d, %u threads)", rank,
+           p->fused, s->last_block);
   }
   EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR(on ? "SR-F" : "-", "8-byte all-reduce in place");
@@ -703,6 +706,9 @@ static void pair_rank(int rank, int nranks, void *arg) {
          "rank %d: the third call's launch carries its sequence number, the first's + 2", rank);
   EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 2 && s->last_block == 64),
          "rank %d: 8 bytes in place: a sending and a receiving warp (%u threads)", rank, s->last_block);
+  EXPECT_OK(ncclAllReduce(buf, buf, 128, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 2 && s->last_block == 128),
+         "rank %d: 512 bytes in place: a sending and a receiving half (BRAID_PAIR_HALVES_BYTES)", rank);
   EXPECT_OK(ncclAllReduce(buf, buf + 4, 1024, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR("-", "an all-reduce whose output overlaps its input 4 bytes on");
   EXPECT_OK(ncclAllReduce(buf, out, 131072, ncclFloat, ncclSum, comm, NULL));
