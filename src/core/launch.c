@@ -945,7 +945,9 @@ static int pair_shape(const gx_t *gx, const dev_work_t *w, unsigned ll_thr, dev_
   /* a copy beside a receive alone still gets blocks of its own, so that the receive waits for nothing else */
   p->send_blocks = (uint8_t)((send != NULL || copy != NULL) && !fused ? w->nch : 0);
   p->recv_blocks = (uint8_t)(recv != NULL ? w->nch : 0);
-  /* in place, a part of a line per thread of half a block runs on two halves, as two blocks would (dev.h) */
+  /* in place, a part of a line per thread of half a block, and of at most BRAID_PAIR_HALVES_BYTES, runs on
+   * two halves, as two blocks would (dev.h); above 512 bytes the halves' barrier cost more than the one pass
+   * (docs/perf-notes.md, 93) */
   p->fused = (uint8_t)(!fused ? 0
                        : 2 * ll_thr <= DEV_THREADS && s->proto == DEV_PROTO_LL &&
                                dev_part(s->bytes, s->nch, 0, 0).len <= gx->pair_halves
