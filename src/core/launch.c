@@ -1487,7 +1487,7 @@ static int recall_matches(const recall_t *r, const plan_t *plan) {
 
 /* After a gx_launch: its calls become the recall's when its one step came from the memo or filled it. */
 static void recall_keep(gx_t *gx, const plan_t *plan, int capturing) {
-  if (capturing || !gx->memo_used || !gx->memo.valid || plan->nsteps != 1 || plan->ntasks > GX_RECALL_TASKS ||
+  if (capturing || !gx->memo_used || plan->nsteps != 1 || plan->ntasks > GX_RECALL_TASKS ||
       ce_offered(gx->ce))
     return;
   gx->recall.ntasks = plan->ntasks;
@@ -1495,17 +1495,27 @@ static void recall_keep(gx_t *gx, const plan_t *plan, int capturing) {
   gx->recall.valid = 1;
 }
 
+/* What every launch, built or relaunched, does first: the executor's device current, retired executors and
+ * released graph tokens freed, and whether `s` is capturing (into `graph`, capture `id`). On success the
+ * caller leaves `scope`; on failure it is left here. */
+static ncclResult_t launch_open(gx_t *gx, cudaStream_t s, gpu_scope_t *scope, int *capturing, void **graph,
+                                uint64_t *id) {
+  CHECK(gpu_enter(gx->dev, scope));
+  gx_sweep();
+  tokens_sweep(gx);
+  ncclResult_t res = gpu_stream_capture(s, capturing, graph, id);
+  if (res != ncclSuccess) gpu_leave(scope);
+  return res;
+}
+
 ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
   if (plan->ntasks == 0) return ncclSuccess;
   launch_ctx_t lc = {.s = plan->tasks[0].stream, .op = plan_op_name(plan->tasks[0].kind)};
   gpu_scope_t scope;
-  CHECK(gpu_enter(gx->dev, &scope));
-  ncclResult_t res;
   void *graph = NULL;
   uint64_t capture_id = 0;
-  gx_sweep();
-  tokens_sweep(gx);
-  CHECK_GOTO(gpu_stream_capture(lc.s, &lc.capturing, &graph, &capture_id), res, out);
+  CHECK(launch_open(gx, lc.s, &scope, &lc.capturing, &graph, &capture_id));
+  ncclResult_t res;
   /* from here on the graph holds the communicator (gx_graphs) */
   if (lc.capturing) CHECK_GOTO(token_for(gx, graph, capture_id, &lc.token), res, out);
   CHECK_GOTO(before(gx, plan, lc.s, lc.capturing), res, out);
@@ -1532,19 +1542,17 @@ ncclResult_t gx_relaunch(gx_t *gx, const plan_t *plan, int *took) {
   }
   const cudaStream_t s = plan->tasks[0].stream;
   gpu_scope_t scope;
-  CHECK(gpu_enter(gx->dev, &scope));
-  gx_sweep();
-  tokens_sweep(gx);
   int capturing = 0;
   void *graph = NULL;
   uint64_t capture_id = 0;
-  ncclResult_t res = gpu_stream_capture(s, &capturing, &graph, &capture_id);
-  if (res == ncclSuccess && capturing) { /* a graph gets storage of its own: the full path */
+  ncclResult_t res = launch_open(gx, s, &scope, &capturing, &graph, &capture_id);
+  if (res != ncclSuccess || capturing) { /* a graph gets storage of its own: the full path */
     gx->recall.valid = 0;
-    goto out;
+    if (res == ncclSuccess) gpu_leave(&scope);
+    return res;
   }
   *took = 1;
-  if (res == ncclSuccess) res = before(gx, plan, s, 0);
+  res = before(gx, plan, s, 0);
   if (res == ncclSuccess) {
     gx->group_first_tag = gx->wq.next_tag;
     res = memo_fire(gx, plan->tasks[0].seq, s);
@@ -1554,7 +1562,6 @@ ncclResult_t gx_relaunch(gx_t *gx, const plan_t *plan, int *took) {
     gx->relaunches++;
   else
     gx->recall.valid = 0;
-out:
   gpu_leave(&scope);
   return res;
 }
