@@ -102,6 +102,41 @@ typedef struct {
   uint64_t size; /* payload bytes that follow */
 } msg_header_t;
 
+/* A lock handed over in arrival order. boot_recv drops and retakes the lock between poll slices; with a plain
+ * mutex the thread that drops it usually takes it back before a woken waiter runs, so another thread's
+ * boot_send (perhaps the very message the receiver's peer waits for) could wait forever. */
+typedef struct {
+  pthread_mutex_t mu;  /* guards the two counters */
+  pthread_cond_t turn; /* signalled whenever `serving` moves on */
+  uint64_t next;       /* ticket of the next thread to ask */
+  uint64_t serving;    /* ticket of the thread that holds the lock */
+} fair_lock_t;
+
+static void fair_init(fair_lock_t *l) {
+  pthread_mutex_init(&l->mu, NULL);
+  pthread_cond_init(&l->turn, NULL);
+  l->next = l->serving = 0;
+}
+
+static void fair_lock(fair_lock_t *l) {
+  pthread_mutex_lock(&l->mu);
+  uint64_t ticket = l->next++;
+  while (l->serving != ticket) pthread_cond_wait(&l->turn, &l->mu);
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void fair_unlock(fair_lock_t *l) {
+  pthread_mutex_lock(&l->mu);
+  l->serving++;
+  pthread_cond_broadcast(&l->turn);
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void fair_destroy(fair_lock_t *l) {
+  pthread_cond_destroy(&l->turn);
+  pthread_mutex_destroy(&l->mu);
+}
+
 /* A received tagged message waiting for boot_recv. */
 typedef struct msg {
   struct msg *next; /* next queued message, in arrival order */
@@ -128,9 +163,9 @@ struct boot {
   sock_addr_t *addrs;             /* nranks listening addresses */
   int ring_send_fd;               /* connection to the ring successor (-1 with one rank) */
   int ring_recv_fd;               /* connection from the ring predecessor (-1 with one rank) */
-  /* Everything below is read and written only with `lock` held: the mutex orders one thread's use of the
-   * sockets and the queue before the next thread's. */
-  pthread_mutex_t lock;
+  /* Everything below is read and written only with `lock` held: it orders one thread's use of the sockets
+   * and the queue before the next thread's, in the order the threads asked. */
+  fair_lock_t lock;
   int *send_fds;       /* nranks outgoing tagged connections, -1 until first use */
   int *recv_fds;       /* nranks incoming tagged connections, -1 until the peer connects or after EOF */
   rx_t *rx;            /* nranks messages being read */
@@ -573,7 +608,7 @@ static ncclResult_t boot_alloc(int rank, int nranks, const volatile int *abort_f
   b->abort_flag = abort_flag;
   b->listen_fd = b->ring_send_fd = b->ring_recv_fd = -1;
   b->queue_tail = &b->queue;
-  pthread_mutex_init(&b->lock, NULL);
+  fair_init(&b->lock);
   b->addrs = calloc(nranks, sizeof *b->addrs);
   b->send_fds = malloc(nranks * sizeof *b->send_fds);
   b->recv_fds = malloc(nranks * sizeof *b->recv_fds);
@@ -717,9 +752,9 @@ static ncclResult_t ring_allgather(boot_t *b, void *data, size_t size, double de
 }
 
 ncclResult_t boot_allgather(boot_t *boot, void *data, size_t size) {
-  pthread_mutex_lock(&boot->lock);
+  fair_lock(&boot->lock);
   ncclResult_t res = ring_allgather(boot, data, size, deadline_after(param_int(P_BRAID_TIMEOUT_S)));
-  pthread_mutex_unlock(&boot->lock);
+  fair_unlock(&boot->lock);
   return res;
 }
 
@@ -902,9 +937,9 @@ ncclResult_t boot_send(boot_t *boot, int peer, uint32_t tag, const void *data, s
   if (peer < 0 || peer >= boot->nranks)
     return log_err(ncclInvalidArgument, "bootstrap: send to rank %d of %d", peer, boot->nranks);
   TRACE(LOG_BOOTSTRAP, "bootstrap: rank %d sends %zu bytes to rank %d, tag %u", boot->rank, size, peer, tag);
-  pthread_mutex_lock(&boot->lock);
+  fair_lock(&boot->lock);
   ncclResult_t res = send_locked(boot, peer, tag, data, size);
-  pthread_mutex_unlock(&boot->lock);
+  fair_unlock(&boot->lock);
   return res;
 }
 
@@ -931,7 +966,7 @@ ncclResult_t boot_recv(boot_t *boot, int peer, uint32_t tag, void *data, size_t 
   char what[96];
   snprintf(what, sizeof what, "waiting for %zu bytes from rank %d (tag %u)", size, peer, tag);
   ncclResult_t res = ncclSuccess;
-  pthread_mutex_lock(&boot->lock);
+  fair_lock(&boot->lock);
   /* An outgoing connection to the peer lets us see it close (exit or crash) while we wait. */
   if (peer != boot->rank) CHECK_GOTO(ensure_send_conn(boot, peer, deadline), res, out_unlock);
   for (;;) {
@@ -946,14 +981,15 @@ ncclResult_t boot_recv(boot_t *boot, int peer, uint32_t tag, void *data, size_t 
       goto out_unlock;
     }
     CHECK_GOTO(progress(boot, NULL, 0, deadline, what), res, out_unlock);
-    /* Let other threads of this communicator send between slices of a long wait. */
-    pthread_mutex_unlock(&boot->lock);
-    pthread_mutex_lock(&boot->lock);
+    /* Let other threads of this communicator send between slices of a long wait: any thread already
+     * waiting for the lock gets it before this one does again. */
+    fair_unlock(&boot->lock);
+    fair_lock(&boot->lock);
   }
   TRACE(LOG_BOOTSTRAP, "bootstrap: rank %d received %zu bytes from rank %d, tag %u", boot->rank, size, peer,
         tag);
 out_unlock:
-  pthread_mutex_unlock(&boot->lock);
+  fair_unlock(&boot->lock);
   return res;
 }
 
@@ -975,7 +1011,7 @@ void boot_close(boot_t *boot) {
     boot->queue = m->next;
     free(m);
   }
-  pthread_mutex_destroy(&boot->lock);
+  fair_destroy(&boot->lock);
   free(boot->addrs);
   free(boot->send_fds);
   free(boot->recv_fds);

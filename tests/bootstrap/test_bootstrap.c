@@ -1,8 +1,8 @@
 /*
  * Tests of the bootstrap: unique ids (round trip, corruption), init with 1 to 8 ranks in child processes,
  * allgather, tagged messages between all pairs out of order, barriers, scalable init with several ids,
- * NCCL_COMM_ID, and the failures that must end in an error rather than a hang: a rank that never arrives, a
- * peer that dies, and an abort.
+ * NCCL_COMM_ID, threads that send while another waits to receive, and the failures that must end in an error
+ * rather than a hang: a rank that never arrives, a peer that dies, and an abort.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -332,6 +332,51 @@ static void test_threads(void) {
   EXPECT(run_ranks(3, 30, rank_threads, &job) == 0);
 }
 
+/* Rank 0's main thread sends while its other thread waits in boot_recv for the answer to that very send, ten
+ * times over: every send must get the bootstrap's lock from the waiting thread, which drops it only briefly
+ * between poll slices. */
+#define SEND_WHILE_RECV_ROUNDS 10
+
+static void *answer_thread(void *arg) {
+  boot_t *b = arg;
+  for (int i = 0; i < SEND_WHILE_RECV_ROUNDS; i++) {
+    int x = -1;
+    EXPECT_OK(boot_recv(b, 1, 200 + i, &x, sizeof x));
+    EXPECT(x == 1000 + i, "round %d: got %d", i, x);
+  }
+  return NULL;
+}
+
+static void rank_send_while_recv(int rank, int nranks, void *arg) {
+  job_t *job = arg;
+  boot_t *b;
+  EXPECT_OK(boot_init(job->ids, 1, rank, nranks, NULL, &b));
+  if (rank == 0) {
+    pthread_t thread;
+    pthread_create(&thread, NULL, answer_thread, b);
+    for (int i = 0; i < SEND_WHILE_RECV_ROUNDS; i++) {
+      time_sleep_us(20000); /* the other thread is inside boot_recv by now */
+      EXPECT_OK(boot_send(b, 1, 100 + i, &i, sizeof i));
+    }
+    pthread_join(thread, NULL);
+  } else {
+    for (int i = 0; i < SEND_WHILE_RECV_ROUNDS; i++) {
+      int go = -1, x = 1000 + i;
+      EXPECT_OK(boot_recv(b, 0, 100 + i, &go, sizeof go));
+      EXPECT(go == i, "round %d: got %d", i, go);
+      EXPECT_OK(boot_send(b, 0, 200 + i, &x, sizeof x));
+    }
+  }
+  EXPECT_OK(boot_barrier(b));
+  boot_close(b);
+}
+
+static void test_send_while_receiving(void) {
+  job_t job = {.nid = 1};
+  EXPECT_OK(boot_get_unique_id(&job.ids[0]));
+  EXPECT(run_ranks(2, 30, rank_send_while_recv, &job) == 0);
+}
+
 static void test_bad_args(void) {
   ncclUniqueId id;
   boot_t *b;
@@ -354,6 +399,7 @@ int main(void) {
   TEST(test_comm_id, 60);
   TEST(test_big_crossing_sends, 60);
   TEST(test_threads, 30);
+  TEST(test_send_while_receiving, 30);
   TEST(test_rank_never_arrives, 30);
   TEST(test_peer_dies, 30);
   TEST(test_abort, 30);
