@@ -26,8 +26,11 @@
  * kernel (dev_combine_t) combines each chunk once `done` says it landed, while the next ones cross the link;
  * its stream clears `done` after it. Every word is 0 again after each step. The waits are one-thread kernels
  * (dev_wait_t): like the kernels' own waits they give up after BRAID_TIMEOUT_S or on an abort and report it
- * through ncclCommGetAsyncError. The step's local copies run on a stream of this module's own, forked from
- * and joined to the call's stream, beside the link's copy.
+ * through ncclCommGetAsyncError. A word raised just before a wait is raised by the wait's kernel itself (a
+ * rank that sends and receives raises `ready` and waits for its own in one kernel, and raises `done` and
+ * waits for its own in another; a rank that only receives raises `ready` and waits for `done` in one), so
+ * the stream does not turn from a write to a kernel in between. The step's local copies run on a stream of
+ * this module's own, forked from and joined to the call's stream, beside the link's copy.
  *
  * A pull (step_t.ce STEP_CE_PULL): a reduce from BRAID_CE_PULL_MIN_BYTES whose root runs in place (the
  * copy engines cannot land in its output, which is its operand), or that is below BRAID_CE_REDUCE_MIN_BYTES
@@ -79,11 +82,12 @@ ncclResult_t ce_settle(ce_t *ce, plan_t *plan);
  * so its calls are never launched again unplanned (gx_relaunch). */
 int ce_offered(const ce_t *ce);
 /* What the executor does for a step (core/launch.c): enqueues on `stream` the wait for this rank's `word`
- * (raised by the peer about call `seq`; is_send: the word says the peer's output is free) and a reduction's
- * combine, and, for a captured step, takes a mapping the graph must keep until it is destroyed (on failure,
- * not taken). */
+ * (raised by the peer about call `seq`; is_send: the word says the peer's output is free), first raising the
+ * peer's word `raise` (NULL: none) in the same kernel, and a reduction's combine, and, for a captured step,
+ * takes a mapping the graph must keep until it is destroyed (on failure, not taken). */
 typedef struct {
-  ncclResult_t (*wait)(void *arg, cudaStream_t stream, uint32_t *word, int peer, int is_send, uint64_t seq);
+  ncclResult_t (*wait)(void *arg, cudaStream_t stream, uint32_t *raise, uint32_t *word, int peer, int is_send,
+                       uint64_t seq);
   /* enqueues the combine of receive `x` (dev_combine_t: chunk c of it landed once `word` reached c + 1, in
    * x->dst, or where `from` points: a pull's peer input) */
   ncclResult_t (*combine)(void *arg, cudaStream_t stream, const xfer_t *x, const char *from, uint32_t *word,

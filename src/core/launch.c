@@ -1362,10 +1362,11 @@ typedef struct {
   const launch_ctx_t *lc;
 } exec_ctx_t;
 
-static ncclResult_t exec_wait(void *arg, cudaStream_t stream, uint32_t *word, int peer, int is_send,
-                              uint64_t seq) {
+static ncclResult_t exec_wait(void *arg, cudaStream_t stream, uint32_t *raise, uint32_t *word, int peer,
+                              int is_send, uint64_t seq) {
   const exec_ctx_t *c = arg;
-  dev_wait_t w = {.comm = c->gx->dcomm, .word = word, .seq = seq, .peer = peer, .is_send = is_send};
+  dev_wait_t w = {
+      .comm = c->gx->dcomm, .word = word, .raise = raise, .seq = seq, .peer = peer, .is_send = is_send};
   return gpu_launch(c->gx->func_wait, 1, 32, &w, sizeof w, stream);
 }
 

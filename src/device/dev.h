@@ -347,14 +347,18 @@ typedef struct {
   uint8_t pad[3];
 } dev_pair_t;
 
-/* The copy-engine path's wait (core/ce.h), a fifth entry point of one thread: it spins until `*word` is 1,
- * then sets it back to 0, as spin loops do everywhere (wait.cuh): a wait that outlasts the timeout, or an
- * abort, ends it with the error recorded for ncclCommGetAsyncError, and the stream goes on. A stream memory
- * operation would wait forever instead, replayed from a graph as well as eagerly. */
+/* The copy-engine path's wait (core/ce.h), a fifth entry point of one thread: it first sets `*raise` (if
+ * not NULL) to 1, then spins until `*word` is 1 and sets it back to 0, as spin loops do everywhere
+ * (wait.cuh): a wait that outlasts the timeout, or an abort, ends it with the error recorded for
+ * ncclCommGetAsyncError, and the stream goes on. A stream memory operation would wait forever instead,
+ * replayed from a graph as well as eagerly. The raise is the stream write that would otherwise come just
+ * before the wait, folded into it: the stream then turns from its copy to one kernel instead of to a write
+ * and a kernel (docs/perf-notes.md, 94). */
 typedef struct {
   dev_comm_t comm;
-  uint32_t *word; /* in this rank's device memory, raised by the peer's stream */
-  uint64_t seq;   /* the call, for the error */
+  uint32_t *word;  /* in this rank's device memory, raised by the peer's stream */
+  uint32_t *raise; /* NULL, or a word of the peer's (mapped here) to set to 1 before the wait */
+  uint64_t seq;    /* the call, for the error */
   int32_t peer;
   int32_t is_send; /* the word says the peer's output is free (1) or its copy into ours is done (0) */
 } dev_wait_t;

@@ -1091,6 +1091,10 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
 
 extern "C" __global__ void __launch_bounds__(32, 1) braid_kernel_wait(const __grid_constant__ dev_wait_t w) {
   if (threadIdx.x != 0) return;
+  if (w.raise != NULL) { /* what the stream ran before this kernel is complete; publish after it */
+    fence_acq_rel_sys();
+    *(volatile uint32_t *)w.raise = 1;
+  }
   const wait_what what = {w.peer, -1, w.is_send, w.seq};
   volatile uint32_t *word = w.word;
   spin_t s = {0, 0};

@@ -1295,8 +1295,9 @@ static int live_mappings(const mock_cuda_stats_t *st) {
 
 /* Captured calls. Both ranks capturing take the copy engines: the stand-in runs what is captured at once, as
  * one replay would, so the data moves; each step waits through the wait kernel, once per direction it has,
- * and the graph keeps its own mapping of the peer's output until it is destroyed. One rank capturing and the
- * other eager stay on the kernels, without a warning. */
+ * raising the peer's word in the same kernel wherever a raise comes just before a wait (no stream write
+ * then), and the graph keeps its own mapping of the peer's output until it is destroyed. One rank capturing
+ * and the other eager stay on the kernels, without a warning. */
 static void ce_capture_rank(int rank, int nranks, void *arg) {
   char log_path[128];
   ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
@@ -1306,18 +1307,30 @@ static void ce_capture_rank(int rank, int nranks, void *arg) {
   mock_cuda_stats_t *st = mock_stats();
   const int maps = live_mappings(st);
   const uint64_t copies = st->dd_copies, waits = st->wait_launches;
+  uint64_t writes = st->stream_writes, raises = st->wait_raises;
   ce_fresh(&b);
   EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, cap));
   for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "captured all-gather");
   EXPECT(st->dd_copies == copies + 2 && st->wait_launches == waits + 2,
          "rank %d: a captured all-gather took %llu copies and %llu waits", rank,
          (unsigned long long)(st->dd_copies - copies), (unsigned long long)(st->wait_launches - waits));
+  /* it sends and receives: `ready` and `done` each raised by the wait that follows it */
+  EXPECT(st->stream_writes == writes && st->wait_raises == raises + 2,
+         "rank %d: a captured all-gather took %llu stream writes and %llu raising waits", rank,
+         (unsigned long long)(st->stream_writes - writes), (unsigned long long)(st->wait_raises - raises));
+  writes = st->stream_writes;
+  raises = st->wait_raises;
   EXPECT(live_mappings(st) == maps + 1, "rank %d: %d mappings for the graph", rank, live_mappings(st) - maps);
   ce_fresh(&b); /* in the same graph: only the root maps its peer's output */
   EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N, ncclFloat, 0, comm, cap));
   ce_expect(&b, b.recv, CE_N, 0, 0, "captured broadcast");
   EXPECT(live_mappings(st) == maps + 1 + (rank == 0), "rank %d: %d mappings for the graph", rank,
          live_mappings(st) - maps);
+  /* the root raises `done` with a write (it awaits nothing after it); the other rank only receives, and its
+   * wait for `done` raises `ready` */
+  EXPECT(st->stream_writes == writes + (rank == 0) && st->wait_raises == raises + (rank == 1),
+         "rank %d: a captured broadcast took %llu stream writes and %llu raising waits", rank,
+         (unsigned long long)(st->stream_writes - writes), (unsigned long long)(st->wait_raises - raises));
   ce_fresh(&b); /* a reduction: each rank maps its peer's output, and combines in the graph */
   const uint64_t combines = st->combine_launches;
   EXPECT_OK(ncclReduceScatter(b.send, b.recv, CE_N, ncclFloat, ncclSum, comm, cap));

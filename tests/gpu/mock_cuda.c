@@ -681,9 +681,14 @@ static int word_wait(const dev_comm_t *comm, volatile uint32_t *word, uint32_t v
   return 0;
 }
 
-/* MOCK_CUDA_KERNEL_WAIT, run at once as the kernel would run: until its word is 1, then 0 again. */
+/* MOCK_CUDA_KERNEL_WAIT, run at once as the kernel would run: raises the peer's word (if any), then waits
+ * until its own word is 1, then sets it to 0 again. */
 static CUresult run_wait(const dev_wait_t *w) {
   mock_cuda_stats.wait_launches++;
+  if (w->raise != NULL) {
+    __atomic_store_n(w->raise, 1, __ATOMIC_SEQ_CST);
+    mock_cuda_stats.wait_raises++;
+  }
   if (word_wait(&w->comm, w->word, 1, w->peer, w->is_send, w->seq))
     __atomic_store_n(w->word, 0, __ATOMIC_SEQ_CST);
   return CUDA_SUCCESS;

@@ -60,6 +60,7 @@ typedef struct {
   uint64_t stream_writes;    /* cuStreamWriteValue32 calls */
   uint64_t dd_copies;        /* cuMemcpyDtoDAsync calls */
   uint64_t wait_launches;    /* launches of MOCK_CUDA_KERNEL_WAIT */
+  uint64_t wait_raises;      /* those that raised a word of the peer's first */
   uint64_t combine_launches; /* launches of MOCK_CUDA_KERNEL_COMBINE */
   uint64_t combine_chunks;   /* chunks they combined */
 } mock_cuda_stats_t;
