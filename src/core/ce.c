@@ -613,7 +613,8 @@ static ncclResult_t reduce_step(ce_t *ce, const xfer_t *send, const xfer_t *recv
 static ncclResult_t pull_step(ce_t *ce, const xfer_t *send, const xfer_t *recv, cudaStream_t stream,
                               uint64_t seq, const ce_exec_t *ex) {
   if (send != NULL) {
-    return ex->wait(ex->arg, stream, &ce->theirs[W_READY], &ce->mine[W_DONE], ce->peer, 1, seq);
+    CHECK(gpu_stream_write32(stream, &ce->theirs[W_READY], 1));
+    return ex->wait(ex->arg, stream, NULL, &ce->mine[W_DONE], ce->peer, 1, seq);
   }
   const uint64_t end = recv->bytes;
   CHECK(ex->combine(ex->arg, stream, recv, recv->ce_src, &ce->mine[W_READY], ce->peer, seq, 1, &end));
@@ -622,10 +623,9 @@ static ncclResult_t pull_step(ce_t *ce, const xfer_t *send, const xfer_t *recv, 
 }
 
 /* The transfers of a step that only copies: the sends into the peer's outputs, the local copies beside them
- * on the side stream. `ready` (not NULL where the rank only receives and copies nothing locally) is still to
- * be raised: the wait for `done` raises it, as it raises the peer's `done` where the rank also sends. */
+ * on the side stream. A rank that sends and receives raises the peer's `done` in its wait for its own. */
 static ncclResult_t copy_step(ce_t *ce, const xfer_t *x, int count, int sends, int recvs, int locals,
-                              uint32_t *ready, cudaStream_t stream, uint64_t seq, const ce_exec_t *ex) {
+                              cudaStream_t stream, uint64_t seq, const ce_exec_t *ex) {
   if (locals > 0) {
     CHECK(gpu_event_record(ce->fork, stream));
     CHECK(gpu_stream_wait(ce->side, ce->fork));
@@ -635,11 +635,11 @@ static ncclResult_t copy_step(ce_t *ce, const xfer_t *x, int count, int sends, i
   }
   for (int i = 0; i < count; i++)
     if (x[i].send_peer >= 0) CHECK(gpu_copy_dd_async(x[i].ce_dst, x[i].src, x[i].bytes, stream));
-  uint32_t *raise = sends > 0 ? &ce->theirs[W_DONE] : ready;
+  uint32_t *done = sends > 0 ? &ce->theirs[W_DONE] : NULL;
   if (recvs > 0)
-    CHECK(ex->wait(ex->arg, stream, raise, &ce->mine[W_DONE], ce->peer, 0, seq));
-  else if (raise != NULL)
-    CHECK(gpu_stream_write32(stream, raise, 1));
+    CHECK(ex->wait(ex->arg, stream, done, &ce->mine[W_DONE], ce->peer, 0, seq));
+  else if (done != NULL)
+    CHECK(gpu_stream_write32(stream, done, 1));
   if (locals > 0) CHECK(gpu_stream_wait(stream, ce->join));
   return ncclSuccess;
 }
@@ -681,17 +681,14 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, i
   if (st->ce == STEP_CE_PULL) {
     CHECK(pull_step(ce, send, recv, stream, seq, ex));
   } else {
-    /* `ready` goes with this rank's first wait (ce.h): the wait for the peer's `ready` where it sends, or
-     * for `done` where it only receives. A rank that only receives but also copies locally or combines
-     * raises it first, with a stream write: the wait kernel may have to wait for SMs (below). */
+    /* A rank that receives raises the peer's `ready`: in the kernel that then waits for its own where it also
+     * sends (ce.h); where it only receives, with a stream write, which needs no SM, so that the peer's copy
+     * does not wait for a kernel of this rank's to find one */
     uint32_t *ready = recvs > 0 ? &ce->theirs[W_READY] : NULL;
-    if (sends > 0 || (ready != NULL && (locals > 0 || combines > 0))) {
-      if (sends > 0)
-        CHECK(ex->wait(ex->arg, stream, ready, &ce->mine[W_READY], ce->peer, 1, seq));
-      else
-        CHECK(gpu_stream_write32(stream, ready, 1));
-      ready = NULL;
-    }
+    if (sends > 0)
+      CHECK(ex->wait(ex->arg, stream, ready, &ce->mine[W_READY], ce->peer, 1, seq));
+    else if (ready != NULL)
+      CHECK(gpu_stream_write32(stream, ready, 1));
     /* The local copies fork only now: the driver may run a copy within the device as a kernel, whose
      * blocks would hold the SMs the wait kernel above needs, and the link's copy would start only once they
      * ended (2 ms instead of 1.4 for an all-gather of 1 GiB on two H200s); so does a reduction's combine,
@@ -700,7 +697,7 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, i
     if (combines > 0)
       CHECK(reduce_step(ce, send, recv, stream, seq, ex));
     else
-      CHECK(copy_step(ce, x, st->count, sends, recvs, locals, ready, stream, seq, ex));
+      CHECK(copy_step(ce, x, st->count, sends, recvs, locals, stream, seq, ex));
   }
   if (capturing) return ncclSuccess;
   for (int i = 0; i < st->count; i++) { /* ce_dst is set on copies' sends only, ce_src on pulls' receives */

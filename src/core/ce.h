@@ -26,11 +26,12 @@
  * kernel (dev_combine_t) combines each chunk once `done` says it landed, while the next ones cross the link;
  * its stream clears `done` after it. Every word is 0 again after each step. The waits are one-thread kernels
  * (dev_wait_t): like the kernels' own waits they give up after BRAID_TIMEOUT_S or on an abort and report it
- * through ncclCommGetAsyncError. A word raised just before a wait is raised by the wait's kernel itself (a
- * rank that sends and receives raises `ready` and waits for its own in one kernel, and raises `done` and
- * waits for its own in another; a rank that only receives raises `ready` and waits for `done` in one), so
- * the stream does not turn from a write to a kernel in between. The step's local copies run on a stream of
- * this module's own, forked from and joined to the call's stream, beside the link's copy.
+ * through ncclCommGetAsyncError. A rank that sends and receives raises each word in the wait kernel that
+ * follows it (`ready`, then the wait for its own; `done`, then the wait for its own), so that its stream does
+ * not turn from a write to a kernel in between; its own copy waits for that kernel anyway. A rank that only
+ * sends or only receives raises its words with stream writes, which need no SM: the peer's transfer never
+ * waits for a kernel of a rank that has none of its own in the way. The step's local copies run on a stream
+ * of this module's own, forked from and joined to the call's stream, beside the link's copy.
  *
  * A pull (step_t.ce STEP_CE_PULL): a reduce from BRAID_CE_PULL_MIN_BYTES whose root runs in place (the
  * copy engines cannot land in its output, which is its operand), or that is below BRAID_CE_REDUCE_MIN_BYTES
