@@ -609,7 +609,9 @@ static ncclResult_t reduce_step(ce_t *ce, const xfer_t *send, const xfer_t *recv
 /* A pull (STEP_CE_PULL): the sender's stream raises the receiver's `ready` word once it reaches the step
  * (its input is final there) and waits for `done`; the receiver's combine kernel waits for `ready`, reads
  * the input where it lies (ce_src) and combines it with its operand into its output, then the receiver's
- * stream clears `ready` and raises the sender's `done`: the input is the sender's again. */
+ * stream clears `ready` and raises the sender's `done`: the input is the sender's again. The sender raises
+ * `ready` with a stream write before its wait, not in it (raise_wait): the root's combine, all of the step's
+ * work, must not wait for the sender's wait kernel to find an SM. */
 static ncclResult_t pull_step(ce_t *ce, const xfer_t *send, const xfer_t *recv, cudaStream_t stream,
                               uint64_t seq, const ce_exec_t *ex) {
   if (send != NULL) {
@@ -622,8 +624,18 @@ static ncclResult_t pull_step(ce_t *ce, const xfer_t *send, const xfer_t *recv, 
   return gpu_stream_write32(stream, &ce->theirs[W_DONE], 1);
 }
 
+/* Raises the peer's word `raise` (if not NULL) and waits for this rank's `word` (if not NULL): both in one
+ * wait kernel where the rank has both to do, which spares the stream a turn from a write to a kernel; a raise
+ * alone with a stream write, which needs no SM, so that the peer's transfer never waits for a kernel of a
+ * rank that has no wait of its own behind it (ce.h). */
+static ncclResult_t raise_wait(ce_t *ce, cudaStream_t stream, uint32_t *raise, uint32_t *word, int is_send,
+                               uint64_t seq, const ce_exec_t *ex) {
+  if (word != NULL) return ex->wait(ex->arg, stream, raise, word, ce->peer, is_send, seq);
+  return raise != NULL ? gpu_stream_write32(stream, raise, 1) : ncclSuccess;
+}
+
 /* The transfers of a step that only copies: the sends into the peer's outputs, the local copies beside them
- * on the side stream. A rank that sends and receives raises the peer's `done` in its wait for its own. */
+ * on the side stream; then `done` raised where the rank sends, and awaited where it receives. */
 static ncclResult_t copy_step(ce_t *ce, const xfer_t *x, int count, int sends, int recvs, int locals,
                               cudaStream_t stream, uint64_t seq, const ce_exec_t *ex) {
   if (locals > 0) {
@@ -635,11 +647,8 @@ static ncclResult_t copy_step(ce_t *ce, const xfer_t *x, int count, int sends, i
   }
   for (int i = 0; i < count; i++)
     if (x[i].send_peer >= 0) CHECK(gpu_copy_dd_async(x[i].ce_dst, x[i].src, x[i].bytes, stream));
-  uint32_t *done = sends > 0 ? &ce->theirs[W_DONE] : NULL;
-  if (recvs > 0)
-    CHECK(ex->wait(ex->arg, stream, done, &ce->mine[W_DONE], ce->peer, 0, seq));
-  else if (done != NULL)
-    CHECK(gpu_stream_write32(stream, done, 1));
+  CHECK(raise_wait(ce, stream, sends > 0 ? &ce->theirs[W_DONE] : NULL, recvs > 0 ? &ce->mine[W_DONE] : NULL,
+                   0, seq, ex));
   if (locals > 0) CHECK(gpu_stream_wait(stream, ce->join));
   return ncclSuccess;
 }
@@ -681,14 +690,9 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, i
   if (st->ce == STEP_CE_PULL) {
     CHECK(pull_step(ce, send, recv, stream, seq, ex));
   } else {
-    /* A rank that receives raises the peer's `ready`: in the kernel that then waits for its own where it also
-     * sends (ce.h); where it only receives, with a stream write, which needs no SM, so that the peer's copy
-     * does not wait for a kernel of this rank's to find one */
-    uint32_t *ready = recvs > 0 ? &ce->theirs[W_READY] : NULL;
-    if (sends > 0)
-      CHECK(ex->wait(ex->arg, stream, ready, &ce->mine[W_READY], ce->peer, 1, seq));
-    else if (ready != NULL)
-      CHECK(gpu_stream_write32(stream, ready, 1));
+    /* `ready` raised where the rank receives, and awaited where it sends */
+    CHECK(raise_wait(ce, stream, recvs > 0 ? &ce->theirs[W_READY] : NULL,
+                     sends > 0 ? &ce->mine[W_READY] : NULL, 1, seq, ex));
     /* The local copies fork only now: the driver may run a copy within the device as a kernel, whose
      * blocks would hold the SMs the wait kernel above needs, and the link's copy would start only once they
      * ended (2 ms instead of 1.4 for an all-gather of 1 GiB on two H200s); so does a reduction's combine,
