@@ -33,8 +33,9 @@
 
 /* A rank's flag words (in its own memory), raised by the peer: [W_READY] the peer's outputs are free (this
  * rank may send), [W_DONE] the peer's copy into this rank's outputs has finished (a reduction's: how many of
- * its chunks have landed, reduce_step). */
-enum { W_READY = 0, W_DONE = 1, W_COUNT = 2 };
+ * its chunks have landed, reduce_step); and one of its own, [W_BLOCKS], the push kernel's count of its blocks
+ * done (dev_push_t). */
+enum { W_READY = 0, W_DONE = 1, W_BLOCKS = 2, W_COUNT = 3 };
 
 /* Mapped allocations of the peer kept at most for eager steps. */
 enum { CE_IMPORTS = 16 };
@@ -57,6 +58,7 @@ struct ce {
   uint64_t reduce_min;      /* the same of BRAID_CE_REDUCE_MIN_BYTES (UINT64_MAX: reductions never) */
   uint64_t chunk_min;       /* the larger of the two ranks' BRAID_CE_CHUNK_BYTES (at least CE_CHUNK_ALIGN) */
   uint64_t pull_min;        /* the same of BRAID_CE_PULL_MIN_BYTES (UINT64_MAX: never) */
+  uint64_t push_min;        /* the same of BRAID_CE_PUSH_MIN_BYTES (UINT64_MAX: never) */
   gpu_mem_t *words;         /* this rank's words */
   gpu_mem_t *peer_words;    /* the peer's, mapped (another process) */
   uint32_t *mine, *theirs;  /* their device addresses */
@@ -80,6 +82,7 @@ typedef struct {
   uint64_t reduce_min;
   uint64_t chunk_min;
   uint64_t pull_min;
+  uint64_t push_min;
   gpu_export_t words; /* another process: the words' export */
   uint64_t words_at;  /* this process: their address */
 } init_msg_t;
@@ -169,12 +172,13 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
    * only a failed exchange with the peer fails init. */
   int64_t min = param_int(P_BRAID_CE_MIN_BYTES), chunk = param_int(P_BRAID_CE_CHUNK_BYTES),
           reduce_min = param_int(P_BRAID_CE_REDUCE_MIN_BYTES),
-          pull_min = param_int(P_BRAID_CE_PULL_MIN_BYTES);
+          pull_min = param_int(P_BRAID_CE_PULL_MIN_BYTES), push_min = param_int(P_BRAID_CE_PUSH_MIN_BYTES);
   init_msg_t mine = {.magic = CE_MAGIC,
                      .dev = dev,
                      .min_bytes = min > 0 ? (uint64_t)min : 0,
                      .reduce_min = reduce_min > 0 ? (uint64_t)reduce_min : UINT64_MAX,
                      .pull_min = pull_min > 0 ? (uint64_t)pull_min : UINT64_MAX,
+                     .push_min = push_min > 0 ? (uint64_t)push_min : UINT64_MAX,
                      /* chunks end at multiples of CE_CHUNK_ALIGN, whatever was asked */
                      .chunk_min = chunk > CE_CHUNK_ALIGN ? ((uint64_t)chunk + CE_CHUNK_ALIGN - 1) /
                                                                CE_CHUNK_ALIGN * CE_CHUNK_ALIGN
@@ -200,6 +204,7 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
     ce->reduce_min = mine.reduce_min > theirs.reduce_min ? mine.reduce_min : theirs.reduce_min;
     ce->chunk_min = mine.chunk_min > theirs.chunk_min ? mine.chunk_min : theirs.chunk_min;
     ce->pull_min = mine.pull_min > theirs.pull_min ? mine.pull_min : theirs.pull_min;
+    ce->push_min = mine.push_min > theirs.push_min ? mine.push_min : theirs.push_min;
     ok = (!local              ? gpu_mem_import(dev, &theirs.words, &ce->peer_words)
           : theirs.dev != dev ? gpu_enable_peer_access(dev, theirs.dev)
                               : ncclSuccess) == ncclSuccess &&
@@ -224,11 +229,12 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
        "bytes (BRAID_CE_MIN_BYTES); out-of-place reductions from %llu bytes (BRAID_CE_REDUCE_MIN_BYTES, 0: "
        "never), landing in chunks of at least %llu bytes, combined as they come (BRAID_CE_CHUNK_BYTES); a "
        "reduce's root reads the other rank's input where it lies from %llu bytes, in place or below that "
-       "(BRAID_CE_PULL_MIN_BYTES, 0: never)",
+       "(BRAID_CE_PULL_MIN_BYTES, 0: never); below the copy engines, steps that only copy are pushed by one "
+       "kernel from %llu bytes a transfer (BRAID_CE_PUSH_MIN_BYTES, 0: never)",
        name, rank, peer, (unsigned long long)ce->min_bytes,
        (unsigned long long)(ce->reduce_min == UINT64_MAX ? 0 : ce->reduce_min),
-       (unsigned long long)ce->chunk_min,
-       (unsigned long long)(ce->pull_min == UINT64_MAX ? 0 : ce->pull_min));
+       (unsigned long long)ce->chunk_min, (unsigned long long)(ce->pull_min == UINT64_MAX ? 0 : ce->pull_min),
+       (unsigned long long)(ce->push_min >= ce->min_bytes ? 0 : ce->push_min));
   *ce_p = ce;
   return ncclSuccess;
 fail_leave:
@@ -254,6 +260,12 @@ static int combinable(const xfer_t *x) {
   return x->send_peer >= 0 ? (x->flags & XF_REDUCE) == 0 : (x->flags & XF_REDUCE) != 0;
 }
 
+/* The smallest transfer a step that only copies may have and still bypass the rings: pushed by a kernel
+ * from push_min, by the copy engines from min_bytes. */
+static uint64_t copy_min(const ce_t *ce) {
+  return ce->push_min < ce->min_bytes ? ce->push_min : ce->min_bytes;
+}
+
 /* Whether the step may take the copy engines, from its transfers between the ranks alone: what one rank
  * sends the other receives, and a reduction's send faces a combining receive, so both ranks answer alike.
  * A reduction's step has at most one transfer each way and no local copy. */
@@ -265,7 +277,7 @@ static int candidate(const ce_t *ce, const plan_t *plan, const step_t *st) {
       locals++;
       continue;
     }
-    const uint64_t min = !combining(x)                   ? ce->min_bytes
+    const uint64_t min = !combining(x)                   ? copy_min(ce)
                          : ce->reduce_min < ce->pull_min ? ce->reduce_min
                                                          : ce->pull_min;
     if ((x->recv_peer >= 0 && x->send_peer >= 0) || x->bytes < min || (x->flags & (XF_SEQ | XF_PREPARED)) ||
@@ -365,6 +377,18 @@ static void describe(const ce_t *ce, const plan_t *plan, const step_t *st, int c
 /* Whether the two messages (agreed) make the step a pull. */
 static int pulls(const step_msg_t *a, const step_msg_t *b) {
   return a->pull || b->pull;
+}
+
+/* Whether an agreed step that only copies goes by the push kernel: some transfer between the ranks below
+ * the copy engines' threshold. Agreed messages hold the same sizes (one's sends are the other's receives),
+ * so both ranks answer alike. */
+static int pushes(const ce_t *ce, const step_msg_t *m) {
+  if (m->combine) return 0;
+  for (int i = 0; i < m->nsend; i++)
+    if (m->send_bytes[i] < ce->min_bytes) return 1;
+  for (int i = 0; i < m->nrecv; i++)
+    if (m->recv_bytes[i] < ce->min_bytes) return 1;
+  return 0;
 }
 
 /* The decision, the same on both ranks: a symmetric test of the two messages. */
@@ -482,6 +506,15 @@ static void log_step(ce_t *ce, const step_t *st, const step_msg_t *m) {
            1 - reader, (unsigned long long)bytes);
     return;
   }
+  if (st->ce == STEP_CE_PUSH) {
+    LOG_AT(
+        lvl, LOG_TUNING,
+        "%s rank %d: %s (call %llu) pushed by one kernel: %d send%s and %d receive%s, %llu bytes with rank "
+        "%d (BRAID_CE_PUSH_MIN_BYTES)",
+        ce->name, ce->rank, plan_op_name(st->task->kind), (unsigned long long)st->task->seq, m->nsend,
+        m->nsend == 1 ? "" : "s", m->nrecv, m->nrecv == 1 ? "" : "s", (unsigned long long)bytes, ce->peer);
+    return;
+  }
   uint64_t ends[DEV_COMBINE_CHUNKS];
   LOG_AT(lvl, LOG_TUNING,
          "%s rank %d: %s (call %llu) by the copy engines: %d send%s and %d receive%s, %llu bytes with rank "
@@ -564,7 +597,7 @@ ncclResult_t ce_settle(ce_t *ce, plan_t *plan) {
     }
     const int pull = pulls(mine, &theirs);
     CHECK_GOTO(point_step(ce, plan, ce->offers[k].step, &theirs, pull), res, out);
-    st->ce = pull ? STEP_CE_PULL : STEP_CE_COPY;
+    st->ce = pull ? STEP_CE_PULL : pushes(ce, mine) ? STEP_CE_PUSH : STEP_CE_COPY;
     log_step(ce, st, mine);
   }
 out:
@@ -653,6 +686,37 @@ static ncclResult_t copy_step(ce_t *ce, const xfer_t *x, int count, int sends, i
   return ncclSuccess;
 }
 
+/* The transfers of a pushed step (STEP_CE_PUSH) where the rank sends or copies locally: one push kernel
+ * (dev_push_t) with the handshake inside it, its sends into the peer's outputs and its local copies; local
+ * copies beyond what the kernel takes follow it on the stream. A rank that only receives, with nothing to
+ * copy, raises `ready` with a stream write and waits for `done` as for the copy engines (ce_step). */
+static ncclResult_t push_step(ce_t *ce, const xfer_t *x, int count, int sends, int recvs, cudaStream_t stream,
+                              uint64_t seq, const ce_exec_t *ex) {
+  dev_push_t w = {.ready = sends > 0 ? &ce->mine[W_READY] : NULL,
+                  .done = recvs > 0 ? &ce->mine[W_DONE] : NULL,
+                  .raise_ready = recvs > 0 ? &ce->theirs[W_READY] : NULL,
+                  .raise_done = sends > 0 ? &ce->theirs[W_DONE] : NULL,
+                  .blocks = &ce->mine[W_BLOCKS],
+                  .seq = seq,
+                  .peer = ce->peer};
+  for (int i = 0; i < count; i++) /* the sends first: at most CE_MAX_XFERS */
+    if (x[i].send_peer >= 0) w.copies[w.ncopies++] = (dev_copy_t){x[i].src, x[i].ce_dst, x[i].bytes};
+  int rest = 0;
+  for (int i = 0; i < count; i++) {
+    if (is_peer(&x[i]) || x[i].bytes == 0) continue;
+    if (w.ncopies < DEV_PUSH_COPIES)
+      w.copies[w.ncopies++] = (dev_copy_t){x[i].src, x[i].dst, x[i].bytes};
+    else
+      rest++;
+  }
+  CHECK(ex->push(ex->arg, stream, &w));
+  for (int i = 0, taken = 0; rest > 0 && i < count; i++) {
+    if (is_peer(&x[i]) || x[i].bytes == 0 || taken++ < (int)w.ncopies - sends) continue;
+    CHECK(gpu_copy_dd_async(x[i].dst, x[i].src, x[i].bytes, stream));
+  }
+  return ncclSuccess;
+}
+
 /* Records, after the step on `stream`, the use of the cached mapping that holds p (if any): it must outlive
  * the copies into it and the reads from it. */
 static ncclResult_t mark_used(ce_t *ce, const char *p, cudaStream_t stream) {
@@ -689,6 +753,8 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, i
     }
   if (st->ce == STEP_CE_PULL) {
     CHECK(pull_step(ce, send, recv, stream, seq, ex));
+  } else if (st->ce == STEP_CE_PUSH && (sends > 0 || locals > 0)) {
+    CHECK(push_step(ce, x, st->count, sends, recvs, stream, seq, ex));
   } else {
     /* `ready` raised where the rank receives, and awaited where it sends */
     CHECK(raise_wait(ce, stream, recvs > 0 ? &ce->theirs[W_READY] : NULL,

@@ -44,6 +44,18 @@
  * (docs/perf-notes.md, 56 and 87); both ways at once they are slower, so only a reduction of one transfer
  * one way is pulled.
  *
+ * A push (STEP_CE_PUSH): a step that only copies, whose transfers between the ranks move at least
+ * BRAID_CE_PUSH_MIN_BYTES but not all BRAID_CE_MIN_BYTES. The copy engines' handshake costs each step about
+ * 20 us of the stream turning between kernels and copies (docs/perf-notes.md, 94), more than the engines'
+ * pace gains below some tens of MiB; the rings cost a copy out of the slots on the receiver. Such a step is
+ * agreed and mapped as the copy engines' steps are, and then each rank that sends, or copies locally, runs
+ * one kernel (dev_push_t) of a block per SM: it raises the peer's `ready` where it receives, waits for its
+ * own where it sends, stores its sends straight into the peer's outputs and its local copies into its own,
+ * and its last block raises the peer's `done` and waits for its own: the whole handshake on the SMs, the
+ * stream turning once. A rank that only receives and copies nothing raises `ready` with a stream write and
+ * waits for `done` in a wait kernel, as for the copy engines. The words are the copy engines' own: both
+ * kinds of step leave them 0.
+ *
  * The exchange waits on the host for the peer to reach the same call (at most BRAID_TIMEOUT_S, and the abort
  * flag ends it): like NCCL, large calls on several communicators must be issued in the same order on every
  * rank; within one group the order does not matter (every message of the group is sent before any is
@@ -59,6 +71,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/links.h"
 #include "core/plan.h"
+#include "device/dev.h"
 #include "gpu/gpu.h"
 #include "transport/transport.h"
 
@@ -93,6 +106,8 @@ typedef struct {
    * x->dst, or where `from` points: a pull's peer input) */
   ncclResult_t (*combine)(void *arg, cudaStream_t stream, const xfer_t *x, const char *from, uint32_t *word,
                           int peer, uint64_t seq, uint32_t nchunks, const uint64_t *ends);
+  /* enqueues a push kernel (dev_push_t, filled but for its communicator) */
+  ncclResult_t (*push)(void *arg, cudaStream_t stream, dev_push_t *w);
   ncclResult_t (*keep)(void *arg, gpu_mem_t *mapping);
   void *arg;
 } ce_exec_t;

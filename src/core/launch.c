@@ -97,6 +97,8 @@ struct gx {
   gpu_func_t *func_pair;  /* braid_kernel_pair, for LL launches of one send, receive and copy (pair_shape) */
   gpu_func_t *func_wait;  /* braid_kernel_wait, the copy-engine steps' waits (ce_exec_t) */
   gpu_func_t *func_combine;  /* braid_kernel_combine, their combines (ce_exec_t) */
+  gpu_func_t *func_push;     /* braid_kernel_push, the pushed steps (ce_exec_t) */
+  unsigned push_blocks;      /* its grid: a block per SM */
   unsigned combine_blocks;   /* BRAID_CE_COMBINE_BLOCKS: the combine's grid */
   unsigned pull_blocks;      /* BRAID_CE_PULL_BLOCKS: its grid when it reads the peer's input */
   uint32_t pull_tile;        /* BRAID_CE_PULL_TILE: dev_combine_t.tile then */
@@ -392,14 +394,14 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PAIR_NAME, &gx->func_pair), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_WAIT_NAME, &gx->func_wait), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_COMBINE_NAME, &gx->func_combine), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PUSH_NAME, &gx->func_push), res, fail);
+  int sms = 0;
+  CHECK_GOTO(gpu_device_sms(dev, &sms), res, fail);
+  gx->push_blocks = sms < 1 ? 1 : sms > 1024 ? 1024 : (unsigned)sms;
   int64_t blocks = param_int(P_BRAID_CE_COMBINE_BLOCKS);
   gx->combine_blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : (unsigned)blocks;
   blocks = param_int(P_BRAID_CE_PULL_BLOCKS);
-  if (blocks < 1) {
-    int sms = 0;
-    CHECK_GOTO(gpu_device_sms(dev, &sms), res, fail);
-    blocks = sms;
-  }
+  if (blocks < 1) blocks = sms;
   gx->pull_blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : (unsigned)blocks;
   int64_t tile = param_int(P_BRAID_CE_PULL_TILE);
   gx->pull_tile = tile < 16 ? 0 : tile > (1 << 30) ? 1u << 30 : (uint32_t)(tile / 16 * 16);
@@ -1387,6 +1389,12 @@ static ncclResult_t exec_combine(void *arg, cudaStream_t stream, const xfer_t *x
                     DEV_THREADS, &w, sizeof w, stream);
 }
 
+static ncclResult_t exec_push(void *arg, cudaStream_t stream, dev_push_t *w) {
+  const exec_ctx_t *c = arg;
+  w->comm = c->gx->dcomm;
+  return gpu_launch(c->gx->func_push, c->gx->push_blocks, DEV_THREADS, w, sizeof *w, stream);
+}
+
 /* The graph being captured keeps `mapping` (its token unmaps it when the graph is destroyed); on failure
  * the caller still owns it. */
 static ncclResult_t exec_keep(void *arg, gpu_mem_t *mapping) {
@@ -1412,7 +1420,8 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
                      gx->name, (unsigned long long)st->task->seq);
     CHECK(flush(gx, lc, st->task->seq));
     exec_ctx_t c = {gx, lc};
-    const ce_exec_t ex = {exec_wait, exec_combine, exec_keep, &c};
+    const ce_exec_t ex = {
+        .wait = exec_wait, .combine = exec_combine, .push = exec_push, .keep = exec_keep, .arg = &c};
     return ce_step(gx->ce, plan, s, lc->s, lc->capturing, &ex);
   }
   /* an eager launch's list must fit the queue (an entry is a header and the list) */

@@ -96,8 +96,9 @@ typedef struct {
 } step_t;
 
 /* step_t.ce: the copy engines write the receiver's outputs; or a reduction's receiver combines the sender's
- * input, read where it is by its combine kernel. */
-enum { STEP_CE_COPY = 1, STEP_CE_PULL = 2 };
+ * input, read where it is by its combine kernel; or one kernel of the sender writes the receiver's outputs
+ * (a step that only copies, below the copy engines' threshold). */
+enum { STEP_CE_COPY = 1, STEP_CE_PULL = 2, STEP_CE_PUSH = 3 };
 
 /* A communicator's plan for one group. Its arrays grow and are reused, so building allocates nothing once
  * warm. */

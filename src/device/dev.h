@@ -52,6 +52,7 @@
 #define DEV_KERNEL_PAIR_NAME    "braid_kernel_pair"
 #define DEV_KERNEL_WAIT_NAME    "braid_kernel_wait"
 #define DEV_KERNEL_COMBINE_NAME "braid_kernel_combine"
+#define DEV_KERNEL_PUSH_NAME    "braid_kernel_push"
 
 /* The control block of one ring; 128-byte fields keep the two writers' counters on separate lines. */
 typedef struct {
@@ -390,6 +391,38 @@ typedef struct {
   uint32_t pad;
   uint64_t ends[DEV_COMBINE_CHUNKS];
 } dev_combine_t;
+
+/* The copy-engine path's push (core/ce.h, STEP_CE_PUSH), a seventh entry point: a step that only copies,
+ * moved by one kernel instead of the copy engines, its handshake inside it. Block 0 first raises the peer's
+ * `raise_ready` to 1 (this rank's outputs are free) when the rank receives; every block's thread 0 waits
+ * for this rank's `ready` to be 1 when it sends (the peer's outputs are free). Then the blocks copy: the
+ * sends straight into the peer's outputs (mapped here), the local copies beside them, each copy in tiles of
+ * DEV_PUSH_TILE bytes dealt to the blocks round robin. Each block, after a barrier, fences at system scope
+ * and counts itself in `blocks` (this rank's memory); the last one to count finds every block's stores
+ * ordered before its own, clears `blocks` and `ready`, fences, raises the peer's `raise_done` to 1 when the
+ * rank sends, then waits for this rank's `done` to be 1 when it receives (the peer's stores into its
+ * outputs have landed) and clears it. Every word is 0 again after the kernel, as after a copy-engine step:
+ * the peer raises a word again only in its next step, which starts after this one's last word reached it.
+ * The waits give up as spin loops do everywhere (wait.cuh). */
+#define DEV_PUSH_COPIES 8
+#define DEV_PUSH_TILE   (64u * 1024)
+typedef struct {
+  const char *src;
+  char *dst; /* the peer's output (a send) or this rank's (a local copy) */
+  uint64_t bytes;
+} dev_copy_t;
+typedef struct {
+  dev_comm_t comm;
+  uint32_t *ready;       /* NULL (the rank does not send), or this rank's word, raised by the peer */
+  uint32_t *done;        /* NULL (the rank does not receive), or this rank's word, raised by the peer */
+  uint32_t *raise_ready; /* NULL, or the peer's word (mapped here) */
+  uint32_t *raise_done;  /* NULL, or the peer's word (mapped here) */
+  uint32_t *blocks;      /* this rank's count of blocks done */
+  uint64_t seq;          /* the call, for the error */
+  int32_t peer;
+  uint32_t ncopies; /* 0 .. DEV_PUSH_COPIES */
+  dev_copy_t copies[DEV_PUSH_COPIES];
+} dev_push_t;
 
 /* Helpers for the slicing arithmetic above, one definition for the host (planner, tests) and the kernel. */
 #ifdef __CUDACC__

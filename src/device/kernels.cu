@@ -1103,6 +1103,54 @@ extern "C" __global__ void __launch_bounds__(32, 1) braid_kernel_wait(const __gr
   *word = 0; /* the stream's next operation (a copy, or the next step's wait) comes after the kernel */
 }
 
+/* Thread 0: waits until *word is 1 (spin_fails' timeout and abort); false when the wait failed. */
+__device__ bool word_wait_one(const dev_comm_t *comm, const uint32_t *word, const wait_what &what) {
+  spin_t s = {0, 0};
+  while (load_acquire_sys32(word) != 1)
+    if (spin_fails(comm, &s, what)) return false;
+  return true;
+}
+
+/* The copy-engine path's push (dev.h, dev_push_t). */
+extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
+    braid_kernel_push(const __grid_constant__ dev_push_t w) {
+  int failed = 0;
+  if (threadIdx.x == 0) {
+    if (blockIdx.x == 0 && w.raise_ready != NULL) { /* the stream's earlier work is complete */
+      fence_acq_rel_sys();
+      *(volatile uint32_t *)w.raise_ready = 1;
+    }
+    if (w.ready != NULL) failed = !word_wait_one(&w.comm, w.ready, {w.peer, -1, 1, w.seq});
+  }
+  if (__syncthreads_or(failed)) return;
+  const uint64_t grid = gridDim.x;
+  uint64_t base = 0; /* tiles of the copies before this one: the blocks take them round robin throughout */
+  for (uint32_t c = 0; c < w.ncopies && c < DEV_PUSH_COPIES; c++) {
+    const dev_copy_t &k = w.copies[c];
+    const uint64_t ntiles = (k.bytes + DEV_PUSH_TILE - 1) / DEV_PUSH_TILE;
+    for (uint64_t t = (blockIdx.x + grid - base % grid) % grid; t < ntiles; t += grid) {
+      const uint64_t off = t * DEV_PUSH_TILE;
+      const piece_t pc = {k.src + off, NULL, k.dst + off, NULL,
+                          (uint32_t)min(k.bytes - off, (uint64_t)DEV_PUSH_TILE)};
+      copy_piece<DEV_THREADS>(pc, threadIdx.x);
+    }
+    base += ntiles;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  fence_acq_rel_sys(); /* the block's stores (ordered before thread 0's by the barrier), then its count */
+  if (atomicAdd(w.blocks, 1u) != gridDim.x - 1) return;
+  fence_acq_rel_sys(); /* the last block: every block's stores before what it stores next */
+  *(volatile uint32_t *)w.blocks = 0;
+  if (w.ready != NULL) *(volatile uint32_t *)w.ready = 0;
+  if (w.raise_done != NULL) {
+    fence_acq_rel_sys(); /* the words cleared before the peer can raise them again */
+    *(volatile uint32_t *)w.raise_done = 1;
+  }
+  if (w.done != NULL && word_wait_one(&w.comm, w.done, {w.peer, -1, 0, w.seq}))
+    *(volatile uint32_t *)w.done = 0;
+}
+
 /* The copy-engine path's combine (dev.h, dev_combine_t): chunk by chunk, every block waits for the chunk's
  * word itself (no grid barrier) and combines its part, in pieces of at most COMBINE_PIECE bytes (piece_t
  * counts bytes in 32 bits); or, with `tile`, the chunk's tiles dealt round robin. */

@@ -635,6 +635,7 @@ static void channels_rank(int rank, int nranks, void *arg) {
 static void channels_agree(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   setenv("BRAID_PAIR_KERNEL", "0", 1);
+  setenv("BRAID_CE_PUSH_MIN_BYTES", "0", 1); /* the kernels' channels: no step pushed */
   unsetenv("MOCK_CUDA_STUCK");
   shared_t sh;
   EXPECT_OK(ncclGetUniqueId(&sh.id));
@@ -644,6 +645,7 @@ static void channels_agree(void) {
   EXPECT(run_ranks(2, 60, channels_rank, &sh) == 0, "a rank failed (BRAID_WIDE_STEPS=1)");
   unsetenv("BRAID_WIDE_STEPS");
   unsetenv("BRAID_PAIR_KERNEL");
+  unsetenv("BRAID_CE_PUSH_MIN_BYTES");
 }
 
 /* What the last launch of braid_kernel_pair carried: 'S', 'R' and 'C' for the send, receive and copy it has
@@ -1504,6 +1506,139 @@ static void ce_pull_all_rank(int rank, int nranks, void *arg) {
   ce_pull(rank, nranks, arg, 2);
 }
 
+/* ---- Steps that only copy, pushed by one kernel (core/ce.h, STEP_CE_PUSH) ----
+ * With BRAID_CE_PUSH_MIN_BYTES below BRAID_CE_MIN_BYTES, the copy-engine path's steps that only copy go by
+ * the push kernel, which the stand-in runs at once: its handshake, then its copies (the sends straight into
+ * the peer's outputs, mapped here, and the local copies). A rank that only receives and copies nothing
+ * raises `ready` with a stream write and waits in a wait kernel. Every call checked here moves its data that
+ * way: the other kernels move nothing. */
+
+/* The stand-in's counts of what a pushed step enqueues. */
+typedef struct {
+  uint64_t pushes, copies, writes, waits, dd;
+} push_counts_t;
+
+static push_counts_t push_counts(void) {
+  const mock_cuda_stats_t *st = mock_stats();
+  return (push_counts_t){st->push_launches, st->push_copies, st->stream_writes, st->wait_launches,
+                         st->dd_copies};
+}
+
+/* Expects the calls since `before` to have enqueued `pushes` push kernels making `copies` copies, `writes`
+ * stream writes, `waits` wait kernels and `dd` copies by the copy engines. */
+static void push_expect(int rank, const push_counts_t *before, uint64_t pushes, uint64_t copies,
+                        uint64_t writes, uint64_t waits, uint64_t dd, const char *what) {
+  const push_counts_t n = push_counts();
+  if (n.pushes - before->pushes != pushes || n.copies - before->copies != copies ||
+      n.writes - before->writes != writes || n.waits - before->waits != waits || n.dd - before->dd != dd)
+    test_fail(__FILE__, __LINE__,
+              "rank %d: %s: %llu pushes of %llu copies, %llu stream writes, %llu waits, %llu engine copies",
+              rank, what, (unsigned long long)(n.pushes - before->pushes),
+              (unsigned long long)(n.copies - before->copies),
+              (unsigned long long)(n.writes - before->writes), (unsigned long long)(n.waits - before->waits),
+              (unsigned long long)(n.dd - before->dd));
+}
+
+static void push_rank(int rank, int nranks, void *arg) {
+  char log_path[128];
+  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
+  EXPECT(test_file_lines(log_path, "pushed by one kernel from 1024 bytes a transfer") == 1,
+         "rank %d: the log does not give the agreed BRAID_CE_PUSH_MIN_BYTES", rank);
+  const int peer = 1 - rank;
+  void *s, *r;
+  ce_bufs_t b = ce_open(rank, 31, &s, &r);
+  push_counts_t c = push_counts();
+  for (int root = 0; root < 2; root++) { /* the root pushes; the other rank writes `ready` and waits */
+    ce_fresh(&b);
+    EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N, ncclFloat, root, comm, NULL));
+    ce_expect(&b, b.recv, CE_N, root, 0, "broadcast pushed");
+    /* out of place, the root also copies its input into its output */
+    push_expect(rank, &c, rank == root, rank == root ? 2 : 0, rank != root, rank != root, 0,
+                "a broadcast pushed");
+    c = push_counts();
+  }
+  ce_fresh(&b);
+  EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, NULL));
+  for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "all-gather pushed");
+  push_expect(rank, &c, 1, 2, 0, 0, 0, "an all-gather pushed"); /* the send and the local copy */
+  c = push_counts();
+  ce_fresh(&b); /* in place: nothing to copy locally */
+  memcpy(b.recv + (size_t)rank * CE_N, b.send, CE_N * sizeof(float));
+  EXPECT_OK(ncclAllGather(b.recv + (size_t)rank * CE_N, b.recv, CE_N, ncclFloat, comm, NULL));
+  for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "all-gather in place");
+  push_expect(rank, &c, 1, 1, 0, 0, 0, "an all-gather in place pushed");
+  c = push_counts();
+  ce_fresh(&b); /* the root receives and copies its own block: a push kernel with a local copy only */
+  EXPECT_OK(ncclGather(b.send, b.recv, CE_N, ncclFloat, 0, comm, NULL));
+  if (rank == 0)
+    for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "gather pushed");
+  push_expect(rank, &c, 1, 1, 0, 0, 0, "a gather pushed");
+  c = push_counts();
+  ce_fresh(&b);
+  EXPECT_OK(ncclAlltoAll(b.send, b.recv, CE_N, ncclFloat, comm, NULL));
+  for (int p = 0; p < 2; p++)
+    ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, (size_t)rank * CE_N, "alltoall pushed");
+  c = push_counts();
+  /* A group of two sends each way, of different sizes, and nine copies to this rank itself: one kernel
+   * takes the two sends and six copies, the other three follow it by the copy engines. */
+  ce_fresh(&b);
+  enum { SELF = 9, SELF_N = 1001 };
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(b.send, CE_N, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclSend(b.send + CE_N, CE_N - 2 * SELF_N * SELF, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclRecv(b.recv, CE_N, ncclFloat, peer, comm, NULL));
+  EXPECT_OK(ncclRecv(b.recv + CE_N, CE_N - 2 * SELF_N * SELF, ncclFloat, peer, comm, NULL));
+  float *self_out = b.recv + 2 * CE_N - SELF_N * SELF;
+  for (int i = 0; i < SELF; i++) {
+    EXPECT_OK(ncclSend(b.send + 2 * CE_N - SELF_N * (i + 1), SELF_N, ncclFloat, rank, comm, NULL));
+    EXPECT_OK(ncclRecv(self_out + SELF_N * i, SELF_N, ncclFloat, rank, comm, NULL));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  ce_expect(&b, b.recv, 2 * CE_N - 2 * SELF_N * SELF, peer, 0, "send/receive pushed");
+  for (int i = 0; i < SELF; i++)
+    ce_expect(&b, self_out + SELF_N * i, SELF_N, rank, 2 * CE_N - SELF_N * (i + 1), "a copy to itself");
+  push_expect(rank, &c, 1, DEV_PUSH_COPIES, 0, 0, 2 + SELF - DEV_PUSH_COPIES, "a group pushed");
+  /* broadcast, all-gather, gather, alltoall, send: one INFO line each */
+  EXPECT(test_file_lines(log_path, "pushed by one kernel: ") == 5, "rank %d: %d kinds logged as pushed", rank,
+         test_file_lines(log_path, "pushed by one kernel: "));
+  EXPECT(test_file_lines(log_path, "by the copy engines") == 0, "rank %d: a copy-engine step", rank);
+  /* Captured by both ranks: the same kernel in the graph, and the graph keeps its mapping of the peer's
+   * output. */
+  const int maps = live_mappings(mock_stats());
+  c = push_counts();
+  ce_fresh(&b);
+  EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, (cudaStream_t)MOCK_CUDA_CAPTURING));
+  for (int p = 0; p < 2; p++) ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "captured all-gather");
+  push_expect(rank, &c, 1, 2, 0, 0, 0, "a captured all-gather pushed");
+  EXPECT(live_mappings(mock_stats()) == maps + 1, "rank %d: %d mappings for the graph", rank,
+         live_mappings(mock_stats()) - maps);
+  EXPECT(mock_graph_destroy() == 1, "rank %d: the graph held more than the communicator's token", rank);
+  ce_close(&b, s, r, comm, 0, "broadcast after pushes");
+}
+
+/* BRAID_CE_PUSH_MIN_BYTES=0 on one rank: no step is pushed on either, the copy engines keep theirs. */
+static void push_off_rank(int rank, int nranks, void *arg) {
+  if (rank == 1) setenv("BRAID_CE_PUSH_MIN_BYTES", "0", 1);
+  char log_path[128];
+  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
+  EXPECT(test_file_lines(log_path, "pushed by one kernel from 0 bytes a transfer") == 1,
+         "rank %d: the pushes are not off on both ranks", rank);
+  void *s, *r;
+  ce_bufs_t b = ce_open(rank, 41, &s, &r);
+  const push_counts_t c = push_counts();
+  ce_fresh(&b); /* below BRAID_CE_MIN_BYTES: the kernels, which move nothing here */
+  EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N / 4, ncclFloat, comm, NULL));
+  push_expect(rank, &c, 0, 0, 0, 0, 0, "an all-gather with pushes off");
+  EXPECT(test_file_lines(log_path, "pushed by one kernel: ") == 0, "rank %d: a step was pushed", rank);
+  ce_fresh(&b); /* at the threshold: the copy engines */
+  EXPECT_OK(ncclBroadcast(b.send, b.recv, 2 * CE_N, ncclFloat, 1, comm, NULL));
+  ce_expect(&b, b.recv, 2 * CE_N, 1, 0, "broadcast by the copy engines");
+  EXPECT(test_file_lines(log_path, "by the copy engines") == 1, "rank %d: no copy-engine step", rank);
+  EXPECT_OK(ncclMemFree(s));
+  EXPECT_OK(ncclMemFree(r));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
 /* ncclCommInitAll where one device's init fails (its memory runs out): the call returns that error, and the
  * other rank, which waits for the failed one, stops waiting at once instead of after BRAID_TIMEOUT_S (the
  * 60 s this process is given would end first). */
@@ -1559,6 +1694,24 @@ static void copy_engines(void) {
   unsetenv("MOCK_CUDA_NO_VMM");
 }
 
+/* Pushes below the copy engines' threshold (2 * CE_N floats: every case's transfers are below it), with
+ * ncclMemAlloc's cuMem memory, then with cuMemAlloc's (legacy IPC). */
+static void pushes(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  setenv("BRAID_CE_MIN_BYTES", "800024", 1);
+  setenv("BRAID_CE_PUSH_MIN_BYTES", "1024", 1);
+  setenv("BRAID_CE_REDUCE_MIN_BYTES", "0", 1);
+  unsetenv("MOCK_CUDA_STUCK");
+  run_with_logs(push_rank, 60);
+  run_with_logs(push_off_rank, 60);
+  setenv("MOCK_CUDA_NO_VMM", "1", 1);
+  run_with_logs(push_rank, 60);
+  unsetenv("MOCK_CUDA_NO_VMM");
+  unsetenv("BRAID_CE_MIN_BYTES");
+  unsetenv("BRAID_CE_PUSH_MIN_BYTES");
+  unsetenv("BRAID_CE_REDUCE_MIN_BYTES");
+}
+
 int main(int argc, char **argv) {
   test_reexec_with_library_dir(argv, BRAID_MOCK_CUDA_DIR);
   test_filter(argc - 1, argv + 1);
@@ -1570,6 +1723,7 @@ int main(int argc, char **argv) {
   TEST(tuning_log, 60);
   TEST(launch_memo, 60);
   TEST(copy_engines, 90);
+  TEST(pushes, 90);
   TEST(init_all_failure, 90);
   return test_summary();
 }

@@ -65,7 +65,7 @@ int mock_cuda_graph_destroy(void) {
   return n;
 }
 static struct CUfunc_st kernel, kernel_small, kernel_ll, kernel_bulk, kernel_pair, kernel_wait,
-    kernel_combine;
+    kernel_combine, kernel_push;
 static _Thread_local CUcontext current;
 
 /* cuMemAlloc allocations (own and opened through IPC), backed by POSIX shared memory. */
@@ -655,6 +655,8 @@ static CUresult mock_cuModuleGetFunction(CUfunction *f, CUmodule mod, const char
     *f = &kernel_wait;
   } else if (strcmp(name, MOCK_CUDA_KERNEL_COMBINE) == 0) {
     *f = &kernel_combine;
+  } else if (strcmp(name, MOCK_CUDA_KERNEL_PUSH) == 0) {
+    *f = &kernel_push;
   } else {
     return CUDA_ERROR_NOT_FOUND;
   }
@@ -716,6 +718,26 @@ static CUresult run_combine(const dev_combine_t *w) {
   return CUDA_SUCCESS;
 }
 
+/* MOCK_CUDA_KERNEL_PUSH, run at once as its blocks together would: raises the peer's `ready` (if any), waits
+ * for its own (if any), copies, clears the words, raises the peer's `done` (if any) and waits for its own (if
+ * any), clearing it. The block count word must be 0 before and after, as the kernel leaves it. */
+static CUresult run_push(const dev_push_t *w) {
+  mock_cuda_stats.push_launches++;
+  if (w->ncopies > DEV_PUSH_COPIES || w->blocks == NULL || *w->blocks != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (w->raise_ready != NULL) __atomic_store_n(w->raise_ready, 1, __ATOMIC_SEQ_CST);
+  if (w->ready != NULL && !word_wait(&w->comm, w->ready, 1, w->peer, 1, w->seq)) return CUDA_SUCCESS;
+  for (uint32_t i = 0; i < w->ncopies; i++) {
+    memmove(w->copies[i].dst, w->copies[i].src, w->copies[i].bytes);
+    mock_cuda_stats.push_copies++;
+    mock_cuda_stats.push_bytes += w->copies[i].bytes;
+  }
+  if (w->ready != NULL) __atomic_store_n(w->ready, 0, __ATOMIC_SEQ_CST);
+  if (w->raise_done != NULL) __atomic_store_n(w->raise_done, 1, __ATOMIC_SEQ_CST);
+  if (w->done != NULL && word_wait(&w->comm, w->done, 1, w->peer, 0, w->seq))
+    __atomic_store_n(w->done, 0, __ATOMIC_SEQ_CST);
+  return CUDA_SUCCESS;
+}
+
 static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                                     CUstream stream, void **params, void **extra) {
@@ -727,6 +749,11 @@ static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
     return gx >= 1 && gy == 1 && gz == 1 && bx == DEV_THREADS && by == 1 && bz == 1 && params != NULL &&
                    extra == NULL
                ? run_combine(params[0])
+               : CUDA_ERROR_INVALID_VALUE;
+  if (f == &kernel_push)
+    return gx >= 1 && gy == 1 && gz == 1 && bx == DEV_THREADS && by == 1 && bz == 1 && params != NULL &&
+                   extra == NULL
+               ? run_push(params[0])
                : CUDA_ERROR_INVALID_VALUE;
   const int small_work = f == &kernel_small || f == &kernel_ll || f == &kernel_bulk;
   if ((f != &kernel && f != &kernel_pair && !small_work) || gy != 1 || gz != 1 || by != 1 || bz != 1 ||

@@ -25,6 +25,7 @@
 #define MOCK_CUDA_KERNEL_PAIR    "braid_kernel_pair"
 #define MOCK_CUDA_KERNEL_WAIT    "braid_kernel_wait"    /* run at once: waits for its word (below) */
 #define MOCK_CUDA_KERNEL_COMBINE "braid_kernel_combine" /* run at once: waits for each chunk, combines it */
+#define MOCK_CUDA_KERNEL_PUSH    "braid_kernel_push"    /* run at once: its handshake and copies */
 #define MOCK_CUDA_GARBAGE        0xAB /* fresh device and pinned memory is filled with this */
 #define MOCK_CUDA_MAX_OBJS       64   /* user objects the capturing stream's one graph can hold */
 #define MOCK_CUDA_WAIT_S                                                                                     \
@@ -35,7 +36,7 @@ typedef struct {
   int legacy_stream;         /* it asked for the legacy default stream's variants */
   int retains;               /* cuDevicePrimaryCtxRetain calls */
   int module_loads;          /* modules loaded and not unloaded */
-  int launches;              /* cuLaunchKernel calls, MOCK_CUDA_KERNEL_WAIT and _COMBINE aside */
+  int launches;              /* cuLaunchKernel calls, MOCK_CUDA_KERNEL_WAIT, _COMBINE and _PUSH aside */
   uint64_t last_param;       /* the first 8 bytes of the last launch's parameter */
   const void *last_param_at; /* where the caller passed that parameter from */
   unsigned last_grid, last_block;
@@ -63,6 +64,9 @@ typedef struct {
   uint64_t wait_raises;      /* those that raised a word of the peer's first */
   uint64_t combine_launches; /* launches of MOCK_CUDA_KERNEL_COMBINE */
   uint64_t combine_chunks;   /* chunks they combined */
+  uint64_t push_launches;    /* launches of MOCK_CUDA_KERNEL_PUSH */
+  uint64_t push_copies;      /* copies they made (sends and local copies) */
+  uint64_t push_bytes;       /* bytes they copied */
 } mock_cuda_stats_t;
 
 /* Destroys the capturing stream's graph: runs the destructor of every user object it holds (exported; tests

@@ -15,6 +15,9 @@
  *             further from alignment than rank 0's;
  *   single_*  one process and thread driving every GPU (ncclCommInitAll, one group per case); single_ce with
  *             BRAID_CE_MIN_BYTES=4096, as procs_ce;
+ *   procs_push, single_push: steps that only copy pushed by one kernel from 4 KiB a transfer
+ *             (BRAID_CE_PUSH_MIN_BYTES=4096), below the copy engines' default threshold; procs_push also
+ *             with the ranks' buffers aligned differently;
  *   shm_*     one process per GPU with NCCL_P2P_DISABLE=1: host shared memory between the GPUs;
  *   tcp_*     one process per GPU with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: TCP sockets.
  * The transport modes run a quick sweep (every collective, four types, three operations); with --full they
@@ -241,6 +244,17 @@ static void procs_ce(void) {
   ce_env(0);
 }
 
+/* Steps that only copy pushed by one kernel from 4 KiB (procs_push, single_push): below the copy engines'
+ * threshold, whose default stays. */
+static void procs_push(void) {
+  setenv("BRAID_CE_PUSH_MIN_BYTES", "4096", 1);
+  run_procs(TIER_QUICK, "procs/push", 300);
+  run_procs(TIER_LARGE_SINGLE, "procs/push", 300);
+  /* from a peer whose buffers are aligned unlike this rank's */
+  run_procs_skewed(TIER_QUICK, "procs/push-skewed", 1, 300);
+  unsetenv("BRAID_CE_PUSH_MIN_BYTES");
+}
+
 /* ---- One process and thread for every GPU ---- */
 
 typedef struct {
@@ -301,6 +315,13 @@ static void single_ce(void) {
   ce_env(0);
 }
 
+static void single_push(void) {
+  setenv("BRAID_CE_PUSH_MIN_BYTES", "4096", 1);
+  run_single(TIER_QUICK);
+  run_single(TIER_LARGE_SINGLE);
+  unsetenv("BRAID_CE_PUSH_MIN_BYTES");
+}
+
 /* ---- Transports ---- */
 
 static void shm_quick(void) {
@@ -332,6 +353,8 @@ int main(int argc, char **argv) {
   TEST(single_small, 320);
   TEST(single_large, 320);
   TEST(single_ce, 620);
+  TEST(procs_push, 620);
+  TEST(single_push, 620);
   TEST(shm_quick, 320);
   TEST(tcp_quick, 320);
   return test_summary();

@@ -12,6 +12,8 @@
  * a group of an all-gather and a send/recv exchange; a reduce-scatter then a broadcast) replayed in a
  * rotating order between eager calls on two more streams, ordered by events only, 3,000 iterations;
  *   graphs_ce        two_graphs and several_graphs with the copy engines from 4 KiB (BRAID_CE_MIN_BYTES);
+ *   graphs_push      the same with steps that only copy pushed by one kernel from 4 KiB
+ *                    (BRAID_CE_PUSH_MIN_BYTES);
  *   groups_repro     the reproduction with every eager and captured call a group (an all-reduce, an
  *                    all-gather and a send/recv exchange), 20,000 iterations, a replay every 500;
  *   one_thread       the reproduction with one thread driving every GPU (ncclCommInitAll): each call is a
@@ -283,6 +285,15 @@ static void graphs_ce(void) {
   unsetenv("BRAID_CE_MIN_BYTES");
 }
 
+/* The same with steps that only copy pushed by one kernel from 4 KiB (BRAID_CE_PUSH_MIN_BYTES), below the
+ * copy engines' default threshold: the push kernels in the graphs and eagerly between their replays. */
+static void graphs_push(void) {
+  setenv("BRAID_CE_PUSH_MIN_BYTES", "4096", 1);
+  EXPECT(cuda_run_ranks(cuda_nranks, 200, two_graphs_rank, NULL) == 0, "a rank failed (two graphs)");
+  EXPECT(cuda_run_ranks(cuda_nranks, 200, several_rank, NULL) == 0, "a rank failed (several graphs)");
+  unsetenv("BRAID_CE_PUSH_MIN_BYTES");
+}
+
 /* ---- groups_repro ---- */
 
 enum { GR_ITERS = 20000, GR_REPLAY_EVERY = 500, GR_CHECK_EVERY = 1000 };
@@ -393,6 +404,7 @@ int main(int argc, char **argv) {
   TEST(two_graphs, 220);
   TEST(several_graphs, 220);
   TEST(graphs_ce, 420);
+  TEST(graphs_push, 420);
   TEST(groups_repro, 220);
   TEST(one_thread, 220);
   return test_summary();
