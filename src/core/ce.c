@@ -59,6 +59,7 @@ struct ce {
   uint64_t chunk_min;       /* the larger of the two ranks' BRAID_CE_CHUNK_BYTES (at least CE_CHUNK_ALIGN) */
   uint64_t pull_min;        /* the same of BRAID_CE_PULL_MIN_BYTES (UINT64_MAX: never) */
   uint64_t push_min;        /* the same of BRAID_CE_PUSH_MIN_BYTES (UINT64_MAX: never) */
+  uint64_t push_xmin;       /* the same of BRAID_CE_PUSH_EXCHANGE_MIN_BYTES (UINT64_MAX: never) */
   gpu_mem_t *words;         /* this rank's words */
   gpu_mem_t *peer_words;    /* the peer's, mapped (another process) */
   uint32_t *mine, *theirs;  /* their device addresses */
@@ -83,6 +84,7 @@ typedef struct {
   uint64_t chunk_min;
   uint64_t pull_min;
   uint64_t push_min;
+  uint64_t push_xmin;
   gpu_export_t words; /* another process: the words' export */
   uint64_t words_at;  /* this process: their address */
 } init_msg_t;
@@ -172,13 +174,15 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
    * only a failed exchange with the peer fails init. */
   int64_t min = param_int(P_BRAID_CE_MIN_BYTES), chunk = param_int(P_BRAID_CE_CHUNK_BYTES),
           reduce_min = param_int(P_BRAID_CE_REDUCE_MIN_BYTES),
-          pull_min = param_int(P_BRAID_CE_PULL_MIN_BYTES), push_min = param_int(P_BRAID_CE_PUSH_MIN_BYTES);
+          pull_min = param_int(P_BRAID_CE_PULL_MIN_BYTES), push_min = param_int(P_BRAID_CE_PUSH_MIN_BYTES),
+          push_xmin = param_int(P_BRAID_CE_PUSH_EXCHANGE_MIN_BYTES);
   init_msg_t mine = {.magic = CE_MAGIC,
                      .dev = dev,
                      .min_bytes = min > 0 ? (uint64_t)min : 0,
                      .reduce_min = reduce_min > 0 ? (uint64_t)reduce_min : UINT64_MAX,
                      .pull_min = pull_min > 0 ? (uint64_t)pull_min : UINT64_MAX,
                      .push_min = push_min > 0 ? (uint64_t)push_min : UINT64_MAX,
+                     .push_xmin = push_xmin > 0 ? (uint64_t)push_xmin : UINT64_MAX,
                      /* chunks end at multiples of CE_CHUNK_ALIGN, whatever was asked */
                      .chunk_min = chunk > CE_CHUNK_ALIGN ? ((uint64_t)chunk + CE_CHUNK_ALIGN - 1) /
                                                                CE_CHUNK_ALIGN * CE_CHUNK_ALIGN
@@ -205,6 +209,7 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
     ce->chunk_min = mine.chunk_min > theirs.chunk_min ? mine.chunk_min : theirs.chunk_min;
     ce->pull_min = mine.pull_min > theirs.pull_min ? mine.pull_min : theirs.pull_min;
     ce->push_min = mine.push_min > theirs.push_min ? mine.push_min : theirs.push_min;
+    ce->push_xmin = mine.push_xmin > theirs.push_xmin ? mine.push_xmin : theirs.push_xmin;
     ok = (!local              ? gpu_mem_import(dev, &theirs.words, &ce->peer_words)
           : theirs.dev != dev ? gpu_enable_peer_access(dev, theirs.dev)
                               : ncclSuccess) == ncclSuccess &&
@@ -230,11 +235,14 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
        "never), landing in chunks of at least %llu bytes, combined as they come (BRAID_CE_CHUNK_BYTES); a "
        "reduce's root reads the other rank's input where it lies from %llu bytes, in place or below that "
        "(BRAID_CE_PULL_MIN_BYTES, 0: never); below the copy engines, steps that only copy are pushed by one "
-       "kernel from %llu bytes a transfer (BRAID_CE_PUSH_MIN_BYTES, 0: never)",
+       "kernel from %llu bytes a transfer (BRAID_CE_PUSH_MIN_BYTES, 0: never), from %llu where each rank "
+       "sends "
+       "and receives (BRAID_CE_PUSH_EXCHANGE_MIN_BYTES)",
        name, rank, peer, (unsigned long long)ce->min_bytes,
        (unsigned long long)(ce->reduce_min == UINT64_MAX ? 0 : ce->reduce_min),
        (unsigned long long)ce->chunk_min, (unsigned long long)(ce->pull_min == UINT64_MAX ? 0 : ce->pull_min),
-       (unsigned long long)(ce->push_min >= ce->min_bytes ? 0 : ce->push_min));
+       (unsigned long long)(ce->push_min >= ce->min_bytes ? 0 : ce->push_min),
+       (unsigned long long)(ce->push_xmin >= ce->min_bytes ? 0 : ce->push_xmin));
   *ce_p = ce;
   return ncclSuccess;
 fail_leave:
@@ -261,9 +269,24 @@ static int combinable(const xfer_t *x) {
 }
 
 /* The smallest transfer a step that only copies may have and still bypass the rings: pushed by a kernel
- * from push_min, by the copy engines from min_bytes. */
-static uint64_t copy_min(const ce_t *ce) {
-  return ce->push_min < ce->min_bytes ? ce->push_min : ce->min_bytes;
+ * from push_min, by the copy engines from min_bytes. An eager pushed step costs the host an exchange with
+ * the peer per call: below 8 MiB a one-way step's push was slower than the rings, an exchange's was faster
+ * from 4 MiB (push_xmin) with a process per rank, but not where one thread drives both ranks and pays both
+ * exchanges, so ranks of one process keep push_min (docs/perf-notes.md, 96-97). Both ranks answer alike:
+ * one's sends are the other's receives, and both are in one process or not. */
+static uint64_t copy_min(const ce_t *ce, int exchange) {
+  const uint64_t push = exchange && !ce->local ? ce->push_xmin : ce->push_min;
+  return push < ce->min_bytes ? push : ce->min_bytes;
+}
+
+/* Whether the rank both sends to and receives from the peer in step st. */
+static int exchanges(const plan_t *plan, const step_t *st) {
+  int sends = 0, recvs = 0;
+  for (int i = 0; i < st->count; i++) {
+    sends |= plan->xfers[st->first + i].send_peer >= 0;
+    recvs |= plan->xfers[st->first + i].recv_peer >= 0;
+  }
+  return sends && recvs;
 }
 
 /* Whether the step may take the copy engines, from its transfers between the ranks alone: what one rank
@@ -271,13 +294,14 @@ static uint64_t copy_min(const ce_t *ce) {
  * A reduction's step has at most one transfer each way and no local copy. */
 static int candidate(const ce_t *ce, const plan_t *plan, const step_t *st) {
   int nsend = 0, nrecv = 0, combines = 0, locals = 0, pulled = 0;
+  const uint64_t copies_from = copy_min(ce, exchanges(plan, st));
   for (int i = 0; i < st->count; i++) {
     const xfer_t *x = &plan->xfers[st->first + i];
     if (!is_peer(x)) {
       locals++;
       continue;
     }
-    const uint64_t min = !combining(x)                   ? copy_min(ce)
+    const uint64_t min = !combining(x)                   ? copies_from
                          : ce->reduce_min < ce->pull_min ? ce->reduce_min
                                                          : ce->pull_min;
     if ((x->recv_peer >= 0 && x->send_peer >= 0) || x->bytes < min || (x->flags & (XF_SEQ | XF_PREPARED)) ||

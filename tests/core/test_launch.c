@@ -636,6 +636,7 @@ static void channels_agree(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   setenv("BRAID_PAIR_KERNEL", "0", 1);
   setenv("BRAID_CE_PUSH_MIN_BYTES", "0", 1); /* the kernels' channels: no step pushed */
+  setenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES", "0", 1);
   unsetenv("MOCK_CUDA_STUCK");
   shared_t sh;
   EXPECT_OK(ncclGetUniqueId(&sh.id));
@@ -646,6 +647,7 @@ static void channels_agree(void) {
   unsetenv("BRAID_WIDE_STEPS");
   unsetenv("BRAID_PAIR_KERNEL");
   unsetenv("BRAID_CE_PUSH_MIN_BYTES");
+  unsetenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES");
 }
 
 /* What the last launch of braid_kernel_pair carried: 'S', 'R' and 'C' for the send, receive and copy it has
@@ -1616,20 +1618,34 @@ static void push_rank(int rank, int nranks, void *arg) {
   ce_close(&b, s, r, comm, 0, "broadcast after pushes");
 }
 
-/* BRAID_CE_PUSH_MIN_BYTES=0 on one rank: no step is pushed on either, the copy engines keep theirs. */
-static void push_off_rank(int rank, int nranks, void *arg) {
-  if (rank == 1) setenv("BRAID_CE_PUSH_MIN_BYTES", "0", 1);
+/* A push threshold 0 on one rank turns those pushes off on both, the other kind staying on: mode 0,
+ * BRAID_CE_PUSH_MIN_BYTES on rank 1 (one-way steps: a broadcast goes to the kernels, which move nothing
+ * here, an all-gather is still pushed); mode 1, BRAID_CE_PUSH_EXCHANGE_MIN_BYTES on rank 0 (the other way
+ * round). The copy engines keep their steps. */
+static void push_off(int rank, int nranks, const shared_t *sh, int mode) {
+  if (mode == 0 && rank == 1) setenv("BRAID_CE_PUSH_MIN_BYTES", "0", 1);
+  if (mode == 1 && rank == 0) setenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES", "0", 1);
   char log_path[128];
-  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
-  EXPECT(test_file_lines(log_path, "pushed by one kernel from 0 bytes a transfer") == 1,
-         "rank %d: the pushes are not off on both ranks", rank);
+  ncclComm_t comm = tuning_comm(sh, rank, nranks, log_path, sizeof log_path);
+  const char *agreed = mode == 0 ? "from 0 bytes a transfer (BRAID_CE_PUSH_MIN_BYTES, 0: never), from 1024 "
+                                 : "from 1024 bytes a transfer (BRAID_CE_PUSH_MIN_BYTES, 0: never), from 0 ";
+  EXPECT(test_file_lines(log_path, agreed) == 1, "rank %d: the log does not give the agreed push thresholds",
+         rank);
   void *s, *r;
   ce_bufs_t b = ce_open(rank, 41, &s, &r);
-  const push_counts_t c = push_counts();
-  ce_fresh(&b); /* below BRAID_CE_MIN_BYTES: the kernels, which move nothing here */
+  push_counts_t c = push_counts();
+  ce_fresh(&b); /* one way, root 0 */
+  EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N / 4, ncclFloat, 0, comm, NULL));
+  if (mode == 1) ce_expect(&b, b.recv, CE_N / 4, 0, 0, "broadcast pushed");
+  const int root_push = mode == 1 && rank == 0, other = mode == 1 && rank == 1;
+  push_expect(rank, &c, root_push, root_push ? 2 : 0, other, other, 0, "a broadcast");
+  c = push_counts();
+  ce_fresh(&b); /* an exchange */
   EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N / 4, ncclFloat, comm, NULL));
-  push_expect(rank, &c, 0, 0, 0, 0, 0, "an all-gather with pushes off");
-  EXPECT(test_file_lines(log_path, "pushed by one kernel: ") == 0, "rank %d: a step was pushed", rank);
+  if (mode == 0)
+    for (int p = 0; p < 2; p++)
+      ce_expect(&b, b.recv + (size_t)p * (CE_N / 4), CE_N / 4, p, 0, "all-gather pushed");
+  push_expect(rank, &c, mode == 0, mode == 0 ? 2 : 0, 0, 0, 0, "an all-gather");
   ce_fresh(&b); /* at the threshold: the copy engines */
   EXPECT_OK(ncclBroadcast(b.send, b.recv, 2 * CE_N, ncclFloat, 1, comm, NULL));
   ce_expect(&b, b.recv, 2 * CE_N, 1, 0, "broadcast by the copy engines");
@@ -1637,6 +1653,61 @@ static void push_off_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclMemFree(s));
   EXPECT_OK(ncclMemFree(r));
   EXPECT_OK(ncclCommDestroy(comm));
+}
+
+static void push_off_rank(int rank, int nranks, void *arg) {
+  push_off(rank, nranks, arg, 0);
+}
+
+static void push_exchange_off_rank(int rank, int nranks, void *arg) {
+  push_off(rank, nranks, arg, 1);
+}
+
+/* Ranks of one process (ncclCommInitAll, a thread per rank) keep BRAID_CE_PUSH_MIN_BYTES for exchanges too:
+ * with it above CE_N floats and BRAID_CE_PUSH_EXCHANGE_MIN_BYTES at 1 KiB, an all-gather of CE_N floats a
+ * rank goes to the kernels (which move nothing here), a broadcast of 2 * CE_N - 1 floats is pushed by its
+ * root. */
+static void *push_local_thread(void *arg) {
+  const ce_local_t *t = arg;
+  ce_bufs_t b = {(float *)t->s + 1, (float *)t->r + 1, t->rank, 200};
+  ce_fresh(&b);
+  EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, t->comm, NULL));
+  ce_fresh(&b);
+  EXPECT_OK(ncclBroadcast(b.send, b.recv, 2 * CE_N - 1, ncclFloat, 1, t->comm, NULL));
+  ce_expect(&b, b.recv, 2 * CE_N - 1, 1, 0, "broadcast pushed, one process");
+  return NULL;
+}
+
+static void push_local_proc(int rank, int nranks, void *arg) {
+  char log_path[128];
+  rank_log(arg, rank, log_path, sizeof log_path);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING,ALLOC", 1);
+  setenv("BRAID_CE_PUSH_MIN_BYTES", "400100", 1);
+  param_reload();
+  log_init();
+  ncclComm_t comms[2];
+  EXPECT_OK(ncclCommInitAll(comms, 2, NULL));
+  const push_counts_t c = push_counts();
+  ce_local_t t[2] = {{comms[0], 0, NULL, NULL}, {comms[1], 1, NULL, NULL}};
+  for (int i = 0; i < 2; i++) {
+    gpu_scope_t scope; /* ncclMemAlloc allocates on the current device */
+    EXPECT_OK(gpu_enter(i, &scope));
+    EXPECT_OK(ncclMemAlloc(&t[i].s, (2 * CE_N + 1) * sizeof(float)));
+    EXPECT_OK(ncclMemAlloc(&t[i].r, (2 * CE_N + 1) * sizeof(float)));
+    gpu_leave(&scope);
+  }
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) EXPECT(pthread_create(&th[i], NULL, push_local_thread, &t[i]) == 0);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  /* the broadcast's root pushes its send and its local copy; the other rank writes `ready` and waits */
+  push_expect(rank, &c, 1, 2, 1, 1, 0, "an all-gather and a broadcast in one process");
+  for (int i = 0; i < 2; i++) {
+    EXPECT_OK(ncclCommDestroy(comms[i]));
+    EXPECT_OK(ncclMemFree(t[i].s));
+    EXPECT_OK(ncclMemFree(t[i].r));
+  }
+  setenv("BRAID_CE_PUSH_MIN_BYTES", "1024", 1);
 }
 
 /* ncclCommInitAll where one device's init fails (its memory runs out): the call returns that error, and the
@@ -1700,15 +1771,19 @@ static void pushes(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   setenv("BRAID_CE_MIN_BYTES", "800024", 1);
   setenv("BRAID_CE_PUSH_MIN_BYTES", "1024", 1);
+  setenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES", "1024", 1);
   setenv("BRAID_CE_REDUCE_MIN_BYTES", "0", 1);
   unsetenv("MOCK_CUDA_STUCK");
   run_with_logs(push_rank, 60);
   run_with_logs(push_off_rank, 60);
+  run_with_logs(push_exchange_off_rank, 60);
+  run_one_process(push_local_proc, 60);
   setenv("MOCK_CUDA_NO_VMM", "1", 1);
   run_with_logs(push_rank, 60);
   unsetenv("MOCK_CUDA_NO_VMM");
   unsetenv("BRAID_CE_MIN_BYTES");
   unsetenv("BRAID_CE_PUSH_MIN_BYTES");
+  unsetenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES");
   unsetenv("BRAID_CE_REDUCE_MIN_BYTES");
 }
 

@@ -16,12 +16,11 @@
  *   single_*  one process and thread driving every GPU (ncclCommInitAll, one group per case); single_ce with
  *             BRAID_CE_MIN_BYTES=4096, as procs_ce;
  *   procs_push, single_push: steps that only copy pushed by one kernel from 4 KiB a transfer
- *             (BRAID_CE_PUSH_MIN_BYTES=4096), below the copy engines' default threshold; procs_push also
- *             with the ranks' buffers aligned differently;
- *   shm_*     one process per GPU with NCCL_P2P_DISABLE=1: host shared memory between the GPUs;
- *   tcp_*     one process per GPU with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: TCP sockets.
- * The transport modes run a quick sweep (every collective, four types, three operations); with --full they
- * run the whole small matrix instead.
+ *             (BRAID_CE_PUSH_MIN_BYTES and BRAID_CE_PUSH_EXCHANGE_MIN_BYTES 4096), below the copy engines'
+ * default threshold; procs_push also with the ranks' buffers aligned differently; shm_*     one process per
+ * GPU with NCCL_P2P_DISABLE=1: host shared memory between the GPUs; tcp_*     one process per GPU with
+ * NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: TCP sockets. The transport modes run a quick sweep (every
+ * collective, four types, three operations); with --full they run the whole small matrix instead.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -246,13 +245,23 @@ static void procs_ce(void) {
 
 /* Steps that only copy pushed by one kernel from 4 KiB (procs_push, single_push): below the copy engines'
  * threshold, whose default stays. */
+static void push_env(int on) {
+  if (on) {
+    setenv("BRAID_CE_PUSH_MIN_BYTES", "4096", 1);
+    setenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES", "4096", 1);
+  } else {
+    unsetenv("BRAID_CE_PUSH_MIN_BYTES");
+    unsetenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES");
+  }
+}
+
 static void procs_push(void) {
-  setenv("BRAID_CE_PUSH_MIN_BYTES", "4096", 1);
+  push_env(1);
   run_procs(TIER_QUICK, "procs/push", 300);
   run_procs(TIER_LARGE_SINGLE, "procs/push", 300);
   /* from a peer whose buffers are aligned unlike this rank's */
   run_procs_skewed(TIER_QUICK, "procs/push-skewed", 1, 300);
-  unsetenv("BRAID_CE_PUSH_MIN_BYTES");
+  push_env(0);
 }
 
 /* ---- One process and thread for every GPU ---- */
@@ -316,10 +325,10 @@ static void single_ce(void) {
 }
 
 static void single_push(void) {
-  setenv("BRAID_CE_PUSH_MIN_BYTES", "4096", 1);
+  push_env(1);
   run_single(TIER_QUICK);
   run_single(TIER_LARGE_SINGLE);
-  unsetenv("BRAID_CE_PUSH_MIN_BYTES");
+  push_env(0);
 }
 
 /* ---- Transports ---- */

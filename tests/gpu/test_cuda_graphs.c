@@ -13,7 +13,7 @@
  * rotating order between eager calls on two more streams, ordered by events only, 3,000 iterations;
  *   graphs_ce        two_graphs and several_graphs with the copy engines from 4 KiB (BRAID_CE_MIN_BYTES);
  *   graphs_push      the same with steps that only copy pushed by one kernel from 4 KiB
- *                    (BRAID_CE_PUSH_MIN_BYTES);
+ *                    (BRAID_CE_PUSH_MIN_BYTES, BRAID_CE_PUSH_EXCHANGE_MIN_BYTES);
  *   groups_repro     the reproduction with every eager and captured call a group (an all-reduce, an
  *                    all-gather and a send/recv exchange), 20,000 iterations, a replay every 500;
  *   one_thread       the reproduction with one thread driving every GPU (ncclCommInitAll): each call is a
@@ -289,9 +289,11 @@ static void graphs_ce(void) {
  * copy engines' default threshold: the push kernels in the graphs and eagerly between their replays. */
 static void graphs_push(void) {
   setenv("BRAID_CE_PUSH_MIN_BYTES", "4096", 1);
+  setenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES", "4096", 1);
   EXPECT(cuda_run_ranks(cuda_nranks, 200, two_graphs_rank, NULL) == 0, "a rank failed (two graphs)");
   EXPECT(cuda_run_ranks(cuda_nranks, 200, several_rank, NULL) == 0, "a rank failed (several graphs)");
   unsetenv("BRAID_CE_PUSH_MIN_BYTES");
+  unsetenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES");
 }
 
 /* ---- groups_repro ---- */
