@@ -1400,6 +1400,31 @@ static void *ce_local_thread(void *arg) {
   return NULL;
 }
 
+/* Gives each rank of comms its buffers (ncclMemAlloc'd on its device by this thread: the stand-in's
+ * allocations are not thread-safe), then runs `thread` for both ranks at once and joins them. */
+static void local_pair_run(ncclComm_t comms[2], ce_local_t t[2], void *(*thread)(void *)) {
+  for (int i = 0; i < 2; i++) {
+    t[i] = (ce_local_t){comms[i], i, NULL, NULL};
+    gpu_scope_t scope; /* ncclMemAlloc allocates on the current device */
+    EXPECT_OK(gpu_enter(i, &scope));
+    EXPECT_OK(ncclMemAlloc(&t[i].s, (2 * CE_N + 1) * sizeof(float)));
+    EXPECT_OK(ncclMemAlloc(&t[i].r, (2 * CE_N + 1) * sizeof(float)));
+    gpu_leave(&scope);
+  }
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) EXPECT(pthread_create(&th[i], NULL, thread, &t[i]) == 0);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+}
+
+/* Destroys both communicators and frees the buffers local_pair_run gave them. */
+static void local_pair_close(ncclComm_t comms[2], ce_local_t t[2]) {
+  for (int i = 0; i < 2; i++) {
+    EXPECT_OK(ncclCommDestroy(comms[i]));
+    EXPECT_OK(ncclMemFree(t[i].s));
+    EXPECT_OK(ncclMemFree(t[i].r));
+  }
+}
+
 static void ce_local_proc(int rank, int nranks, void *arg) {
   char log_path[128];
   rank_log(arg, rank, log_path, sizeof log_path);
@@ -1412,28 +1437,15 @@ static void ce_local_proc(int rank, int nranks, void *arg) {
   EXPECT(test_file_lines(log_path, "copy engines move steps whose every transfer") == 2,
          "the communicators of one process have no copy-engine path");
   const uint64_t copies = mock_stats()->dd_copies;
-  ce_local_t t[2] = {{comms[0], 0, NULL, NULL}, {comms[1], 1, NULL, NULL}};
-  for (int i = 0; i < 2; i++) {
-    gpu_scope_t scope; /* ncclMemAlloc allocates on the current device */
-    EXPECT_OK(gpu_enter(i, &scope));
-    EXPECT_OK(ncclMemAlloc(&t[i].s, (2 * CE_N + 1) * sizeof(float)));
-    EXPECT_OK(ncclMemAlloc(&t[i].r, (2 * CE_N + 1) * sizeof(float)));
-    gpu_leave(&scope);
-  }
-  pthread_t th[2];
-  for (int i = 0; i < 2; i++) EXPECT(pthread_create(&th[i], NULL, ce_local_thread, &t[i]) == 0);
-  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  ce_local_t t[2];
+  local_pair_run(comms, t, ce_local_thread);
   EXPECT(mock_stats()->dd_copies >= copies + 6, "%llu copies in one process",
          (unsigned long long)(mock_stats()->dd_copies - copies));
   EXPECT(test_file_lines(log_path, "memory for the copy engines") == 0 &&
              test_file_lines(log_path, "memory for a captured copy") == 0,
          "a rank mapped its peer's memory in one process");
   mock_graph_destroy(); /* the capture's graph held the communicators */
-  for (int i = 0; i < 2; i++) {
-    EXPECT_OK(ncclCommDestroy(comms[i]));
-    EXPECT_OK(ncclMemFree(t[i].s));
-    EXPECT_OK(ncclMemFree(t[i].r));
-  }
+  local_pair_close(comms, t);
 }
 
 /* BRAID_CE_MIN_BYTES=0 on one rank only: both ranks go without the path, and say so. */
@@ -1679,34 +1691,16 @@ static void *push_local_thread(void *arg) {
 }
 
 static void push_local_proc(int rank, int nranks, void *arg) {
-  char log_path[128];
-  rank_log(arg, rank, log_path, sizeof log_path);
-  setenv("NCCL_DEBUG", "INFO", 1);
-  setenv("NCCL_DEBUG_SUBSYS", "TUNING,ALLOC", 1);
   setenv("BRAID_CE_PUSH_MIN_BYTES", "400100", 1);
   param_reload();
-  log_init();
   ncclComm_t comms[2];
   EXPECT_OK(ncclCommInitAll(comms, 2, NULL));
   const push_counts_t c = push_counts();
-  ce_local_t t[2] = {{comms[0], 0, NULL, NULL}, {comms[1], 1, NULL, NULL}};
-  for (int i = 0; i < 2; i++) {
-    gpu_scope_t scope; /* ncclMemAlloc allocates on the current device */
-    EXPECT_OK(gpu_enter(i, &scope));
-    EXPECT_OK(ncclMemAlloc(&t[i].s, (2 * CE_N + 1) * sizeof(float)));
-    EXPECT_OK(ncclMemAlloc(&t[i].r, (2 * CE_N + 1) * sizeof(float)));
-    gpu_leave(&scope);
-  }
-  pthread_t th[2];
-  for (int i = 0; i < 2; i++) EXPECT(pthread_create(&th[i], NULL, push_local_thread, &t[i]) == 0);
-  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  ce_local_t t[2];
+  local_pair_run(comms, t, push_local_thread);
   /* the broadcast's root pushes its send and its local copy; the other rank writes `ready` and waits */
   push_expect(rank, &c, 1, 2, 1, 1, 0, "an all-gather and a broadcast in one process");
-  for (int i = 0; i < 2; i++) {
-    EXPECT_OK(ncclCommDestroy(comms[i]));
-    EXPECT_OK(ncclMemFree(t[i].s));
-    EXPECT_OK(ncclMemFree(t[i].r));
-  }
+  local_pair_close(comms, t);
   setenv("BRAID_CE_PUSH_MIN_BYTES", "1024", 1);
 }
 
