@@ -45,7 +45,8 @@
  * one way is pulled.
  *
  * A push (STEP_CE_PUSH): a step that only copies, whose transfers between the ranks move at least
- * BRAID_CE_PUSH_MIN_BYTES but not all BRAID_CE_MIN_BYTES. The copy engines' handshake costs each step about
+ * BRAID_CE_PUSH_MIN_BYTES (BRAID_CE_PUSH_EXCHANGE_MIN_BYTES where each rank sends and receives and the ranks
+ * are separate processes) but not all BRAID_CE_MIN_BYTES. The copy engines' handshake costs each step about
  * 20 us of the stream turning between kernels and copies (docs/perf-notes.md, 94), more than the engines'
  * pace gains below some tens of MiB; the rings cost a copy out of the slots on the receiver. Such a step is
  * agreed and mapped as the copy engines' steps are, and then each rank that sends, or copies locally, runs
