@@ -45,6 +45,14 @@ static void test_struct_sizes(void) {
   EXPECT(sizeof(dev_combine_t) <= 4096, "dev_combine_t (%zu bytes) exceeds the kernel parameter limit",
          sizeof(dev_combine_t));
   EXPECT(offsetof(dev_combine_t, ends) % 8 == 0);
+  /* the push: the communicator, five words, the call, the peer, the count of copies, the copies (source,
+   * destination, bytes) */
+  EXPECT(sizeof(dev_copy_t) == 24);
+  EXPECT(sizeof(dev_push_t) == sizeof(dev_comm_t) + 5 * 8 + 8 + 8 + DEV_PUSH_COPIES * sizeof(dev_copy_t),
+         "dev_push_t is %zu bytes", sizeof(dev_push_t));
+  EXPECT(sizeof(dev_push_t) <= 4096, "dev_push_t (%zu bytes) exceeds the kernel parameter limit",
+         sizeof(dev_push_t));
+  EXPECT(offsetof(dev_push_t, copies) % 8 == 0);
 }
 
 static void test_constants(void) {
