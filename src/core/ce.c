@@ -279,34 +279,23 @@ static uint64_t copy_min(const ce_t *ce, int exchange) {
   return push < ce->min_bytes ? push : ce->min_bytes;
 }
 
-/* Whether the rank both sends to and receives from the peer in step st. */
-static int exchanges(const plan_t *plan, const step_t *st) {
-  int sends = 0, recvs = 0;
-  for (int i = 0; i < st->count; i++) {
-    sends |= plan->xfers[st->first + i].send_peer >= 0;
-    recvs |= plan->xfers[st->first + i].recv_peer >= 0;
-  }
-  return sends && recvs;
-}
-
 /* Whether the step may take the copy engines, from its transfers between the ranks alone: what one rank
  * sends the other receives, and a reduction's send faces a combining receive, so both ranks answer alike.
  * A reduction's step has at most one transfer each way and no local copy. */
 static int candidate(const ce_t *ce, const plan_t *plan, const step_t *st) {
   int nsend = 0, nrecv = 0, combines = 0, locals = 0, pulled = 0;
-  const uint64_t copies_from = copy_min(ce, exchanges(plan, st));
+  uint64_t copy_least = UINT64_MAX; /* the smallest plain copy between the ranks (copy_min, after the loop) */
   for (int i = 0; i < st->count; i++) {
     const xfer_t *x = &plan->xfers[st->first + i];
     if (!is_peer(x)) {
       locals++;
       continue;
     }
-    const uint64_t min = !combining(x)                   ? copies_from
-                         : ce->reduce_min < ce->pull_min ? ce->reduce_min
-                                                         : ce->pull_min;
+    const uint64_t min = !combining(x) ? 0 : ce->reduce_min < ce->pull_min ? ce->reduce_min : ce->pull_min;
     if ((x->recv_peer >= 0 && x->send_peer >= 0) || x->bytes < min || (x->flags & (XF_SEQ | XF_PREPARED)) ||
         (combining(x) && !combinable(x)))
       return 0;
+    if (!combining(x) && x->bytes < copy_least) copy_least = x->bytes;
     combines += combining(x);
     pulled |= combining(x) && x->bytes < ce->reduce_min;
     if (x->send_peer >= 0)
@@ -314,6 +303,9 @@ static int candidate(const ce_t *ce, const plan_t *plan, const step_t *st) {
     else
       nrecv++;
   }
+  /* plain copies from copy_min: lower for an exchange, where the rank both sends to and receives from the
+   * peer */
+  if (copy_least < copy_min(ce, nsend > 0 && nrecv > 0)) return 0;
   /* one-shot, the root of a reduce combines in its lane of XF_SEQ transfers (refused above) while the other
    * rank's send looks like the ring's: the step's algorithm settles it for both */
   if (combines > 0 && (st->oneshot || nsend > 1 || nrecv > 1 || locals > 0)) return 0;
@@ -725,19 +717,13 @@ static ncclResult_t push_step(ce_t *ce, const xfer_t *x, int count, int sends, i
                   .peer = ce->peer};
   for (int i = 0; i < count; i++) /* the sends first: at most CE_MAX_XFERS */
     if (x[i].send_peer >= 0) w.copies[w.ncopies++] = (dev_copy_t){x[i].src, x[i].ce_dst, x[i].bytes};
-  int rest = 0;
-  for (int i = 0; i < count; i++) {
-    if (is_peer(&x[i]) || x[i].bytes == 0) continue;
-    if (w.ncopies < DEV_PUSH_COPIES)
+  int i = 0; /* the local copies the kernel takes, then (from i on) those that follow it */
+  for (; i < count && w.ncopies < DEV_PUSH_COPIES; i++)
+    if (!is_peer(&x[i]) && x[i].bytes > 0)
       w.copies[w.ncopies++] = (dev_copy_t){x[i].src, x[i].dst, x[i].bytes};
-    else
-      rest++;
-  }
   CHECK(ex->push(ex->arg, stream, &w));
-  for (int i = 0, taken = 0; rest > 0 && i < count; i++) {
-    if (is_peer(&x[i]) || x[i].bytes == 0 || taken++ < (int)w.ncopies - sends) continue;
-    CHECK(gpu_copy_dd_async(x[i].dst, x[i].src, x[i].bytes, stream));
-  }
+  for (; i < count; i++)
+    if (!is_peer(&x[i]) && x[i].bytes > 0) CHECK(gpu_copy_dd_async(x[i].dst, x[i].src, x[i].bytes, stream));
   return ncclSuccess;
 }
 
