@@ -12,19 +12,29 @@
  */
 #include "ce.h"
 
+#include <errno.h>
+#include <sched.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/check.h"
 #include "base/log.h"
 #include "base/param.h"
+#include "base/timeutil.h"
 #include "device/dev.h"
 #include "gpu/gpu.h"
 
 #define TAG_CE_INIT  0x43454930u /* "0IEC": flag words and the threshold, at init */
-#define TAG_CE_READY 0x43455230u /* "0REC": both ranks mapped the other's words */
-#define TAG_CE_STEP  0x43455330u /* "0SEC": one message per candidate step */
+#define TAG_CE_READY 0x43455230u /* "0REC": both ranks mapped the other's words (and mailbox) */
+#define TAG_CE_STEP  0x43455330u /* "0SEC": a step message, where the ranks have no mailbox */
 #define CE_MAGIC     0x42434531u
 
 /* A reduction's chunks start at multiples of this many bytes of its transfer: whole elements of any type,
@@ -36,6 +46,18 @@
  * its chunks have landed, reduce_step); and one of its own, [W_BLOCKS], the push kernel's count of its blocks
  * done (dev_push_t). */
 enum { W_READY = 0, W_DONE = 1, W_BLOCKS = 2, W_COUNT = 3 };
+
+/* Step messages a mailbox holds. ce_offer sends at most CE_OFFERS_MAX for one plan (the first candidate
+ * steps; the kernels move the rest), and a rank can be at most two plans ahead of its peer's reads: it
+ * settles each plan, which needs the peer's messages of it, which the peer sends only after it read this
+ * rank's messages of the plan before. So a send never finds the mailbox full, and never waits. */
+#define CE_MBOX_SLOTS 64
+#define CE_OFFERS_MAX (CE_MBOX_SLOTS / 2)
+
+/* How long a receive spins on the mailbox before it also sleeps between looks (the peer's message usually
+ * comes within microseconds), and how long each sleep then is. */
+#define CE_MBOX_SPIN_US  20.0
+#define CE_MBOX_SLEEP_NS 20000
 
 /* Mapped allocations of the peer kept at most for eager steps. */
 enum { CE_IMPORTS = 16 };
@@ -54,17 +76,23 @@ struct ce {
   const char *name;
   alloc_acct_t *acct;
   boot_t *boot;
-  uint64_t min_bytes;       /* the larger of the two ranks' BRAID_CE_MIN_BYTES */
-  uint64_t reduce_min;      /* the same of BRAID_CE_REDUCE_MIN_BYTES (UINT64_MAX: reductions never) */
-  uint64_t chunk_min;       /* the larger of the two ranks' BRAID_CE_CHUNK_BYTES (at least CE_CHUNK_ALIGN) */
-  uint64_t pull_min;        /* the same of BRAID_CE_PULL_MIN_BYTES (UINT64_MAX: never) */
-  uint64_t push_min;        /* the same of BRAID_CE_PUSH_MIN_BYTES (UINT64_MAX: never) */
-  uint64_t push_xmin;       /* the same of BRAID_CE_PUSH_EXCHANGE_MIN_BYTES (UINT64_MAX: never) */
-  gpu_mem_t *words;         /* this rank's words */
-  gpu_mem_t *peer_words;    /* the peer's, mapped (another process) */
-  uint32_t *mine, *theirs;  /* their device addresses */
-  cudaStream_t side;        /* local copies, beside the link's copy; a reduction's combine */
-  gpu_event_t *fork, *join; /* order the side stream after the call's stream, and back */
+  uint64_t min_bytes;   /* the larger of the two ranks' BRAID_CE_MIN_BYTES */
+  uint64_t reduce_min;  /* the same of BRAID_CE_REDUCE_MIN_BYTES (UINT64_MAX: reductions never) */
+  uint64_t chunk_min;   /* the larger of the two ranks' BRAID_CE_CHUNK_BYTES (at least CE_CHUNK_ALIGN) */
+  uint64_t pull_min;    /* the same of BRAID_CE_PULL_MIN_BYTES (UINT64_MAX: never) */
+  uint64_t push_min;    /* the same of BRAID_CE_PUSH_MIN_BYTES (UINT64_MAX: never) */
+  uint64_t push_xmin;   /* the same of BRAID_CE_PUSH_EXCHANGE_MIN_BYTES (UINT64_MAX: never) */
+  struct mbox *inbox;   /* the peer's step messages to this rank */
+  struct mbox *outbox;  /* this rank's to the peer: the peer's inbox, mapped here (or its address) */
+  char inbox_name[64];  /* another process: the inbox's shared-memory name, until the peer mapped it */
+  uint64_t sent, taken; /* messages written to outbox, taken from inbox */
+  int peer_pid;         /* another process in this one's pid namespace: checked while waiting (else 0) */
+  const volatile int *abort_flag; /* the communicator's: ends a wait for the peer's message */
+  gpu_mem_t *words;               /* this rank's words */
+  gpu_mem_t *peer_words;          /* the peer's, mapped (another process) */
+  uint32_t *mine, *theirs;        /* their device addresses */
+  cudaStream_t side;              /* local copies, beside the link's copy; a reduction's combine */
+  gpu_event_t *fork, *join;       /* order the side stream after the call's stream, and back */
   import_t imports[CE_IMPORTS];
   uint64_t clock;
   struct offer *offers; /* ce_offer's messages, one per candidate step of the plan, for ce_settle */
@@ -85,8 +113,11 @@ typedef struct {
   uint64_t pull_min;
   uint64_t push_min;
   uint64_t push_xmin;
-  gpu_export_t words; /* another process: the words' export */
-  uint64_t words_at;  /* this process: their address */
+  gpu_export_t words;  /* another process: the words' export */
+  uint64_t words_at;   /* this process: their address */
+  char inbox_name[64]; /* another process: the step-message inbox's shared-memory name ("": none) */
+  uint64_t inbox_at;   /* this process: its address (0: none) */
+  uint64_t pidns;      /* this process's pid namespace (its inode; 0: unknown) */
 } init_msg_t;
 
 /* What each rank sends the other for a candidate step. */
@@ -106,6 +137,18 @@ typedef struct step_msg {
   uint64_t in_at;
 } step_msg_t;
 
+/* A one-way ring of step messages in memory both ranks map (shared memory between processes, or this
+ * process's own): the sender writes a slot and then raises `tail` with a release store; the receiver reads
+ * `tail` with an acquire load, takes the slot, then raises `head` with a release store, which the sender
+ * reads (acquire) before it reuses a slot. Each index has one writer. */
+typedef struct mbox {
+  _Atomic uint64_t tail; /* messages written (the sender's) */
+  char pad0[56];
+  _Atomic uint64_t head; /* messages taken (the receiver's) */
+  char pad1[56];
+  step_msg_t slots[CE_MBOX_SLOTS];
+} mbox_t;
+
 /* A message sent by ce_offer, and the step it describes. */
 typedef struct offer {
   int step;
@@ -124,6 +167,134 @@ static void drop_held(ce_t *ce) {
   ce->nheld = 0;
 }
 
+/* ---- The step-message mailboxes ---- */
+
+/* This rank's inbox: in shared memory named inbox_name for a peer in another process, else in this
+ * process's memory. False (logged) when it cannot be made: the path is then off on both ranks. */
+static int inbox_create(ce_t *ce) {
+  if (ce->local) {
+    ce->inbox = aligned_alloc(64, sizeof(mbox_t));
+    if (ce->inbox != NULL) memset(ce->inbox, 0, sizeof(mbox_t));
+    return ce->inbox != NULL;
+  }
+  static _Atomic unsigned counter;
+  snprintf(ce->inbox_name, sizeof ce->inbox_name, "/braid-ce-%d-%d-%u", (int)getpid(), ce->rank,
+           atomic_fetch_add(&counter, 1u));
+  const int fd = shm_open(ce->inbox_name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 || ftruncate(fd, sizeof(mbox_t)) != 0) {
+    WARN("%s rank %d: shared memory %s for step messages: %s", ce->name, ce->rank, ce->inbox_name,
+         strerror(errno));
+    if (fd >= 0) close(fd), shm_unlink(ce->inbox_name);
+    ce->inbox_name[0] = 0;
+    return 0;
+  }
+  void *p = mmap(NULL, sizeof(mbox_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    WARN("%s rank %d: mapping %s: %s", ce->name, ce->rank, ce->inbox_name, strerror(errno));
+    shm_unlink(ce->inbox_name);
+    ce->inbox_name[0] = 0;
+    return 0;
+  }
+  ce->inbox = p; /* a new segment reads as zeros */
+  return 1;
+}
+
+/* Maps the peer's inbox as this rank's outbox (its name, or its address in this process); false when the
+ * peer has none, or (logged) it cannot be mapped. */
+static int outbox_map(ce_t *ce, const init_msg_t *theirs) {
+  if (ce->local) {
+    ce->outbox = (mbox_t *)(uintptr_t)theirs->inbox_at;
+    return ce->outbox != NULL;
+  }
+  if (theirs->inbox_name[0] == 0) return 0;
+  const int fd = shm_open(theirs->inbox_name, O_RDWR, 0);
+  void *p = fd < 0 ? MAP_FAILED : mmap(NULL, sizeof(mbox_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fd >= 0) close(fd);
+  if (p == MAP_FAILED) {
+    WARN("%s rank %d: mapping rank %d's step messages (%s): %s", ce->name, ce->rank, ce->peer,
+         theirs->inbox_name, strerror(errno));
+    return 0;
+  }
+  ce->outbox = p;
+  return 1;
+}
+
+/* This process's pid namespace, as its inode (0: unknown). A peer's pid means something here only when the
+ * two namespaces are one. */
+static uint64_t pid_namespace(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static void mbox_release(ce_t *ce) {
+  if (ce->inbox_name[0] != 0) shm_unlink(ce->inbox_name);
+  if (ce->local) {
+    free(ce->inbox);
+  } else {
+    if (ce->inbox != NULL) munmap(ce->inbox, sizeof(mbox_t));
+    if (ce->outbox != NULL) munmap(ce->outbox, sizeof(mbox_t));
+  }
+  ce->inbox = ce->outbox = NULL;
+}
+
+/* Puts m in the peer's inbox; it never waits (CE_MBOX_SLOTS). */
+static ncclResult_t mbox_send(ce_t *ce, const step_msg_t *m) {
+  mbox_t *o = ce->outbox;
+  if (ce->sent - atomic_load_explicit(&o->head, memory_order_acquire) >= CE_MBOX_SLOTS)
+    return log_err(ncclInternalError, "%s rank %d: rank %d has not taken %d step messages", ce->name,
+                   ce->rank, ce->peer, CE_MBOX_SLOTS);
+  o->slots[ce->sent % CE_MBOX_SLOTS] = *m;
+  atomic_store_explicit(&o->tail, ++ce->sent, memory_order_release);
+  return ncclSuccess;
+}
+
+/* Whether the peer's message has come (the slot's contents are visible once it has). */
+static int mbox_ready(const ce_t *ce) {
+  return atomic_load_explicit(&ce->inbox->tail, memory_order_acquire) != ce->taken;
+}
+
+/* Takes the peer's next message: spins for CE_MBOX_SPIN_US, then also sleeps between looks; gives up after
+ * BRAID_TIMEOUT_S, on an abort, or when a peer in another process has exited. */
+static ncclResult_t mbox_recv(ce_t *ce, step_msg_t *m) {
+  const double start = time_now();
+  const int64_t timeout = param_int(P_BRAID_TIMEOUT_S);
+  for (unsigned spins = 1; !mbox_ready(ce); spins++) {
+    if (spins % 256 != 0) continue;
+    const double waited = time_now() - start;
+    if (waited * 1e6 < CE_MBOX_SPIN_US) continue;
+    if (ce->abort_flag != NULL && __atomic_load_n(ce->abort_flag, __ATOMIC_RELAXED) != 0)
+      return log_err(ncclSystemError, "%s rank %d: aborted while waiting for rank %d's step message",
+                     ce->name, ce->rank, ce->peer);
+    if (timeout > 0 && waited > (double)timeout)
+      return log_err(
+          ncclSystemError,
+          "%s rank %d: timed out after %.0f s waiting for rank %d's step message (BRAID_TIMEOUT_S)", ce->name,
+          ce->rank, waited, ce->peer);
+    if (ce->peer_pid > 0 && kill(ce->peer_pid, 0) != 0 && errno == ESRCH)
+      return log_err(ncclRemoteError,
+                     "%s rank %d: rank %d (pid %d) exited while this rank waited for its step "
+                     "message",
+                     ce->name, ce->rank, ce->peer, ce->peer_pid);
+    if (waited * 1e6 < 50 * CE_MBOX_SPIN_US)
+      sched_yield();
+    else
+      nanosleep(&(struct timespec){0, CE_MBOX_SLEEP_NS}, NULL);
+  }
+  *m = ce->inbox->slots[ce->taken % CE_MBOX_SLOTS];
+  atomic_store_explicit(&ce->inbox->head, ++ce->taken, memory_order_release);
+  return ncclSuccess;
+}
+
+/* A step message to the peer and from it: through the mailboxes where both ranks have them, else over the
+ * bootstrap (its sockets cost each exchange some 16 us more; docs/perf-notes.md, 98-99). */
+static ncclResult_t step_send(ce_t *ce, const step_msg_t *m) {
+  return ce->outbox != NULL ? mbox_send(ce, m) : boot_send(ce->boot, ce->peer, TAG_CE_STEP, m, sizeof *m);
+}
+static ncclResult_t step_recv(ce_t *ce, step_msg_t *m) {
+  return ce->outbox != NULL ? mbox_recv(ce, m) : boot_recv(ce->boot, ce->peer, TAG_CE_STEP, m, sizeof *m);
+}
+
 static void release(ce_t *ce) {
   for (int i = 0; i < CE_IMPORTS; i++) {
     import_t *e = &ce->imports[i];
@@ -131,6 +302,7 @@ static void release(ce_t *ce) {
     if (e->used != NULL) gpu_event_destroy(e->used);
   }
   free(ce->offers);
+  mbox_release(ce);
   drop_held(ce);
   free(ce->held);
   if (ce->fork != NULL) gpu_event_destroy(ce->fork);
@@ -146,16 +318,17 @@ static void release(ce_t *ce) {
 
 /* Sends this rank's word `ok` and returns the AND of it with the peer's: both ranks get the same answer, and
  * neither has it before both sent (after whatever each did before). */
-static ncclResult_t both_ok(ce_t *ce, uint32_t tag, int *ok) {
-  uint32_t mine = *ok != 0, theirs = 0;
-  CHECK(boot_send(ce->boot, ce->peer, tag, &mine, sizeof mine));
+/* Each bit of *bits kept only where the peer's is set too. */
+static ncclResult_t both_have(ce_t *ce, uint32_t tag, uint32_t *bits) {
+  uint32_t theirs = 0;
+  CHECK(boot_send(ce->boot, ce->peer, tag, bits, sizeof *bits));
   CHECK(boot_recv(ce->boot, ce->peer, tag, &theirs, sizeof theirs));
-  *ok = mine && theirs;
+  *bits &= theirs;
   return ncclSuccess;
 }
 
 ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, links_t *links, boot_t *boot,
-                     alloc_acct_t *acct, const char *name, ce_t **ce_p) {
+                     const volatile int *abort_flag, alloc_acct_t *acct, const char *name, ce_t **ce_p) {
   *ce_p = NULL;
   if (dev < 0 || nranks != 2) return ncclSuccess;
   const int peer = 1 - rank;
@@ -165,8 +338,15 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   const int local = peers[peer].pid == peers[rank].pid;
   ce_t *ce;
   CHECK(MEM_CALLOC(acct, ce, 1, "copy-engine path"));
-  *ce = (ce_t){
-      .dev = dev, .rank = rank, .peer = peer, .local = local, .name = name, .acct = acct, .boot = boot};
+  *ce = (ce_t){.dev = dev,
+               .rank = rank,
+               .peer = peer,
+               .local = local,
+               .peer_pid = peers[peer].pid,
+               .abort_flag = abort_flag,
+               .name = name,
+               .acct = acct,
+               .boot = boot};
   ncclResult_t res;
   gpu_scope_t scope;
   CHECK_GOTO(gpu_enter(dev, &scope), res, fail);
@@ -195,6 +375,11 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
     mine.words_at = (uint64_t)(uintptr_t)gpu_mem_ptr(ce->words);
     mem_charge(acct, gpu_mem_size(ce->words), 1, "copy-engine flag words");
   }
+  if (mine.min_bytes > 0 && param_int(P_BRAID_CE_MAILBOX) != 0)
+    inbox_create(ce); /* without it, step messages go over the bootstrap */
+  memcpy(mine.inbox_name, ce->inbox_name, sizeof mine.inbox_name);
+  mine.inbox_at = (uint64_t)(uintptr_t)ce->inbox;
+  mine.pidns = pid_namespace();
   CHECK_GOTO(boot_send(boot, peer, TAG_CE_INIT, &mine, sizeof mine), res, fail_leave);
   CHECK_GOTO(boot_recv(boot, peer, TAG_CE_INIT, &theirs, sizeof theirs), res, fail_leave);
   if (theirs.magic != CE_MAGIC) {
@@ -215,8 +400,19 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
                               : ncclSuccess) == ncclSuccess &&
          gpu_stream_create(&ce->side) == ncclSuccess && gpu_event_create(&ce->fork) == ncclSuccess &&
          gpu_event_create(&ce->join) == ncclSuccess;
-    /* also keeps each rank's words (and their export) until the other has mapped them */
-    CHECK_GOTO(both_ok(ce, TAG_CE_READY, &ok), res, fail_leave);
+    /* bit 0 the path, bit 1 the mailboxes; also keeps each rank's words (and their export) and its inbox's
+     * name until the other has mapped them */
+    uint32_t bits = (uint32_t)ok | (uint32_t)(ok && ce->inbox != NULL && outbox_map(ce, &theirs)) << 1;
+    CHECK_GOTO(both_have(ce, TAG_CE_READY, &bits), res, fail_leave);
+    ok = bits & 1;
+    if (!(bits & 2)) {
+      mbox_release(ce);
+      if (ok) INFO(LOG_INIT | LOG_TUNING, "%s rank %d: step messages go over the bootstrap", name, rank);
+    }
+    if (ce->inbox_name[0] != 0) shm_unlink(ce->inbox_name); /* both mapped: nothing left if both crash */
+    ce->inbox_name[0] = 0;
+    /* a pid from another namespace names some other process here, or none */
+    if (local || mine.pidns == 0 || theirs.pidns != mine.pidns) ce->peer_pid = 0;
   }
   gpu_leave(&scope);
   if (!ok) {
@@ -556,6 +752,12 @@ ncclResult_t ce_offer(ce_t *ce, plan_t *plan) {
   for (int s = 0; s < plan->nsteps; s++) {
     step_t *st = &plan->steps[s];
     if (!candidate(ce, plan, st)) continue;
+    if (ce->noffers == CE_OFFERS_MAX) { /* both ranks stop at the same candidate step */
+      TRACE(LOG_TUNING,
+            "%s rank %d: the kernels move the steps after the first %d that could bypass the rings", ce->name,
+            ce->rank, CE_OFFERS_MAX);
+      break;
+    }
     if (!entered) {
       CHECK(gpu_enter(ce->dev, &scope));
       entered = 1;
@@ -580,7 +782,7 @@ ncclResult_t ce_offer(ce_t *ce, plan_t *plan) {
     offer_t *o = &ce->offers[ce->noffers++];
     o->step = s;
     describe(ce, plan, st, capturing, &o->msg);
-    CHECK_GOTO(boot_send(ce->boot, ce->peer, TAG_CE_STEP, &o->msg, sizeof o->msg), res, out);
+    CHECK_GOTO(step_send(ce, &o->msg), res, out);
   }
 out:
   ce->offered = ce->noffers > 0 || res != ncclSuccess;
@@ -602,7 +804,7 @@ ncclResult_t ce_settle(ce_t *ce, plan_t *plan) {
     step_t *st = &plan->steps[ce->offers[k].step];
     const step_msg_t *mine = &ce->offers[k].msg;
     step_msg_t theirs;
-    CHECK_GOTO(boot_recv(ce->boot, ce->peer, TAG_CE_STEP, &theirs, sizeof theirs), res, out);
+    CHECK_GOTO(step_recv(ce, &theirs), res, out);
     if (!agree(mine, &theirs)) {
       if (mine->willing && theirs.willing && mine->captured == theirs.captured && !pulls(mine, &theirs))
         WARN("%s rank %d: %s (call %llu): rank %d describes a different step (%d sends and %d receives); "

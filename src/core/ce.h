@@ -11,12 +11,16 @@
  * reduce-scatter, an all-reduce's reduce-scatter step: one transfer each way at most, no local copy), whose
  * receiver combines what lands with its own operand, except PreMulSum (and so float averages), whose peer
  * bytes would need scaling. A pure
- * function of the calls, so both ranks find the same steps. For each such step, in order, the ranks then
- * exchange one message over the bootstrap: whether this rank can take the copy engines for it (each output
- * exportable (ncclMemAlloc or cudaMalloc memory), no output overlapping an input of the step), whether the
- * call is being captured into a CUDA graph, the sizes it sends and receives, and the handles (or addresses).
- * Both decide from the two messages with the same symmetric test, so they agree; a step either refuses, or
- * that one rank captures and the other runs eagerly, stays on the kernels.
+ * function of the calls, so both ranks find the same steps. For each such step, in order (the first
+ * CE_OFFERS_MAX of a launch; the kernels move any after them), the ranks then exchange one message: whether
+ * this rank can take the copy engines for it (each output exportable (ncclMemAlloc or cudaMalloc memory), no
+ * output overlapping an input of the step), whether the call is being captured into a CUDA graph, the sizes
+ * it sends and receives, and the handles (or addresses). Both decide from the two messages with the same
+ * symmetric test, so they agree; a step either refuses, or that one rank captures and the other runs eagerly,
+ * stays on the kernels. The messages go through a mailbox per direction, a ring of slots in memory both ranks
+ * map (POSIX shared memory between processes, plain memory in one), in which a send never waits and a receive
+ * spins for a few microseconds, then also yields and sleeps; over the bootstrap's sockets, each exchange cost
+ * the host some 16 us more. Where a rank cannot make or map one, both send their messages over the bootstrap.
  *
  * On the GPU, per step, with no host counter (DESIGN.md, principle 3), so that a graph replays it any number
  * of times between eager calls: the receiver's stream raises the sender's `ready` word once it reaches the
@@ -57,10 +61,10 @@
  * waits for `done` in a wait kernel, as for the copy engines. The words are the copy engines' own: both
  * kinds of step leave them 0.
  *
- * The exchange waits on the host for the peer to reach the same call (at most BRAID_TIMEOUT_S, and the abort
- * flag ends it): like NCCL, large calls on several communicators must be issued in the same order on every
- * rank; within one group the order does not matter (every message of the group is sent before any is
- * awaited).
+ * The exchange waits on the host for the peer to reach the same call (at most BRAID_TIMEOUT_S; the abort
+ * flag ends it, and so does the peer's exit, seen where both processes share a pid namespace): like NCCL,
+ * large calls on several communicators must be issued in the same order on every rank; within one group the
+ * order does not matter (every message of the group is sent before any is awaited).
  */
 #ifndef BRAID_CORE_CE_H
 #define BRAID_CORE_CE_H
@@ -85,7 +89,7 @@ typedef struct ce ce_t;
  * by a transport other than p2p, not a GPU communicator, BRAID_CE_MIN_BYTES 0. Both ranks decide alike;
  * those that make one exchange their flag words over the bootstrap. */
 ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, links_t *links, boot_t *boot,
-                     alloc_acct_t *acct, const char *name, ce_t **ce_p);
+                     const volatile int *abort_flag, alloc_acct_t *acct, const char *name, ce_t **ce_p);
 /* Agreeing with the peer on which steps of the built plan the copy engines move, in two halves so that one
  * thread can settle several communicators of a group in any order (a send never waits for the receiver):
  * ce_offer sends this rank's message for each candidate step; ce_settle receives the peer's, marks the

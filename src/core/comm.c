@@ -154,8 +154,8 @@ static ncclResult_t init_gpu(ncclComm_t comm) {
   CHECK(boot_barrier(comm->boot));
   CHECK(gx_init(comm->dev, comm->rank, comm->nranks, comm->nch, comm->links, &comm->acct, comm->name,
                 &comm->gx));
-  CHECK(ce_init(comm->dev, comm->rank, comm->nranks, comm->peers, comm->links, comm->boot, &comm->acct,
-                comm->name, &comm->ce));
+  CHECK(ce_init(comm->dev, comm->rank, comm->nranks, comm->peers, comm->links, comm->boot, &comm->abort_flag,
+                &comm->acct, comm->name, &comm->ce));
   gx_set_ce(comm->gx, comm->ce);
   return ncclSuccess;
 }

@@ -1704,6 +1704,123 @@ static void push_local_proc(int rank, int nranks, void *arg) {
   setenv("BRAID_CE_PUSH_MIN_BYTES", "1024", 1);
 }
 
+/* The step-message mailbox (core/ce.c): of a group with more candidate steps than half a mailbox, the first
+ * CE_OFFERS_MAX (32) take the copy engines and the rest the kernels (both ranks count alike), and the path
+ * still pairs the next call; a peer late by more than the receive's spin is waited for (rank 1 sleeps before
+ * its calls). */
+static void mbox_rank(int rank, int nranks, void *arg) {
+  char log_path[128];
+  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
+  void *s, *r;
+  ce_bufs_t b = ce_open(rank, 61, &s, &r);
+  uint64_t copies = mock_stats()->dd_copies;
+  ce_fresh(&b);
+  EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N, ncclFloat, 0, comm, NULL));
+  ce_expect(&b, b.recv, CE_N, 0, 0, "one broadcast");
+  const uint64_t one = mock_stats()->dd_copies - copies; /* the root's send and local copy */
+  EXPECT(rank != 0 || one == 2, "rank 0: one broadcast made %llu engine copies", (unsigned long long)one);
+  copies = mock_stats()->dd_copies;
+  ce_fresh(&b);
+  EXPECT_OK(ncclGroupStart());
+  for (int i = 0; i < 33; i++) EXPECT_OK(ncclBroadcast(b.send, b.recv, CE_N, ncclFloat, 0, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(mock_stats()->dd_copies - copies == 32 * one,
+         "rank %d: a group of 33 large broadcasts made %llu engine copies, not %llu", rank,
+         (unsigned long long)(mock_stats()->dd_copies - copies), (unsigned long long)(32 * one));
+  for (int i = 0; i < 3; i++) {
+    if (rank == 1) usleep(100000);
+    ce_fresh(&b);
+    EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, NULL));
+    for (int p = 0; p < 2; p++)
+      ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "all-gather, a peer late");
+  }
+  ce_close(&b, s, r, comm, 0, "broadcast after the mailbox cases");
+}
+
+/* A peer that never sends its step message: the receive gives up after BRAID_TIMEOUT_S (1 s here) with an
+ * error that says what it waited for, instead of hanging. */
+static void mbox_timeout_rank(int rank, int nranks, void *arg) {
+  setenv("BRAID_TIMEOUT_S", "1", 1);
+  char log_path[128];
+  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
+  void *s, *r;
+  ce_bufs_t b = ce_open(rank, 71, &s, &r);
+  if (rank == 0) {
+    ce_fresh(&b);
+    const ncclResult_t res = ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, NULL);
+    EXPECT(res == ncclSystemError && strstr(ncclGetLastError(comm), "step message") != NULL,
+           "rank 0: a step message that never came: %d (%s)", (int)res, ncclGetLastError(comm));
+  } else {
+    sleep(3);
+  }
+  EXPECT_OK(ncclCommAbort(comm));
+  EXPECT_OK(ncclMemFree(s));
+  EXPECT_OK(ncclMemFree(r));
+  unsetenv("BRAID_TIMEOUT_S");
+}
+
+/* BRAID_CE_MAILBOX=0 on rank 1 only: both ranks send their step messages over the bootstrap instead, and
+ * the copy engines still move an all-gather. */
+static void mbox_off_rank(int rank, int nranks, void *arg) {
+  if (rank == 1) setenv("BRAID_CE_MAILBOX", "0", 1);
+  char log_path[128];
+  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
+  EXPECT(test_file_lines(log_path, "step messages go over the bootstrap"),
+         "rank %d: the log does not say that step messages go over the bootstrap", rank);
+  void *s, *r;
+  ce_bufs_t b = ce_open(rank, 91, &s, &r);
+  const uint64_t copies = mock_stats()->dd_copies;
+  for (int i = 0; i < 2; i++) {
+    ce_fresh(&b);
+    EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, NULL));
+    for (int p = 0; p < 2; p++)
+      ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "all-gather, messages over the bootstrap");
+  }
+  EXPECT(mock_stats()->dd_copies - copies == 4, "rank %d: %llu engine copies for two all-gathers, not 4",
+         rank, (unsigned long long)(mock_stats()->dd_copies - copies));
+  ce_close(&b, s, r, comm, 0, "broadcast, messages over the bootstrap");
+  unsetenv("BRAID_CE_MAILBOX");
+}
+
+/* What the thread that aborts rank 0 of the mailbox case needs. */
+typedef struct {
+  ncclComm_t comm;
+  const char *log_path;
+} mbox_aborter_t;
+
+/* Aborts the communicator once its rank has waited a while for a step message that does not come. */
+static void *mbox_abort_later(void *arg) {
+  const mbox_aborter_t *a = arg;
+  usleep(300000);
+  EXPECT_OK(ncclCommAbort(a->comm));
+  return NULL;
+}
+
+/* ncclCommAbort from another thread while a rank waits for its peer's step message (the peer never calls):
+ * the wait ends on the abort flag, long before BRAID_TIMEOUT_S (its default, 1800 s), and says so. */
+static void mbox_abort_rank(int rank, int nranks, void *arg) {
+  char log_path[128];
+  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
+  void *s, *r;
+  ce_bufs_t b = ce_open(rank, 81, &s, &r);
+  if (rank == 0) {
+    pthread_t aborter;
+    mbox_aborter_t a = {comm, log_path};
+    EXPECT(pthread_create(&aborter, NULL, mbox_abort_later, &a) == 0);
+    ce_fresh(&b);
+    const ncclResult_t res = ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, NULL);
+    pthread_join(aborter, NULL);
+    EXPECT(res != ncclSuccess, "rank 0: an all-gather whose peer never came succeeded");
+    EXPECT(test_file_lines(log_path, "aborted while waiting for rank 1's step message"),
+           "rank 0: the log does not say that the abort ended the wait for the step message");
+  } else {
+    sleep(2);
+    EXPECT_OK(ncclCommAbort(comm));
+  }
+  EXPECT_OK(ncclMemFree(s));
+  EXPECT_OK(ncclMemFree(r));
+}
+
 /* ncclCommInitAll where one device's init fails (its memory runs out): the call returns that error, and the
  * other rank, which waits for the failed one, stops waiting at once instead of after BRAID_TIMEOUT_S (the
  * 60 s this process is given would end first). */
@@ -1748,6 +1865,10 @@ static void copy_engines(void) {
   run_with_logs(ce_reduce_off_rank, 60);
   run_with_logs(ce_pull_off_rank, 60);
   run_with_logs(ce_pull_all_rank, 60);
+  run_with_logs(mbox_rank, 60);
+  run_with_logs(mbox_timeout_rank, 60);
+  run_with_logs(mbox_abort_rank, 60);
+  run_with_logs(mbox_off_rank, 60);
   setenv("BRAID_CE_CHUNK_BYTES", "65541", 1); /* not a multiple of 64 KiB: rounded up, chunks still whole */
   run_with_logs(ce_rank, 60);
   unsetenv("BRAID_CE_MIN_BYTES");
