@@ -465,13 +465,13 @@ static int combinable(const xfer_t *x) {
 }
 
 /* The smallest transfer a step that only copies may have and still bypass the rings: pushed by a kernel
- * from push_min, by the copy engines from min_bytes. An eager pushed step costs the host an exchange with
- * the peer per call: below 8 MiB a one-way step's push was slower than the rings, an exchange's was faster
- * from 4 MiB (push_xmin) with a process per rank, but not where one thread drives both ranks and pays both
- * exchanges, so ranks of one process keep push_min (docs/perf-notes.md, 96-97). Both ranks answer alike:
- * one's sends are the other's receives, and both are in one process or not. */
+ * from push_min (push_xmin where the rank both sends to and receives from the peer), by the copy engines
+ * from min_bytes. An eager pushed step costs the host an exchange of step messages with the peer per call:
+ * over the bootstrap's sockets that made one-way pushes below 8 MiB slower than the rings; through the
+ * mailboxes pushes pay from 2 MiB either way, with a process per rank or one for both (docs/perf-notes.md,
+ * 96-99). Both ranks answer alike: one's sends are the other's receives. */
 static uint64_t copy_min(const ce_t *ce, int exchange) {
-  const uint64_t push = exchange && !ce->local ? ce->push_xmin : ce->push_min;
+  const uint64_t push = exchange ? ce->push_xmin : ce->push_min;
   return push < ce->min_bytes ? push : ce->min_bytes;
 }
 

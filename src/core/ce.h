@@ -49,17 +49,16 @@
  * one way is pulled.
  *
  * A push (STEP_CE_PUSH): a step that only copies, whose transfers between the ranks move at least
- * BRAID_CE_PUSH_MIN_BYTES (BRAID_CE_PUSH_EXCHANGE_MIN_BYTES where each rank sends and receives and the ranks
- * are separate processes) but not all BRAID_CE_MIN_BYTES. The copy engines' handshake costs each step about
- * 20 us of the stream turning between kernels and copies (docs/perf-notes.md, 94), more than the engines'
- * pace gains below some tens of MiB; the rings cost a copy out of the slots on the receiver. Such a step is
- * agreed and mapped as the copy engines' steps are, and then each rank that sends, or copies locally, runs
- * one kernel (dev_push_t) of a block per SM: it raises the peer's `ready` where it receives, waits for its
- * own where it sends, stores its sends straight into the peer's outputs and its local copies into its own,
- * and its last block raises the peer's `done` and waits for its own: the whole handshake on the SMs, the
- * stream turning once. A rank that only receives and copies nothing raises `ready` with a stream write and
- * waits for `done` in a wait kernel, as for the copy engines. The words are the copy engines' own: both
- * kinds of step leave them 0.
+ * BRAID_CE_PUSH_MIN_BYTES (BRAID_CE_PUSH_EXCHANGE_MIN_BYTES where each rank sends and receives) but not all
+ * BRAID_CE_MIN_BYTES. The copy engines' handshake costs each step about 20 us of the stream turning between
+ * kernels and copies (docs/perf-notes.md, 94), more than the engines' pace gains below some tens of MiB; the
+ * rings cost a copy out of the slots on the receiver. Such a step is agreed and mapped as the copy engines'
+ * steps are, and then each rank that sends, or copies locally, runs one kernel (dev_push_t) of a block per
+ * SM: it raises the peer's `ready` where it receives, waits for its own where it sends, stores its sends
+ * straight into the peer's outputs and its local copies into its own, and its last block raises the peer's
+ * `done` and waits for its own: the whole handshake on the SMs, the stream turning once. A rank that only
+ * receives and copies nothing raises `ready` with a stream write and waits for `done` in a wait kernel, as
+ * for the copy engines. The words are the copy engines' own: both kinds of step leave them 0.
  *
  * The exchange waits on the host for the peer to reach the same call (at most BRAID_TIMEOUT_S; the abort
  * flag ends it, and so does the peer's exit, seen where both processes share a pid namespace): like NCCL,

@@ -1675,15 +1675,17 @@ static void push_exchange_off_rank(int rank, int nranks, void *arg) {
   push_off(rank, nranks, arg, 1);
 }
 
-/* Ranks of one process (ncclCommInitAll, a thread per rank) keep BRAID_CE_PUSH_MIN_BYTES for exchanges too:
- * with it above CE_N floats and BRAID_CE_PUSH_EXCHANGE_MIN_BYTES at 1 KiB, an all-gather of CE_N floats a
- * rank goes to the kernels (which move nothing here), a broadcast of 2 * CE_N - 1 floats is pushed by its
- * root. */
+/* Ranks of one process (ncclCommInitAll, a thread per rank, their mailboxes in this process's memory) take
+ * BRAID_CE_PUSH_EXCHANGE_MIN_BYTES for exchanges as ranks of separate processes do: with
+ * BRAID_CE_PUSH_MIN_BYTES above CE_N floats and the exchange threshold at 1 KiB, an all-gather of CE_N floats
+ * a rank is pushed by both ranks, a broadcast of 2 * CE_N - 1 floats by its root. */
 static void *push_local_thread(void *arg) {
   const ce_local_t *t = arg;
   ce_bufs_t b = {(float *)t->s + 1, (float *)t->r + 1, t->rank, 200};
   ce_fresh(&b);
   EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, t->comm, NULL));
+  for (int p = 0; p < 2; p++)
+    ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "all-gather pushed, one process");
   ce_fresh(&b);
   EXPECT_OK(ncclBroadcast(b.send, b.recv, 2 * CE_N - 1, ncclFloat, 1, t->comm, NULL));
   ce_expect(&b, b.recv, 2 * CE_N - 1, 1, 0, "broadcast pushed, one process");
@@ -1698,8 +1700,9 @@ static void push_local_proc(int rank, int nranks, void *arg) {
   const push_counts_t c = push_counts();
   ce_local_t t[2];
   local_pair_run(comms, t, push_local_thread);
-  /* the broadcast's root pushes its send and its local copy; the other rank writes `ready` and waits */
-  push_expect(rank, &c, 1, 2, 1, 1, 0, "an all-gather and a broadcast in one process");
+  /* each rank pushes the all-gather's send and local copy; the broadcast's root pushes its send and its
+   * local copy, the other rank writes `ready` and waits */
+  push_expect(rank, &c, 3, 6, 1, 1, 0, "an all-gather and a broadcast in one process");
   local_pair_close(comms, t);
   setenv("BRAID_CE_PUSH_MIN_BYTES", "1024", 1);
 }
