@@ -1095,20 +1095,8 @@ extern "C" __global__ void __launch_bounds__(32, 1) braid_kernel_wait(const __gr
     fence_acq_rel_sys();
     *(volatile uint32_t *)w.raise = 1;
   }
-  const wait_what what = {w.peer, -1, w.is_send, w.seq};
-  volatile uint32_t *word = w.word;
-  spin_t s = {0, 0};
-  while (*word != 1)
-    if (spin_fails(&w.comm, &s, what)) return;
-  *word = 0; /* the stream's next operation (a copy, or the next step's wait) comes after the kernel */
-}
-
-/* Thread 0: waits until *word is 1 (spin_fails' timeout and abort); false when the wait failed. */
-__device__ bool word_wait_one(const dev_comm_t *comm, const uint32_t *word, const wait_what &what) {
-  spin_t s = {0, 0};
-  while (load_acquire_sys32(word) != 1)
-    if (spin_fails(comm, &s, what)) return false;
-  return true;
+  if (!word_wait_at_least(&w.comm, w.word, 1, {w.peer, -1, w.is_send, w.seq})) return;
+  *(volatile uint32_t *)w.word = 0; /* the stream's next operation (a copy, or the next wait) comes after */
 }
 
 /* The copy-engine path's push (dev.h, dev_push_t). */
@@ -1120,7 +1108,7 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
       fence_acq_rel_sys();
       *(volatile uint32_t *)w.raise_ready = 1;
     }
-    if (w.ready != NULL) failed = !word_wait_one(&w.comm, w.ready, {w.peer, -1, 1, w.seq});
+    if (w.ready != NULL) failed = !word_wait_at_least(&w.comm, w.ready, 1, {w.peer, -1, 1, w.seq});
   }
   if (__syncthreads_or(failed)) return;
   const uint64_t grid = gridDim.x;
@@ -1147,7 +1135,7 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     fence_acq_rel_sys(); /* the words cleared before the peer can raise them again */
     *(volatile uint32_t *)w.raise_done = 1;
   }
-  if (w.done != NULL && word_wait_one(&w.comm, w.done, {w.peer, -1, 0, w.seq}))
+  if (w.done != NULL && word_wait_at_least(&w.comm, w.done, 1, {w.peer, -1, 0, w.seq}))
     *(volatile uint32_t *)w.done = 0;
 }
 
@@ -1166,15 +1154,7 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
   const wait_what what = {w.peer, -1, 0, w.seq};
   uint64_t begin = 0;
   for (uint32_t c = 0; c < w.nchunks && c < DEV_COMBINE_CHUNKS; c++) {
-    int failed = 0;
-    if (threadIdx.x == 0) {
-      spin_t s = {0, 0};
-      while (load_acquire_sys32(w.word) < c + 1)
-        if (spin_fails(&w.comm, &s, what)) {
-          failed = 1;
-          break;
-        }
-    }
+    const int failed = threadIdx.x == 0 && !word_wait_at_least(&w.comm, w.word, c + 1, what);
     if (__syncthreads_or(failed)) return;
     const uint64_t len = w.ends[c] - begin;
     if (w.tile != 0) {

@@ -105,6 +105,18 @@ __device__ bool spin_fails(const dev_comm_t *comm, spin_t *s, const wait_what &w
   return true;
 }
 
+/* Thread 0: waits until the 32-bit word *p, raised by the peer or its stream, is at least `target`, read
+ * with acquire order (what was published before it is visible after). The copy-engine path's words: 1 for
+ * `ready` and `done`, a reduction's chunks landed for the combine. False when the wait failed (spin_fails).
+ */
+__device__ bool word_wait_at_least(const dev_comm_t *comm, const uint32_t *p, uint32_t target,
+                                   const wait_what &what) {
+  spin_t s = {0, 0};
+  while (load_acquire_sys32(p) < target)
+    if (spin_fails(comm, &s, what)) return false;
+  return true;
+}
+
 /* Thread 0: waits until *p >= target, then returns the value read with acquire order in *v_p. False when
  * the wait failed (spin_fails). */
 __device__ bool wait_at_least(const dev_comm_t *comm, const volatile uint64_t *p, uint64_t target,
