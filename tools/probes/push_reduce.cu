@@ -13,8 +13,9 @@
  *     of a block's tiles and then combines them, `ilv` combines each round's tile after pushing the next
  *     round's, so that the combine runs while the link carries the rest.
  * Each variant ends with a checked all-reduce: the outputs poisoned, then compared with the sums computed
- * on the host (every element; wrong ones counted). The combine reads the peer's tiles past L1 (`ld.cg`). Waits give up after about 2 s (counted as timeouts) so
- * that a mistake cannot hang the machine. Not part of the build:
+ * on the host (every element; wrong ones counted). The combine reads the peer's tiles past L1 (`ld.cg`).
+ * Waits give up after about 2 s (counted as timeouts) so that a mistake cannot hang the machine. Not part of
+ * the build:
  *
  *   nvcc -O2 -std=c++17 -arch=sm_90 -o push_reduce tools/probes/push_reduce.cu -lcuda && ./push_reduce
  *
@@ -231,8 +232,8 @@ int main() {
         const size_t bad = wrong(a, b, bytes, variant);
         std::sort(ts.begin(), ts.end());
         const double us = ts[ts.size() / 2];
-        printf("%10zu %8u %6s %10.2f %9.1f %8zu %8u\n", bytes, tile, names[variant], us, bytes / us / 1e3, bad,
-               timeouts);
+        printf("%10zu %8u %6s %10.2f %9.1f %8zu %8u\n", bytes, tile, names[variant], us, bytes / us / 1e3,
+               bad, timeouts);
         fflush(stdout);
       }
   return 0;
