@@ -1785,15 +1785,9 @@ static void mbox_off_rank(int rank, int nranks, void *arg) {
   unsetenv("BRAID_CE_MAILBOX");
 }
 
-/* What the thread that aborts rank 0 of the mailbox case needs. */
-typedef struct {
-  ncclComm_t comm;
-  const char *log_path;
-} mbox_aborter_t;
-
 /* Aborts the communicator once its rank has waited a while for a step message that does not come. */
 static void *mbox_abort_later(void *arg) {
-  const mbox_aborter_t *a = arg;
+  const aborter_t *a = arg;
   usleep(300000);
   EXPECT_OK(ncclCommAbort(a->comm));
   return NULL;
@@ -1808,7 +1802,7 @@ static void mbox_abort_rank(int rank, int nranks, void *arg) {
   ce_bufs_t b = ce_open(rank, 81, &s, &r);
   if (rank == 0) {
     pthread_t aborter;
-    mbox_aborter_t a = {comm, log_path};
+    aborter_t a = {comm, log_path};
     EXPECT(pthread_create(&aborter, NULL, mbox_abort_later, &a) == 0);
     ce_fresh(&b);
     const ncclResult_t res = ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, NULL);
