@@ -170,7 +170,8 @@ static void drop_held(ce_t *ce) {
 /* ---- The step-message mailboxes ---- */
 
 /* This rank's inbox: in shared memory named inbox_name for a peer in another process, else in this
- * process's memory. False (logged) when it cannot be made: the path is then off on both ranks. */
+ * process's memory. False (logged) when it cannot be made: both ranks then send their step messages over
+ * the bootstrap. */
 static int inbox_create(ce_t *ce) {
   if (ce->local) {
     ce->inbox = aligned_alloc(64, sizeof(mbox_t));
