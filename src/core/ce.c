@@ -255,9 +255,9 @@ static int mbox_ready(const ce_t *ce) {
   return atomic_load_explicit(&ce->inbox->tail, memory_order_acquire) != ce->taken;
 }
 
-/* Takes the peer's next message: spins for CE_MBOX_SPIN_US, then also sleeps between looks; gives up after
- * BRAID_TIMEOUT_S, on an abort, or when a peer in another process has exited. */
-static ncclResult_t mbox_recv(ce_t *ce, step_msg_t *m) {
+/* Waits for the peer's next message: spins for CE_MBOX_SPIN_US, then also sleeps between looks; gives up
+ * after BRAID_TIMEOUT_S, on an abort, or when a peer in another process has exited. */
+static ncclResult_t mbox_wait(ce_t *ce) {
   const double start = time_now();
   const int64_t timeout = param_int(P_BRAID_TIMEOUT_S);
   for (unsigned spins = 1; !mbox_ready(ce); spins++) {
@@ -282,6 +282,12 @@ static ncclResult_t mbox_recv(ce_t *ce, step_msg_t *m) {
     else
       nanosleep(&(struct timespec){0, CE_MBOX_SLEEP_NS}, NULL);
   }
+  return ncclSuccess;
+}
+
+/* Takes the peer's next message; the clock and the timeout are read only when it has not come yet. */
+static ncclResult_t mbox_recv(ce_t *ce, step_msg_t *m) {
+  if (!mbox_ready(ce)) CHECK(mbox_wait(ce));
   *m = ce->inbox->slots[ce->taken % CE_MBOX_SLOTS];
   atomic_store_explicit(&ce->inbox->head, ++ce->taken, memory_order_release);
   return ncclSuccess;
