@@ -15,12 +15,13 @@
  *             further from alignment than rank 0's;
  *   single_*  one process and thread driving every GPU (ncclCommInitAll, one group per case); single_ce with
  *             BRAID_CE_MIN_BYTES=4096, as procs_ce;
- *   procs_push, single_push: steps that only copy pushed by one kernel from 4 KiB a transfer
+ *   *_push    procs_push and single_push: steps that only copy pushed by one kernel from 4 KiB a transfer
  *             (BRAID_CE_PUSH_MIN_BYTES and BRAID_CE_PUSH_EXCHANGE_MIN_BYTES 4096), below the copy engines'
- * default threshold; procs_push also with the ranks' buffers aligned differently; shm_*     one process per
- * GPU with NCCL_P2P_DISABLE=1: host shared memory between the GPUs; tcp_*     one process per GPU with
- * NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: TCP sockets. The transport modes run a quick sweep (every
- * collective, four types, three operations); with --full they run the whole small matrix instead.
+ *             default threshold; procs_push also with the ranks' buffers aligned differently;
+ *   shm_*     one process per GPU with NCCL_P2P_DISABLE=1: host shared memory between the GPUs;
+ *   tcp_*     one process per GPU with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: TCP sockets.
+ * The transport modes run a quick sweep (every collective, four types, three operations); with --full they
+ * run the whole small matrix instead.
  */
 #include <stdlib.h>
 #include <string.h>
