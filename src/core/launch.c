@@ -114,6 +114,7 @@ struct gx {
   int spread;                /* lanes of the widest step (BRAID_SPREAD): narrower launches spread their blocks
                               * over a grid of that many lanes (dev_comm_t.interleave); 0: never */
   uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
+  uint64_t ll_max_one_way;   /* the same in one-way collectives (one_way_kind) */
   uint64_t ll_part;          /* an LL transfer takes a channel per this many bytes (BRAID_LL_CHANNEL_BYTES) */
   int ll_nch;                /* and at most this many: GX_LL_NCH, or fewer when nch is */
   uint64_t ll128_max;        /* larger transfers of at most this many bytes with a peer are LL128 (0: none) */
@@ -426,28 +427,37 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   mem_charge(acct, gpu_mem_size(gx->mem), 1, "kernel view of the communicator");
   CHECK_GOTO(upload(gx, links), res, fail);
   gx->ll128_max = ll128_max(gx);
-  /* where LL128 runs, it takes the transfers above BRAID_LL128_MIN_BYTES from LL: on two H200s LL128 moved
-   * 512 KiB transfers 0.4-1.1 us faster than LL, 256 KiB ones no faster (docs/perf-notes.md, 77) */
+  /* where LL128 runs, it takes the transfers above BRAID_LL128_MIN_BYTES from LL, and a one-way
+   * collective's above BRAID_LL128_ONE_WAY_MIN_BYTES: on two H200s LL128 moved 512 KiB transfers 0.4-1.1 us
+   * faster than LL (docs/perf-notes.md, 77), and 256 KiB ones both ways at once (an all-reduce's, a
+   * send/receive's) 0.3-0.6 us faster, but one way 0.15-0.3 us slower (104) */
+  gx->ll_max_one_way = gx->ll_max;
   if (gx->ll128_max > plan_tuning()->ll128_min && plan_tuning()->ll128_min < gx->ll_max)
     gx->ll_max = plan_tuning()->ll128_min;
+  if (gx->ll128_max > plan_tuning()->ll128_oneway && plan_tuning()->ll128_oneway < gx->ll_max_one_way)
+    gx->ll_max_one_way = plan_tuning()->ll128_oneway;
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
   CHECK_GOTO(queue_init(gx), res, fail);
   char wide[256];
   INFO(LOG_INIT | LOG_TUNING,
-       "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes, LL protocol for "
-       "transfers of at most %llu bytes on p2p connections (NCCL_PROTO, BRAID_LL_MAX_BYTES, "
-       "BRAID_LL128_MIN_BYTES where LL128 runs), a channel per %llu bytes of one, up to %d "
-       "(BRAID_LL_CHANNEL_BYTES), launches of LL transfers alone through %s "
-       "(BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s (BRAID_PAIR_KERNEL); LL128 "
-       "for larger transfers with a peer of at most %llu bytes over %d channels (NCCL_PROTO, "
-       "BRAID_LL128_MAX_BYTES; two ranks on p2p both ways only); a Simple transfer takes a channel per %llu "
-       "bytes (BRAID_CHANNEL_BYTES), launches of one-slice Simple transfers on p2p through %s "
-       "(BRAID_BULK_KERNEL); %s (BRAID_WIDE_STEPS)",
-       name, rank, dev, nch, (unsigned long long)gx->wq.cap, (unsigned long long)gx->ll_max,
-       (unsigned long long)gx->ll_part, gx->ll_nch, gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
-       gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same", (unsigned long long)gx->ll128_max, gx->ll128_nch,
-       (unsigned long long)gx->ch_bytes, gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel",
-       wide_what(gx, wide, sizeof wide));
+       "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes; launches of LL "
+       "transfers alone through %s (BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s "
+       "(BRAID_PAIR_KERNEL), of one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL); %s "
+       "(BRAID_WIDE_STEPS)",
+       name, rank, dev, nch, (unsigned long long)gx->wq.cap,
+       gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
+       gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same",
+       gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel", wide_what(gx, wide, sizeof wide));
+  INFO(LOG_INIT | LOG_TUNING,
+       "%s rank %d: LL protocol for transfers of at most %llu bytes (%llu in broadcast, reduce, gather and "
+       "scatter) on p2p connections, a channel per %llu bytes of one, up to %d (NCCL_PROTO, "
+       "BRAID_LL_MAX_BYTES, BRAID_LL_CHANNEL_BYTES; BRAID_LL128_MIN_BYTES and BRAID_LL128_ONE_WAY_MIN_BYTES "
+       "where LL128 runs); LL128 for larger transfers with a peer of at most %llu bytes over %d channels "
+       "(NCCL_PROTO, BRAID_LL128_MAX_BYTES; two ranks on p2p both ways only); a Simple transfer takes a "
+       "channel per %llu bytes (BRAID_CHANNEL_BYTES)",
+       name, rank, (unsigned long long)gx->ll_max, (unsigned long long)gx->ll_max_one_way,
+       (unsigned long long)gx->ll_part, gx->ll_nch, (unsigned long long)gx->ll128_max, gx->ll128_nch,
+       (unsigned long long)gx->ch_bytes);
   *gx_p = gx;
   return ncclSuccess;
 fail:
@@ -686,22 +696,30 @@ static int assign_lanes(dev_xfer_t *x, int n, int nranks, int local_joins, int *
   return lanes;
 }
 
+/* Whether a collective moves data one way between any two ranks: a broadcast, a reduce, a gather or a
+ * scatter, whose blocks only send, only receive, or do one after the other. */
+static int one_way_kind(op_kind_t k) {
+  return k == OP_BROADCAST || k == OP_REDUCE || k == OP_GATHER || k == OP_SCATTER;
+}
+
 /* The kernel's form of a planned transfer. A running result (XF_PREPARED) is combined as a plain sum where
  * PreMulSum would scale it again; the kernel never sees that flag's meaning. A transfer of at most ll_max
- * bytes is marked LL and runs on a channel per ll_part bytes, at most ll_nch (dev.h); a larger one with a
- * peer, of at most ll128_max bytes, is marked LL with the LL128 protocol and runs on ll128_nch channels
- * (at most `cap`), as long as that leaves each channel at most half its LL128 slots (dev_ll128_fits); a
- * plain local copy of at most one LL128 piece per channel is marked LL (with the LL protocol, in pieces) on
- * as many, so that the launches with one beside one-piece LL128 transfers (an all-gather's own block out of
- * place, a broadcast's root) stay LL launches, on the pair kernel, instead of taking the general kernel for
- * a Simple copy (larger LL128 transfers take the general kernel, where a copy is Simple); a Simple one on a
- * channel per ch_bytes, at most `cap` (wide_step). The mark and the channels depend on the size, the knobs,
- * the collective and the communicator's channels only, so both ends of each of its connections agree. Each
- * side of an LL transfer is also marked with its protocol: LL when its connection has an LL ring, which both
- * ends of the connection know alike (an LL128 transfer's sides always have one: ll128_max). */
-static void fill_xfer(const gx_t *gx, const xfer_t *in, uint16_t task, int cap, dev_xfer_t *out) {
+ * bytes (ll_max_one_way in a one-way collective: `one_way`, one_way_kind) is marked LL and runs on a channel
+ * per ll_part bytes, at most ll_nch (dev.h); a larger one with a peer, of at most ll128_max bytes, is marked
+ * LL with the LL128 protocol and runs on ll128_nch channels (at most `cap`), as long as that leaves each
+ * channel at most half its LL128 slots (dev_ll128_fits); a plain local copy of at most one LL128 piece per
+ * channel is marked LL (with the LL protocol, in pieces) on as many, so that the launches with one beside
+ * one-piece LL128 transfers (an all-gather's own block out of place, a broadcast's root) stay LL launches, on
+ * the pair kernel, instead of taking the general kernel for a Simple copy (larger LL128 transfers take the
+ * general kernel, where a copy is Simple); a Simple one on a channel per ch_bytes, at most `cap` (wide_step).
+ * The mark and the channels depend on the size, the knobs, the collective and the communicator's channels
+ * only, so both ends of each of its connections agree. Each side of an LL transfer is also marked with its
+ * protocol: LL when its connection has an LL ring, which both ends of the connection know alike (an LL128
+ * transfer's sides always have one: ll128_max). */
+static void fill_xfer(const gx_t *gx, const xfer_t *in, int one_way, uint16_t task, int cap,
+                      dev_xfer_t *out) {
   const red_t *red = in->red;
-  const int ll = in->bytes <= gx->ll_max;
+  const int ll = in->bytes <= (one_way ? gx->ll_max_one_way : gx->ll_max);
   const uint64_t ll128_nch = (uint64_t)(gx->ll128_nch < cap ? gx->ll128_nch : cap);
   const int peers = in->send_peer >= 0 || in->recv_peer >= 0;
   const int ll128 = !ll && peers && in->bytes <= gx->ll128_max && in->bytes <= ll128_nch * DEV_LL128_PART_MAX;
@@ -993,12 +1011,6 @@ static int duplex(const gx_t *gx, const dev_work_t *w) {
  * (1 GiB) ran 1-3% slower so. */
 #define GX_DUPLEX_BATCH     2
 #define GX_DUPLEX_BATCH_MAX (128ull << 20)
-
-/* Whether a collective moves data one way between any two ranks: a broadcast, a reduce, a gather or a
- * scatter, whose blocks only send, only receive, or do one after the other. */
-static int one_way_kind(op_kind_t k) {
-  return k == OP_BROADCAST || k == OP_REDUCE || k == OP_GATHER || k == OP_SCATTER;
-}
 
 /* A one-way launch (one_way_kind: its blocks only send or only receive) signals every GX_ONEWAY_BATCH pieces
  * where its largest transfer moves more than GX_ONEWAY_MIN and at most GX_ONEWAY_MAX pieces per channel
@@ -1383,7 +1395,7 @@ static ncclResult_t exec_combine(void *arg, cudaStream_t stream, const xfer_t *x
                      .peer = peer,
                      .nchunks = nchunks,
                      .tile = from != NULL ? c->gx->pull_tile : 0};
-  fill_xfer(c->gx, x, 0, 1, &w.x);
+  fill_xfer(c->gx, x, 0, 0, 1, &w.x);
   memcpy(w.ends, ends, nchunks * sizeof *ends);
   return gpu_launch(c->gx->func_combine, from != NULL ? c->gx->pull_blocks : c->gx->combine_blocks,
                     DEV_THREADS, &w, sizeof w, stream);
@@ -1443,7 +1455,8 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
     const xfer_t *in = &plan->xfers[st->first + i];
     /* wide_p2p: a transfer between the ranks by its own size, a local copy wide */
     const int own = p2p && (in->send_peer >= 0 || in->recv_peer >= 0) && in->bytes < GX_WIDE_MIN;
-    fill_xfer(gx, in, (uint16_t)(st->task - plan->tasks), own ? gx->nch : cap, &x[i]);
+    fill_xfer(gx, in, one_way_kind(st->task->kind), (uint16_t)(st->task - plan->tasks), own ? gx->nch : cap,
+              &x[i]);
     if (x[i].nch > nch) nch = x[i].nch;
   }
   if (w->nsteps == 0 && plan->nsteps == 1 && !lc->capturing) {

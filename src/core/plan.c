@@ -651,6 +651,8 @@ static void tuning_load(void) {
   tuning_knobs.ll128_max = plan_ll128_parse(param_str(P_NCCL_PROTO), ll128_max > 0 ? (uint64_t)ll128_max : 0);
   int64_t ll128_min = param_int(P_BRAID_LL128_MIN_BYTES);
   tuning_knobs.ll128_min = ll128_min > 0 ? (uint64_t)ll128_min : 0;
+  int64_t ll128_oneway = param_int(P_BRAID_LL128_ONE_WAY_MIN_BYTES);
+  tuning_knobs.ll128_oneway = ll128_oneway > 0 ? (uint64_t)ll128_oneway : 0;
   int64_t ll_part = param_int(P_BRAID_LL_CHANNEL_BYTES);
   tuning_knobs.ll_part = ll_part > 0 ? (uint64_t)ll_part : 1;
   int64_t ch_bytes = param_int(P_BRAID_CHANNEL_BYTES);

@@ -138,6 +138,7 @@ typedef struct {
   uint64_t ll128_max;      /* larger GPU transfers of at most this many bytes use LL128 where the executor
                             * can (two ranks; 0: none) */
   uint64_t ll128_min;      /* where LL128 runs, it takes the transfers above this many bytes from LL */
+  uint64_t ll128_oneway;   /* the same in broadcast, reduce, gather and scatter, which move data one way */
   uint64_t ch_bytes;       /* a Simple transfer takes one channel per this many bytes (at least 1) */
   uint64_t ar_split;       /* a ring all-reduce on two ranks of at least this many bytes runs as two steps, a
                             * reduce-scatter then an all-gather of the reduced halves (0: never) */

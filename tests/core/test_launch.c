@@ -373,13 +373,30 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   EXPECT(((const dev_work_t *)s->last_work)->nch == (simple ? 1 : 16), "16 KiB: blocks per lane");
   EXPECT_OK(ncclAllReduce(buf, out, 16384, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 32, &n), "64 KiB: LL on 32 channels");
+  EXPECT_OK(ncclAllReduce(buf, out, 32768, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(last_launch_ll(s, !simple, 32, &n), "128 KiB: LL on 32 channels");
+  /* above BRAID_LL128_MIN_BYTES (128 KiB), up to BRAID_LL128_MAX_BYTES (1.5 MiB): LL128 on two ranks, 40
+   * channels of one piece each, through the general entry point here (the pair one is off); in a broadcast,
+   * reduce, gather or scatter only above BRAID_LL128_ONE_WAY_MIN_BYTES (256 KiB); with LL128 left out, LL up
+   * to BRAID_LL_MAX_BYTES (512 KiB), then Simple; all Simple under NCCL_PROTO=Simple */
+  EXPECT_OK(ncclAllReduce(buf, out, 32769, ncclFloat, ncclSum, comm, NULL));
+  if (ll128)
+    EXPECT(last_launch_ll128(s, 40, &n) && n == 2, "128 KiB + 4: LL128 on 40 channels (%d transfers)", n);
+  else
+    EXPECT(last_launch_ll(s, !simple, 32, &n), "128 KiB + 4: LL on 32 channels, or Simple");
   EXPECT_OK(ncclAllReduce(buf, out, 65536, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(last_launch_ll(s, !simple, 32, &n), "256 KiB: LL on 32 channels");
-  EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
-         "256 KiB: parts of 8 KiB (LL) or 32 KiB (Simple, a warp per 4 KiB), %u threads", s->last_block);
-  /* above BRAID_LL128_MIN_BYTES (256 KiB), up to BRAID_LL128_MAX_BYTES (1.5 MiB): LL128 on two ranks, 40
-   * channels of one piece each, through the general entry point here (the pair one is off); with LL128 left
-   * out, LL up to BRAID_LL_MAX_BYTES (512 KiB), then Simple; all Simple under NCCL_PROTO=Simple */
+  if (ll128) {
+    EXPECT(last_launch_ll128(s, 40, &n) && n == 2, "256 KiB: LL128 on 40 channels (%d transfers)", n);
+  } else {
+    EXPECT(last_launch_ll(s, !simple, 32, &n), "256 KiB: LL on 32 channels, or Simple");
+    EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
+           "256 KiB: parts of 8 KiB (LL) or 32 KiB (Simple, a warp per 4 KiB), %u threads", s->last_block);
+  }
+  EXPECT_OK(ncclBroadcast(buf, buf, 65536, ncclFloat, 0, comm, NULL));
+  EXPECT(last_launch_ll(s, !simple, 32, &n), "a 256 KiB broadcast: LL on 32 channels, or Simple");
+  EXPECT_OK(ncclBroadcast(buf, buf, 65537, ncclFloat, 0, comm, NULL));
+  EXPECT(ll128 ? last_launch_ll128(s, 40, &n) : last_launch_ll(s, !simple, 32, &n),
+         "a 256 KiB + 4 broadcast: LL128 on 40 channels, or LL on 32, or Simple");
   EXPECT_OK(ncclAllReduce(buf, out, 65537, ncclFloat, ncclSum, comm, NULL));
   if (ll128) {
     EXPECT(last_launch_ll128(s, 40, &n) && n == 2, "256 KiB + 4: LL128 on 40 channels (%d transfers)", n);
