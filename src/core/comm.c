@@ -131,6 +131,82 @@ static ncclResult_t init_peers(ncclComm_t comm) {
   return ncclSuccess;
 }
 
+/* The knobs from which the GPU executor picks each call's algorithm and each transfer's protocol and
+ * channels. Both ends of a connection must pick alike (DESIGN.md, principle 2): ranks whose knobs differ
+ * would each wait for a transfer the other never sends, until BRAID_TIMEOUT_S. Each rank tells the others the
+ * values in effect (after parsing: "LL,LL128,Simple" and no NCCL_PROTO are the same); any difference fails
+ * init on every rank, naming the knob. */
+enum {
+  TUNE_ALGO,
+  TUNE_ONESHOT,
+  TUNE_ONESHOT_PAIR,
+  TUNE_LL_MAX,
+  TUNE_LL128_MAX,
+  TUNE_LL128_MIN,
+  TUNE_LL128_ONEWAY,
+  TUNE_LL_PART,
+  TUNE_CH_BYTES,
+  TUNE_AR_SPLIT,
+  TUNE_WIDE,
+  TUNE_COUNT
+};
+static const char *const tune_knobs[TUNE_COUNT] = {
+    [TUNE_ALGO] = "NCCL_ALGO",
+    [TUNE_ONESHOT] = "BRAID_ONESHOT_MAX_BYTES",
+    [TUNE_ONESHOT_PAIR] = "BRAID_ONESHOT_MAX_BYTES (two ranks' all-reduce)",
+    [TUNE_LL_MAX] = "NCCL_PROTO or BRAID_LL_MAX_BYTES (LL)",
+    [TUNE_LL128_MAX] = "NCCL_PROTO or BRAID_LL128_MAX_BYTES (LL128)",
+    [TUNE_LL128_MIN] = "BRAID_LL128_MIN_BYTES",
+    [TUNE_LL128_ONEWAY] = "BRAID_LL128_ONE_WAY_MIN_BYTES",
+    [TUNE_LL_PART] = "BRAID_LL_CHANNEL_BYTES",
+    [TUNE_CH_BYTES] = "BRAID_CHANNEL_BYTES",
+    [TUNE_AR_SPLIT] = "BRAID_AR_SPLIT_BYTES",
+    [TUNE_WIDE] = "BRAID_WIDE_STEPS",
+};
+
+static void tune_values(uint64_t v[TUNE_COUNT]) {
+  const plan_tuning_t *t = plan_tuning();
+  uint64_t algos = 0; /* a byte per collective; send and receive, the last kinds, have no algorithm */
+  _Static_assert(OP_SEND == 8, "the collectives' algorithms fill one 64-bit value");
+  for (int k = 0; k < OP_SEND; k++) algos |= (uint64_t)t->algos[k] << (8 * k);
+  v[TUNE_ALGO] = algos;
+  v[TUNE_ONESHOT] = t->oneshot_max;
+  v[TUNE_ONESHOT_PAIR] = t->oneshot_pair;
+  v[TUNE_LL_MAX] = t->ll_max;
+  v[TUNE_LL128_MAX] = t->ll128_max;
+  v[TUNE_LL128_MIN] = t->ll128_min;
+  v[TUNE_LL128_ONEWAY] = t->ll128_oneway;
+  v[TUNE_LL_PART] = t->ll_part;
+  v[TUNE_CH_BYTES] = t->ch_bytes;
+  v[TUNE_AR_SPLIT] = t->ar_split;
+  v[TUNE_WIDE] = (uint64_t)param_int(P_BRAID_WIDE_STEPS);
+}
+
+/* Every rank runs the exchange (the condition that follows it is the same on every rank: the peer table). */
+static ncclResult_t init_tuning(ncclComm_t comm) {
+  typedef struct {
+    uint64_t v[TUNE_COUNT];
+  } tune_t;
+  tune_t *all = calloc((size_t)comm->nranks, sizeof *all);
+  if (all == NULL) return log_err(ncclSystemError, "%s: out of host memory for the ranks' knobs", comm->name);
+  tune_values(all[comm->rank].v);
+  ncclResult_t res = boot_allgather(comm->boot, all, sizeof *all);
+  int gpus = 1; /* the knobs steer the GPU executor only */
+  for (int r = 0; r < comm->nranks; r++) gpus &= comm->peers[r].dev >= 0;
+  for (int r = 1; res == ncclSuccess && gpus && r < comm->nranks; r++)
+    for (int k = 0; k < TUNE_COUNT; k++)
+      if (all[r].v[k] != all[0].v[k]) {
+        res = log_err(ncclInvalidUsage,
+                      "%s: %s differs between ranks (in effect: %llu on rank 0, %llu on rank %d); the GPU "
+                      "algorithm and protocol knobs must be the same on all ranks",
+                      comm->name, tune_knobs[k], (unsigned long long)all[0].v[k],
+                      (unsigned long long)all[r].v[k], r);
+        break;
+      }
+  free(all);
+  return res;
+}
+
 static ncclResult_t init_links(ncclComm_t comm) {
   tp_config_t tc = {.rank = comm->rank,
                     .nranks = comm->nranks,
@@ -191,6 +267,7 @@ ncclResult_t comm_init(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
   }
   CHECK_GOTO(init_bootstrap(comm, ids, nid), res, fail_leave);
   CHECK_GOTO(init_peers(comm), res, fail_leave);
+  CHECK_GOTO(init_tuning(comm), res, fail_leave);
   CHECK_GOTO(init_links(comm), res, fail_leave);
   CHECK_GOTO(init_gpu(comm), res, fail_leave);
   if (comm->dev >= 0) gpu_leave(&scope);

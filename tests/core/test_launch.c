@@ -667,6 +667,53 @@ static void channels_agree(void) {
   unsetenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES");
 }
 
+/* Ranks whose GPU algorithm or protocol knobs differ would each wait for transfers the other never sends:
+ * init fails on both, naming the knob. The same value spelled another way (an NCCL_PROTO listing every
+ * protocol) is no difference. */
+static const char *const knob_cases[][3] = {
+    /* name, rank 1's value, what the error names */
+    {"BRAID_LL128_MIN_BYTES", "65536", "BRAID_LL128_MIN_BYTES"},
+    {"BRAID_LL128_ONE_WAY_MIN_BYTES", "131072", "BRAID_LL128_ONE_WAY_MIN_BYTES"},
+    {"NCCL_PROTO", "Simple", "NCCL_PROTO"},
+    {"NCCL_ALGO", "allreduce:ring", "NCCL_ALGO"},
+    {"BRAID_WIDE_STEPS", "1", "BRAID_WIDE_STEPS"},
+    {"BRAID_AR_SPLIT_BYTES", "0", "BRAID_AR_SPLIT_BYTES"},
+    {"NCCL_PROTO", "LL,LL128,Simple", NULL},
+};
+static int knob_case;
+
+static void knob_rank(int rank, int nranks, void *arg) {
+  const shared_t *sh = arg;
+  const char *const *c = knob_cases[knob_case];
+  if (rank == 1) setenv(c[0], c[1], 1);
+  param_reload(); /* this rank process's environment, not the one it was forked with */
+  ncclComm_t comm = (ncclComm_t)1;
+  const ncclResult_t res = ncclCommInitRank(&comm, nranks, sh->id, rank);
+  if (c[2] == NULL) {
+    EXPECT(res == ncclSuccess, "rank %d: %s=%s on rank 1 only: init returned %d (%s)", rank, c[0], c[1],
+           (int)res, ncclGetLastError(NULL));
+    if (res == ncclSuccess) EXPECT_OK(ncclCommDestroy(comm));
+    return;
+  }
+  const char *err = ncclGetLastError(NULL);
+  EXPECT(res == ncclInvalidUsage && comm == NULL, "rank %d: %s=%s on rank 1 only: init returned %d", rank,
+         c[0], c[1], (int)res);
+  EXPECT(strstr(err, c[2]) != NULL && strstr(err, "same on all ranks") != NULL,
+         "rank %d: %s=%s on rank 1 only: the error does not name %s: %s", rank, c[0], c[1], c[2], err);
+}
+
+static void knobs_agree(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  unsetenv("MOCK_CUDA_STUCK");
+  for (knob_case = 0; knob_case < (int)(sizeof knob_cases / sizeof knob_cases[0]); knob_case++) {
+    unsetenv(knob_cases[knob_case][0]);
+    shared_t sh;
+    EXPECT_OK(ncclGetUniqueId(&sh.id));
+    EXPECT(run_ranks(2, 60, knob_rank, &sh) == 0, "a rank failed (%s=%s on rank 1)", knob_cases[knob_case][0],
+           knob_cases[knob_case][1]);
+  }
+}
+
 /* What the last launch of braid_kernel_pair carried: 'S', 'R' and 'C' for the send, receive and copy it has
  * (in that order, '-' for each it has not), then 'F' when fused; and whether its blocks are as dev.h says. */
 static const char *last_pair(const mock_cuda_stats_t *s, char shape[5]) {
@@ -1921,6 +1968,7 @@ int main(int argc, char **argv) {
   test_filter(argc - 1, argv + 1);
   TEST(channel_budget, 10);
   TEST(channels_agree, 60);
+  TEST(knobs_agree, 60);
   TEST(protocol_marks, 60);
   TEST(pair_shapes, 60);
   TEST(full_queue_wait, 90);
