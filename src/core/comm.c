@@ -101,36 +101,6 @@ static size_t ring_bytes(void) {
   return want < (int64_t)page ? page : ((size_t)want + page - 1) / page * page;
 }
 
-/* Every rank tells the others its host, process, device and ring size; the ring size cuts plans into slices,
- * so all ranks must agree on it (DESIGN.md, principle 2). */
-static ncclResult_t init_peers(ncclComm_t comm) {
-  CHECK(MEM_CALLOC(&comm->acct, comm->peers, comm->nranks, "peer table"));
-  comm->ring_bytes = ring_bytes();
-  comm->peers[comm->rank] = (tp_peer_t){.host_hash = host_hash(),
-                                        .pid = (int32_t)getpid(),
-                                        .dev = comm->dev,
-                                        .ring_bytes = comm->ring_bytes,
-                                        .nch = comm->dev >= 0 ? comm->nch : 0};
-  CHECK(boot_allgather(comm->boot, comm->peers, sizeof(tp_peer_t)));
-  /* Both ends of a connection need the same rings, and every rank's launches must fit its own GPU: the
-   * fewest channels any rank can run (GPUs with fewer SMs, or a smaller BRAID_CHANNELS) */
-  int nch = comm->nch;
-  for (int r = 0; r < comm->nranks; r++)
-    if (comm->peers[r].nch > 0 && comm->peers[r].nch < nch) nch = comm->peers[r].nch;
-  if (comm->dev >= 0 && nch != comm->nch) {
-    INFO(LOG_INIT | LOG_TUNING, "%s rank %d: %d channels, the fewest any rank can run (this one: %d)",
-         comm->name, comm->rank, nch, comm->nch);
-    comm->nch = nch;
-  }
-  for (int r = 0; r < comm->nranks; r++)
-    if (comm->peers[r].ring_bytes != comm->ring_bytes)
-      return log_err(ncclInvalidUsage,
-                     "%s: BRAID_HOST_BUFFSIZE gives %zu bytes on rank %d but %lu on rank %d; "
-                     "it must be the same on all ranks",
-                     comm->name, comm->ring_bytes, comm->rank, (unsigned long)comm->peers[r].ring_bytes, r);
-  return ncclSuccess;
-}
-
 /* The knobs from which the GPU executor picks each call's algorithm and each transfer's protocol and
  * channels. Both ends of a connection must pick alike (DESIGN.md, principle 2): ranks whose knobs differ
  * would each wait for a transfer the other never sends, until BRAID_TIMEOUT_S. Each rank tells the others the
@@ -182,29 +152,64 @@ static void tune_values(uint64_t v[TUNE_COUNT]) {
   v[TUNE_WIDE] = (uint64_t)param_int(P_BRAID_WIDE_STEPS);
 }
 
-/* Every rank runs the exchange (the condition that follows it is the same on every rank: the peer table). */
-static ncclResult_t init_tuning(ncclComm_t comm) {
-  typedef struct {
-    uint64_t v[TUNE_COUNT];
-  } tune_t;
-  tune_t *all = calloc((size_t)comm->nranks, sizeof *all);
-  if (all == NULL) return log_err(ncclSystemError, "%s: out of host memory for the ranks' knobs", comm->name);
-  tune_values(all[comm->rank].v);
-  ncclResult_t res = boot_allgather(comm->boot, all, sizeof *all);
-  int gpus = 1; /* the knobs steer the GPU executor only */
-  for (int r = 0; r < comm->nranks; r++) gpus &= comm->peers[r].dev >= 0;
-  for (int r = 1; res == ncclSuccess && gpus && r < comm->nranks; r++)
+/* What each rank tells the others at init, in one allgather: its peer entry and its tuning knobs. */
+typedef struct {
+  tp_peer_t peer;
+  uint64_t tune[TUNE_COUNT];
+} peer_msg_t;
+
+/* Fails where the knobs in effect differ between ranks (all[r].tune), on communicators whose ranks all have a
+ * GPU; every rank sees the same table, so every rank fails alike. */
+static ncclResult_t check_tuning(ncclComm_t comm, const peer_msg_t *all) {
+  for (int r = 0; r < comm->nranks; r++)
+    if (all[r].peer.dev < 0) return ncclSuccess; /* the knobs steer the GPU executor only */
+  for (int r = 1; r < comm->nranks; r++)
     for (int k = 0; k < TUNE_COUNT; k++)
-      if (all[r].v[k] != all[0].v[k]) {
-        res = log_err(ncclInvalidUsage,
-                      "%s: %s differs between ranks (in effect: %llu on rank 0, %llu on rank %d); the GPU "
-                      "algorithm and protocol knobs must be the same on all ranks",
-                      comm->name, tune_knobs[k], (unsigned long long)all[0].v[k],
-                      (unsigned long long)all[r].v[k], r);
-        break;
-      }
+      if (all[r].tune[k] != all[0].tune[k])
+        return log_err(ncclInvalidUsage,
+                       "%s: %s differs between ranks (in effect: %llu on rank 0, %llu on rank %d); the GPU "
+                       "algorithm and protocol knobs must be the same on all ranks",
+                       comm->name, tune_knobs[k], (unsigned long long)all[0].tune[k],
+                       (unsigned long long)all[r].tune[k], r);
+  return ncclSuccess;
+}
+
+/* Every rank tells the others its host, process, device, ring size and tuning knobs; the ring size cuts
+ * plans into slices and the knobs pick algorithms and protocols, so all ranks must agree on them (DESIGN.md,
+ * principle 2). */
+static ncclResult_t init_peers(ncclComm_t comm) {
+  CHECK(MEM_CALLOC(&comm->acct, comm->peers, comm->nranks, "peer table"));
+  comm->ring_bytes = ring_bytes();
+  peer_msg_t *all = calloc((size_t)comm->nranks, sizeof *all);
+  if (all == NULL) return log_err(ncclSystemError, "%s: out of host memory for the peer table", comm->name);
+  all[comm->rank].peer = (tp_peer_t){.host_hash = host_hash(),
+                                     .pid = (int32_t)getpid(),
+                                     .dev = comm->dev,
+                                     .ring_bytes = comm->ring_bytes,
+                                     .nch = comm->dev >= 0 ? comm->nch : 0};
+  tune_values(all[comm->rank].tune);
+  ncclResult_t res = boot_allgather(comm->boot, all, sizeof *all);
+  for (int r = 0; res == ncclSuccess && r < comm->nranks; r++) comm->peers[r] = all[r].peer;
+  if (res == ncclSuccess) res = check_tuning(comm, all);
   free(all);
-  return res;
+  if (res != ncclSuccess) return res;
+  /* Both ends of a connection need the same rings, and every rank's launches must fit its own GPU: the
+   * fewest channels any rank can run (GPUs with fewer SMs, or a smaller BRAID_CHANNELS) */
+  int nch = comm->nch;
+  for (int r = 0; r < comm->nranks; r++)
+    if (comm->peers[r].nch > 0 && comm->peers[r].nch < nch) nch = comm->peers[r].nch;
+  if (comm->dev >= 0 && nch != comm->nch) {
+    INFO(LOG_INIT | LOG_TUNING, "%s rank %d: %d channels, the fewest any rank can run (this one: %d)",
+         comm->name, comm->rank, nch, comm->nch);
+    comm->nch = nch;
+  }
+  for (int r = 0; r < comm->nranks; r++)
+    if (comm->peers[r].ring_bytes != comm->ring_bytes)
+      return log_err(ncclInvalidUsage,
+                     "%s: BRAID_HOST_BUFFSIZE gives %zu bytes on rank %d but %lu on rank %d; "
+                     "it must be the same on all ranks",
+                     comm->name, comm->ring_bytes, comm->rank, (unsigned long)comm->peers[r].ring_bytes, r);
+  return ncclSuccess;
 }
 
 static ncclResult_t init_links(ncclComm_t comm) {
@@ -267,7 +272,6 @@ ncclResult_t comm_init(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
   }
   CHECK_GOTO(init_bootstrap(comm, ids, nid), res, fail_leave);
   CHECK_GOTO(init_peers(comm), res, fail_leave);
-  CHECK_GOTO(init_tuning(comm), res, fail_leave);
   CHECK_GOTO(init_links(comm), res, fail_leave);
   CHECK_GOTO(init_gpu(comm), res, fail_leave);
   if (comm->dev >= 0) gpu_leave(&scope);

@@ -208,6 +208,12 @@ static int lanes_max(int nranks) {
   return nranks > 1 ? 2 * nranks - 1 : 1;
 }
 
+/* The largest LL transfer where LL128 (ll128_max, set) takes the transfers above `ll128_min`: gx->ll_max as
+ * the LL knobs and rings allow it, held to ll128_min. */
+static uint64_t ll_below(const gx_t *gx, uint64_t ll128_min) {
+  return gx->ll128_max > ll128_min && ll128_min < gx->ll_max ? ll128_min : gx->ll_max;
+}
+
 /* The largest LL128 transfer (dev.h): the knob's, held to half the LL128 slots on each of ll128_nch channels
  * (dev_ll128_fits), on a communicator of two ranks whose connections both ways have LL rings (both ranks see
  * the same two connections, so they agree); 0 elsewhere. Run after upload (peer_caps). */
@@ -431,11 +437,8 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
    * collective's above BRAID_LL128_ONE_WAY_MIN_BYTES: on two H200s LL128 moved 512 KiB transfers 0.4-1.1 us
    * faster than LL (docs/perf-notes.md, 77), and 256 KiB ones both ways at once (an all-reduce's, a
    * send/receive's) 0.3-0.6 us faster, but one way 0.15-0.3 us slower (104) */
-  gx->ll_max_one_way = gx->ll_max;
-  if (gx->ll128_max > plan_tuning()->ll128_min && plan_tuning()->ll128_min < gx->ll_max)
-    gx->ll_max = plan_tuning()->ll128_min;
-  if (gx->ll128_max > plan_tuning()->ll128_oneway && plan_tuning()->ll128_oneway < gx->ll_max_one_way)
-    gx->ll_max_one_way = plan_tuning()->ll128_oneway;
+  gx->ll_max_one_way = ll_below(gx, plan_tuning()->ll128_oneway);
+  gx->ll_max = ll_below(gx, plan_tuning()->ll128_min);
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
   CHECK_GOTO(queue_init(gx), res, fail);
   char wide[256];
