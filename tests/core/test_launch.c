@@ -1508,7 +1508,8 @@ static void ce_local_proc(int rank, int nranks, void *arg) {
   EXPECT(test_file_lines(log_path, "memory for the copy engines") == 0 &&
              test_file_lines(log_path, "memory for a captured copy") == 0,
          "a rank mapped its peer's memory in one process");
-  mock_graph_destroy(); /* the capture's graph held the communicators */
+  /* the capture's graph held both communicators, one token each */
+  EXPECT(mock_graph_destroy() == 2, "the graph held other than one token per communicator");
   local_pair_close(comms, t);
 }
 

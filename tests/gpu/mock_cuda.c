@@ -46,15 +46,19 @@ struct mock_obj {
   void *arg;
   int held;
 };
+/* The ranks of one process capture from threads of their own, into this one graph: the lock keeps two
+ * ranks' user objects from taking the same slot. */
 static struct {
   struct mock_obj objs[MOCK_CUDA_MAX_OBJS];
   int nobjs;
 } mock_graph;
+static pthread_mutex_t mock_graph_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local CUstreamCaptureMode mock_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 __attribute__((visibility("default"))) int mock_cuda_graph_destroy(void);
 int mock_cuda_graph_destroy(void) {
   int n = 0;
+  pthread_mutex_lock(&mock_graph_lock);
   for (int i = 0; i < mock_graph.nobjs; i++) {
     if (!mock_graph.objs[i].held) continue;
     mock_graph.objs[i].held = 0;
@@ -62,6 +66,7 @@ int mock_cuda_graph_destroy(void) {
     n++;
   }
   mock_graph.nobjs = 0;
+  pthread_mutex_unlock(&mock_graph_lock);
   return n;
 }
 static struct CUfunc_st kernel, kernel_small, kernel_ll, kernel_bulk, kernel_pair, kernel_wait,
@@ -560,20 +565,27 @@ static CUresult mock_cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStat
 /* User objects: the mock's one graph holds them until mock_cuda_graph_destroy releases them all. */
 static CUresult mock_cuUserObjectCreate(CUuserObject *obj, void *ptr, CUhostFn destroy, unsigned int refs,
                                         unsigned int flags) {
-  if (refs != 1 || mock_graph.nobjs == MOCK_CUDA_MAX_OBJS) return CUDA_ERROR_INVALID_VALUE;
-  *obj = (CUuserObject)&mock_graph.objs[mock_graph.nobjs];
-  mock_graph.objs[mock_graph.nobjs].fn = destroy;
-  mock_graph.objs[mock_graph.nobjs].arg = ptr;
-  mock_graph.objs[mock_graph.nobjs].held = 0;
-  mock_graph.nobjs++;
-  return CUDA_SUCCESS;
+  pthread_mutex_lock(&mock_graph_lock);
+  CUresult res = CUDA_ERROR_INVALID_VALUE;
+  if (refs == 1 && mock_graph.nobjs < MOCK_CUDA_MAX_OBJS) {
+    *obj = (CUuserObject)&mock_graph.objs[mock_graph.nobjs];
+    mock_graph.objs[mock_graph.nobjs].fn = destroy;
+    mock_graph.objs[mock_graph.nobjs].arg = ptr;
+    mock_graph.objs[mock_graph.nobjs].held = 0;
+    mock_graph.nobjs++;
+    res = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&mock_graph_lock);
+  return res;
 }
 
 static CUresult mock_cuGraphRetainUserObject(CUgraph graph, CUuserObject obj, unsigned int count,
                                              unsigned int flags) {
   if ((void *)graph != (void *)&mock_graph || count != 1 || flags != CU_GRAPH_USER_OBJECT_MOVE)
     return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mock_graph_lock);
   ((struct mock_obj *)(void *)obj)->held = 1;
+  pthread_mutex_unlock(&mock_graph_lock);
   return CUDA_SUCCESS;
 }
 
