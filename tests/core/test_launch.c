@@ -310,15 +310,15 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
       "blocks",
       s->launches - before, (unsigned)lw->nsteps, s->last_grid);
   /* but a ring all-reduce, whose lane receives and forwards, keeps two lanes' grid */
-  EXPECT_OK(ncclAllReduce(buf, buf, 16u << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclAllReduce(buf, buf, 7u << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(lw->nsteps == 1 && lw->comm.interleave == (spread ? 2 : 0) &&
              s->last_grid == (spread ? 2u : 1u) * lw->nch,
-         "a 64 MiB all-reduce: %u steps, %u blocks for %u channels, interleave %d", (unsigned)lw->nsteps,
+         "a 28 MiB all-reduce: %u steps, %u blocks for %u channels, interleave %d", (unsigned)lw->nsteps,
          s->last_grid, (unsigned)lw->nch, lw->comm.interleave);
-  /* from BRAID_AR_SPLIT_BYTES, a reduce-scatter step and an all-gather step (both on the kernels here: the
-   * stand-in's buffers cannot be exported for the copy engines) */
-  EXPECT_OK(ncclAllReduce(buf, buf, 64u << 20, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(lw->nsteps == 2, "a 256 MiB all-reduce: %u steps", (unsigned)lw->nsteps);
+  /* from BRAID_AR_SPLIT_BYTES (32 MiB), a reduce-scatter step and an all-gather step (both on the kernels
+   * here: the stand-in's buffers cannot be exported for the copy engines) */
+  EXPECT_OK(ncclAllReduce(buf, buf, 8u << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(lw->nsteps == 2, "a 32 MiB all-reduce: %u steps", (unsigned)lw->nsteps);
   /* four 1 MiB sends and receives: 32 channels, one piece each per ring and transfer; LL128 unless
    * NCCL_PROTO=Simple, through the general entry point (the pair one takes one send and one receive) */
   send_recv_group(buf, 1u << 18, 4, peer, comm);
