@@ -50,6 +50,7 @@
 #define DEV_KERNEL_LL_NAME      "braid_kernel_ll"
 #define DEV_KERNEL_BULK_NAME    "braid_kernel_bulk"
 #define DEV_KERNEL_PAIR_NAME    "braid_kernel_pair"
+#define DEV_KERNEL_PAIR_AR_NAME "braid_kernel_pair_ar"
 #define DEV_KERNEL_WAIT_NAME    "braid_kernel_wait"
 #define DEV_KERNEL_COMBINE_NAME "braid_kernel_combine"
 #define DEV_KERNEL_PUSH_NAME    "braid_kernel_push"
@@ -334,7 +335,16 @@ typedef struct {
  * of at most a line per thread of half the block): the block's first half sends and its second half
  * receives, as two blocks would, a barrier between the sending half's loads and the receiving half's first
  * store. The host takes this entry only when no other transfer writes what another reads (pair_shape in
- * core/launch.c). A transfer that is absent has nch 0. */
+ * core/launch.c). A transfer that is absent has nch 0.
+ *
+ * Another entry point, braid_kernel_pair_ar, takes the same parameters for one shape only: an in-place
+ * all-reduce in LL, fused 1, its receive combining on the send's bytes and channels (pair_ar in launch.c).
+ * Every thread loads the receive's ring and count, the send's ring, count and head, and its first line in
+ * one trip, sends its lines, then awaits the peer's and combines each with its own line, the first still in
+ * a register; then the barrier and the counts. The pair kernel's fused 1 loads the receive's ring after
+ * the send and the operand again, and keeps its state in local memory: two memory trips more before the
+ * wait. A kernel of its own, so that its registers are its own (no spills) and the pair kernel's code stays
+ * as it is. */
 typedef struct {
   dev_comm_t comm;
   uint64_t seq;        /* the call's sequence number (for errors) */

@@ -956,6 +956,13 @@ struct pair_in {
   uint64_t count;
 };
 
+/* Channel c's receive ring of p.recv, and in *home where its count lives. */
+__device__ __forceinline__ dev_ring_t pair_recv_ring(const dev_pair_t &p, uint32_t c, uint64_t **home) {
+  const int idx = p.recv.recv_peer * DEV_LL_CHANNELS + (int)c;
+  *home = &p.comm.ll_recvd[idx];
+  return p.comm.ll_recv[idx];
+}
+
 /* The threads from `skip` on: receive their lines of channel c's part of p.recv from LL ring c of its peer
  * (ll_piece: this rank's operand read before the wait, then combined or copied into dst). With `o` (LL128
  * fused 1: an in-place all-reduce, or a send and a receive on the same bytes), each warp first sends its
@@ -969,9 +976,7 @@ __device__ bool pair_recv_lines(const dev_pair_t &p, uint32_t c, uint32_t skip, 
   if (c >= x.nch) return true;
   const dev_span_t part = dev_part(x.bytes, x.nch, 0, c);
   if (part.len == 0) return true;
-  const int idx = x.recv_peer * DEV_LL_CHANNELS + (int)c;
-  const dev_ring_t ring = comm->ll_recv[idx];
-  in.home = &comm->ll_recvd[idx];
+  const dev_ring_t ring = pair_recv_ring(p, c, &in.home);
   in.count = __ldcg(in.home);
   const wait_what what = {x.recv_peer, (int)c, 0, p.seq + x.task};
   if (ring.data == NULL || ring.ctrl == NULL) {
@@ -1074,6 +1079,70 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
   if (__syncthreads_or(!ok) == 0) {
     pair_recv_close(in, skip);
     pair_send_close(o); /* fused: thread 0 sent too */
+  }
+  TRACE_AT(TRACE_CLOSED);
+  TRACE_END(p.comm.rank, p.seq);
+}
+
+/* ---- The in-place all-reduce's pair entry point (dev.h, DEV_KERNEL_PAIR_AR_NAME) ---- */
+
+/* The launch is what braid_kernel_pair_ar runs: the pair kernel's shape, fused 1, both sides LL on the same
+ * bytes and channels, the receive combining this rank's operand, which is the send's source. Parameters
+ * only. */
+__device__ __forceinline__ bool pair_ar_valid(const dev_pair_t &p) {
+  const dev_xfer_t &s = p.send, &r = p.recv;
+  return pair_valid(p) & (p.fused == 1) & (s.proto == DEV_PROTO_LL) & (r.proto == DEV_PROTO_LL) &
+         ((r.flags & DEV_XF_REDUCE) != 0) & (r.src != NULL) & (r.src == s.src) & (r.bytes == s.bytes) &
+         (r.nch == s.nch) & (p.copy.nch == 0);
+}
+
+extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
+    braid_kernel_pair_ar(const __grid_constant__ dev_pair_t p) {
+  TRACE_BEGIN();
+  const uint32_t c = blockIdx.x;
+  const dev_xfer_t &x = p.recv;
+  if (!pair_ar_valid(p)) {
+    if (threadIdx.x == 0) error_record(&p.comm, DEV_ERR_INVALID, -1, (int)c, 0, p.seq, 0);
+    return;
+  }
+  TRACE_AT(TRACE_VALID);
+  /* the receive's ring and count first, so that they travel with the send's and the first line */
+  pair_in in = {NULL, NULL, 0};
+  dev_ring_t ring = {};
+  const dev_span_t part = dev_part(x.bytes, x.nch, 0, c);
+  if (c < x.nch && part.len > 0) {
+    ring = pair_recv_ring(p, c, &in.home);
+    in.count = __ldcg(in.home);
+  }
+  pair_out o;
+  if (!pair_send_open(p, c, threadIdx.x, true, o)) return;
+  bool ok = true;
+  if (in.home != NULL && (ring.data == NULL || ring.ctrl == NULL)) {
+    if (threadIdx.x == 0) error_record(&p.comm, DEV_ERR_INVALID, x.recv_peer, (int)c, 0, p.seq + x.task, 0);
+    ok = false;
+  } else if (in.home != NULL) {
+    in.ctrl = ring.ctrl;
+    pair_send_lines(o, threadIdx.x, blockDim.x);
+    const uint32_t len = (uint32_t)part.len, flag = (uint32_t)(in.count + 1);
+    const uint4 *slot = (const uint4 *)(ring.data + dev_ll_slot_at(in.count, x.proto));
+    const wait_what what = {x.recv_peer, (int)c, 0, p.seq + x.task};
+    for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += blockDim.x) {
+      /* this rank's operand: the line sent first is still in hand */
+      const uint2 l = i == threadIdx.x ? o.first : load8(x.src + part.off, i, len);
+      uint2 v;
+      if (!ll_wait_line(&p.comm, slot + i, flag, what, &v)) {
+        ok = false;
+        break;
+      }
+      if (i == threadIdx.x) TRACE_AT(TRACE_ARRIVED);
+      with_binary_op(
+          x, [&](auto op, auto n) { v = line_op<typename decltype(n)::type, decltype(op)::value>(x)(l, v); });
+      store8(x.dst + part.off, i, len, v);
+    }
+  }
+  if (__syncthreads_or(!ok) == 0) {
+    pair_recv_close(in, 0);
+    pair_send_close(o);
   }
   TRACE_AT(TRACE_CLOSED);
   TRACE_END(p.comm.rank, p.seq);

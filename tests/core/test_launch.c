@@ -714,16 +714,19 @@ static void knobs_agree(void) {
   }
 }
 
-/* What the last launch of braid_kernel_pair carried: 'S', 'R' and 'C' for the send, receive and copy it has
- * (in that order, '-' for each it has not), then 'F' when fused; and whether its blocks are as dev.h says. */
-static const char *last_pair(const mock_cuda_stats_t *s, char shape[5]) {
+/* What the last launch of braid_kernel_pair (or braid_kernel_pair_ar) carried: 'S', 'R' and 'C' for the
+ * send, receive and copy it has (in that order, '-' for each it has not), then 'F' when fused and 'A' on
+ * braid_kernel_pair_ar; and whether its blocks are as dev.h says. */
+static const char *last_pair(const mock_cuda_stats_t *s, char shape[6]) {
   const dev_pair_t *p = (const dev_pair_t *)s->last_work;
   if (!s->last_pair) return "-";
   shape[0] = p->send.nch > 0 ? 'S' : '-';
   shape[1] = p->recv.nch > 0 ? 'R' : '-';
   shape[2] = p->copy.nch > 0 ? 'C' : '-';
   shape[3] = p->fused ? 'F' : 0;
-  shape[4] = 0;
+  shape[4] = p->fused && s->last_pair_ar ? 'A' : 0;
+  shape[5] = 0;
+  if (!p->fused && s->last_pair_ar) return "braid_kernel_pair_ar, not fused";
   const int blocks = p->send_blocks == ((p->send.nch > 0 || p->copy.nch > 0) && !p->fused ? p->nch : 0) &&
                      p->recv_blocks == (p->recv.nch > 0 ? p->nch : 0) &&
                      s->last_grid == (unsigned)p->send_blocks + p->recv_blocks;
@@ -732,21 +735,25 @@ static const char *last_pair(const mock_cuda_stats_t *s, char shape[5]) {
 
 #define EXPECT_PAIR(want, what)                                                                              \
   do {                                                                                                       \
-    char shape_[5] = "";                                                                                     \
+    char shape_[6] = "";                                                                                     \
     const char *got_ = last_pair(s, shape_);                                                                 \
     EXPECT(strcmp(got_, want) == 0, "rank %d, %s: pair kernel %s, got %s", rank, what, want, got_);          \
   } while (0)
 
 /* Which launches take braid_kernel_pair, and with what: every LL launch of at most one plain send, one
  * receive and one local copy where nothing written is read by another transfer (an in-place all-reduce
- * fused), on two ranks; nothing else, and nothing at all with BRAID_PAIR_KERNEL=0. */
+ * fused), on two ranks; nothing else, and nothing at all with BRAID_PAIR_KERNEL=0. An in-place all-reduce
+ * in LL run in one pass (every part above BRAID_PAIR_HALVES_BYTES, 0 by default) takes braid_kernel_pair_ar
+ * unless BRAID_PAIR_AR_KERNEL=0. */
 static void pair_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
   param_reload();
   ncclComm_t comm;
   EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
   mock_cuda_stats_t *s = mock_stats();
-  const int on = param_int(P_BRAID_PAIR_KERNEL) != 0;
+  const int on = param_int(P_BRAID_PAIR_KERNEL) != 0, ar = param_int(P_BRAID_PAIR_AR_KERNEL) != 0;
+  const int64_t halves = param_int(P_BRAID_PAIR_HALVES_BYTES);
+  const char *in_place_ll = !on ? "-" : ar ? "SR-FA" : "SR-F"; /* an in-place all-reduce in one pass */
   char *buf = (char *)(uintptr_t)0x10000000, *out = (char *)(uintptr_t)0x20000000;
   const int peer = 1 - rank;
   EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, ncclSum, comm, NULL));
@@ -759,7 +766,7 @@ static void pair_rank(int rank, int nranks, void *arg) {
   }
   const uint64_t first_seq = ((const dev_pair_t *)s->last_work)->seq;
   EXPECT_OK(ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(on ? "SR-F" : "-", "16 KiB all-reduce in place");
+  EXPECT_PAIR(in_place_ll, "16 KiB all-reduce in place");
   if (on) {
     const dev_pair_t *p = (const dev_pair_t *)s->last_work;
     EXPECT(p->nch == 16 && p->send.nch == 16 && p->recv.nch == 16 && p->recv.dst == buf,
@@ -769,23 +776,38 @@ static void pair_rank(int rank, int nranks, void *arg) {
            p->fused, s->last_block);
   }
   EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(on ? "SR-F" : "-", "8-byte all-reduce in place");
+  EXPECT_PAIR(halves >= 8 ? (on ? "SR-F" : "-") : in_place_ll, "8-byte all-reduce in place");
   EXPECT(!on || ((const dev_pair_t *)s->last_work)->seq == first_seq + 2,
          "rank %d: the third call's launch carries its sequence number, the first's + 2", rank);
-  EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 2 && s->last_block == 64),
-         "rank %d: 8 bytes in place: a sending and a receiving warp (%u threads)", rank, s->last_block);
+  if (halves >= 8)
+    EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 2 && s->last_block == 64),
+           "rank %d: 8 bytes in place: a sending and a receiving warp (%u threads)", rank, s->last_block);
+  else
+    EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == 32),
+           "rank %d: 8 bytes in place: one warp, one pass (%u threads)", rank, s->last_block);
   EXPECT_OK(ncclAllReduce(buf, buf, 128, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 2 && s->last_block == 128),
-         "rank %d: 512 bytes in place: a sending and a receiving half (BRAID_PAIR_HALVES_BYTES)", rank);
+  EXPECT_PAIR(halves >= 512 ? (on ? "SR-F" : "-") : in_place_ll, "512-byte all-reduce in place");
+  if (halves >= 512)
+    EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 2 && s->last_block == 128),
+           "rank %d: 512 bytes in place: a sending and a receiving half (BRAID_PAIR_HALVES_BYTES)", rank);
+  else
+    EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == 64),
+           "rank %d: 512 bytes in place: a line per thread, one pass (%u threads)", rank, s->last_block);
   EXPECT_OK(ncclAllReduce(buf, buf + 4, 1024, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR("-", "an all-reduce whose output overlaps its input 4 bytes on");
+  /* 128 KiB in place, the largest in LL (BRAID_LL128_MIN_BYTES): 4 KiB, 512 lines, per channel of 32 */
+  EXPECT_OK(ncclAllReduce(buf, buf, 32768, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_PAIR(in_place_ll, "128 KiB all-reduce in place");
+  EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == DEV_THREADS &&
+                 ((const dev_pair_t *)s->last_work)->recv.proto == DEV_PROTO_LL),
+         "rank %d: 128 KiB in place: LL, a line per thread (%u threads)", rank, s->last_block);
   EXPECT_OK(ncclAllReduce(buf, out, 131072, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(on ? "SR-" : "-", "512 KiB all-reduce: one LL piece per channel");
+  EXPECT_PAIR(on ? "SR-" : "-", "512 KiB all-reduce: one LL128 piece per channel");
+  /* in LL128, in place stays on the pair kernel: braid_kernel_pair_ar moves LL lines only */
   EXPECT_OK(ncclAllReduce(buf, buf, 131072, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR(on ? "SR-F" : "-", "512 KiB all-reduce in place");
   EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == DEV_THREADS),
-         "rank %d: 512 KiB in place: 2,048 lines per channel, one pass per thread (%u threads)", rank,
-         s->last_block);
+         "rank %d: 512 KiB in place: one pass per thread (%u threads)", rank, s->last_block);
   /* LL128 (512 KiB + 4 to 1.5 MiB): the pair kernel, in place fused 1 (never a half block per side) */
   EXPECT_OK(ncclAllReduce(buf, out, 131073, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR(on ? "SR-" : "-", "512 KiB + 4: LL128");
@@ -873,13 +895,25 @@ static void pair_rank(int rank, int nranks, void *arg) {
 static void pair_shapes(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   unsetenv("MOCK_CUDA_STUCK");
-  for (int on = 1; on >= 0; on--) {
-    setenv("BRAID_PAIR_KERNEL", on ? "1" : "0", 1);
+  /* BRAID_PAIR_KERNEL, BRAID_PAIR_AR_KERNEL, BRAID_PAIR_HALVES_BYTES (NULL: the default) */
+  static const char *const knobs[][3] = {
+      {"1", NULL, NULL}, {"1", "0", NULL}, {"1", NULL, "512"}, {"1", "0", "512"}, {"0", NULL, NULL}};
+  static const char *const names[3] = {"BRAID_PAIR_KERNEL", "BRAID_PAIR_AR_KERNEL",
+                                       "BRAID_PAIR_HALVES_BYTES"};
+  for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) {
+    for (int i = 0; i < 3; i++)
+      if (knobs[k][i] != NULL)
+        setenv(names[i], knobs[k][i], 1);
+      else
+        unsetenv(names[i]);
     shared_t sh;
     EXPECT_OK(ncclGetUniqueId(&sh.id));
-    EXPECT(run_ranks(2, 60, pair_rank, &sh) == 0, "a rank failed (BRAID_PAIR_KERNEL=%d)", on);
+    EXPECT(run_ranks(2, 60, pair_rank, &sh) == 0,
+           "a rank failed (BRAID_PAIR_KERNEL=%s, BRAID_PAIR_AR_KERNEL=%s, "
+           "BRAID_PAIR_HALVES_BYTES=%s)",
+           knobs[k][0], knobs[k][1] ? knobs[k][1] : "unset", knobs[k][2] ? knobs[k][2] : "unset");
   }
-  unsetenv("BRAID_PAIR_KERNEL");
+  for (int i = 0; i < 3; i++) unsetenv(names[i]);
 }
 
 /* Destroys the stand-in driver's one graph (mock_cuda.h); how many user objects it held. */

@@ -69,8 +69,8 @@ int mock_cuda_graph_destroy(void) {
   pthread_mutex_unlock(&mock_graph_lock);
   return n;
 }
-static struct CUfunc_st kernel, kernel_small, kernel_ll, kernel_bulk, kernel_pair, kernel_wait,
-    kernel_combine, kernel_push;
+static struct CUfunc_st kernel, kernel_small, kernel_ll, kernel_bulk, kernel_pair, kernel_pair_ar,
+    kernel_wait, kernel_combine, kernel_push;
 static _Thread_local CUcontext current;
 
 /* cuMemAlloc allocations (own and opened through IPC), backed by POSIX shared memory. */
@@ -663,6 +663,8 @@ static CUresult mock_cuModuleGetFunction(CUfunction *f, CUmodule mod, const char
     *f = &kernel_bulk;
   } else if (strcmp(name, MOCK_CUDA_KERNEL_PAIR) == 0) {
     *f = &kernel_pair;
+  } else if (strcmp(name, MOCK_CUDA_KERNEL_PAIR_AR) == 0) {
+    *f = &kernel_pair_ar;
   } else if (strcmp(name, MOCK_CUDA_KERNEL_WAIT) == 0) {
     *f = &kernel_wait;
   } else if (strcmp(name, MOCK_CUDA_KERNEL_COMBINE) == 0) {
@@ -768,8 +770,9 @@ static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
                ? run_push(params[0])
                : CUDA_ERROR_INVALID_VALUE;
   const int small_work = f == &kernel_small || f == &kernel_ll || f == &kernel_bulk;
-  if ((f != &kernel && f != &kernel_pair && !small_work) || gy != 1 || gz != 1 || by != 1 || bz != 1 ||
-      params == NULL || extra != NULL)
+  const int pair = f == &kernel_pair || f == &kernel_pair_ar;
+  if ((f != &kernel && !pair && !small_work) || gy != 1 || gz != 1 || by != 1 || bz != 1 || params == NULL ||
+      extra != NULL)
     return CUDA_ERROR_INVALID_VALUE;
   memcpy(&mock_cuda_stats.last_param, params[0], sizeof mock_cuda_stats.last_param);
   mock_cuda_stats.last_param_at = params[0];
@@ -777,16 +780,17 @@ static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
   mock_cuda_stats.last_small = f == &kernel_small;
   mock_cuda_stats.last_ll = f == &kernel_ll;
   mock_cuda_stats.last_bulk = f == &kernel_bulk;
-  mock_cuda_stats.last_pair = f == &kernel_pair;
+  mock_cuda_stats.last_pair = pair;
+  mock_cuda_stats.last_pair_ar = f == &kernel_pair_ar;
   memset(mock_cuda_stats.last_work, 0, sizeof mock_cuda_stats.last_work);
   memcpy(mock_cuda_stats.last_work, params[0],
-         f == &kernel_pair ? sizeof(dev_pair_t)
-         : small_work      ? sizeof(dev_work_small_t)
-                           : sizeof(dev_work_t));
+         pair         ? sizeof(dev_pair_t)
+         : small_work ? sizeof(dev_work_small_t)
+                      : sizeof(dev_work_t));
   if (f == &kernel_small) mock_cuda_stats.small_launches++;
   if (f == &kernel_ll) mock_cuda_stats.ll_launches++;
   if (f == &kernel_bulk) mock_cuda_stats.bulk_launches++;
-  if (f == &kernel_pair) mock_cuda_stats.pair_launches++;
+  if (pair) mock_cuda_stats.pair_launches++;
   mock_cuda_stats.last_block = bx;
   mock_cuda_stats.launches++;
   return CUDA_SUCCESS;

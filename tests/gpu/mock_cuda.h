@@ -23,6 +23,7 @@
 #define MOCK_CUDA_KERNEL_LL      "braid_kernel_ll"
 #define MOCK_CUDA_KERNEL_BULK    "braid_kernel_bulk"
 #define MOCK_CUDA_KERNEL_PAIR    "braid_kernel_pair"
+#define MOCK_CUDA_KERNEL_PAIR_AR "braid_kernel_pair_ar"
 #define MOCK_CUDA_KERNEL_WAIT    "braid_kernel_wait"    /* run at once: waits for its word (below) */
 #define MOCK_CUDA_KERNEL_COMBINE "braid_kernel_combine" /* run at once: waits for each chunk, combines it */
 #define MOCK_CUDA_KERNEL_PUSH    "braid_kernel_push"    /* run at once: its handshake and copies */
@@ -47,8 +48,9 @@ typedef struct {
   uint64_t ll_launches;          /* launches of MOCK_CUDA_KERNEL_LL */
   int last_bulk;                 /* the last launch was of MOCK_CUDA_KERNEL_BULK (it takes the small work) */
   uint64_t bulk_launches;        /* launches of MOCK_CUDA_KERNEL_BULK */
-  int last_pair;                 /* the last launch was of MOCK_CUDA_KERNEL_PAIR (it takes a dev_pair_t) */
-  uint64_t pair_launches;        /* launches of MOCK_CUDA_KERNEL_PAIR */
+  int last_pair;                 /* the last launch was of MOCK_CUDA_KERNEL_PAIR or _PAIR_AR (a dev_pair_t) */
+  int last_pair_ar;              /* the last launch was of MOCK_CUDA_KERNEL_PAIR_AR */
+  uint64_t pair_launches;        /* launches of MOCK_CUDA_KERNEL_PAIR and MOCK_CUDA_KERNEL_PAIR_AR */
   int last_access_devices;       /* devices granted access by the last cuMemSetAccess */
   int last_create_device;        /* location of the last cuMemCreate */
   int live_handles;              /* cuMem handles created or imported, not released */
