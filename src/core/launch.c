@@ -95,19 +95,21 @@ struct gx {
   gpu_func_t *func_ll;    /* braid_kernel_ll, for small launches of LL transfers only (ll_only) */
   gpu_func_t *func_bulk;  /* braid_kernel_bulk, for one-slice Simple launches over p2p (bulk_only) */
   gpu_func_t *func_pair;  /* braid_kernel_pair, for LL launches of one send, receive and copy (pair_shape) */
-  gpu_func_t *func_pair_ar;  /* braid_kernel_pair_ar, for such a launch of an in-place all-reduce (pair_ar) */
-  gpu_func_t *func_wait;     /* braid_kernel_wait, the copy-engine steps' waits (ce_exec_t) */
-  gpu_func_t *func_combine;  /* braid_kernel_combine, their combines (ce_exec_t) */
-  gpu_func_t *func_push;     /* braid_kernel_push, the pushed steps (ce_exec_t) */
-  unsigned push_blocks;      /* its grid: a block per SM */
-  unsigned combine_blocks;   /* BRAID_CE_COMBINE_BLOCKS: the combine's grid */
-  unsigned pull_blocks;      /* BRAID_CE_PULL_BLOCKS: its grid when it reads the peer's input */
-  uint32_t pull_tile;        /* BRAID_CE_PULL_TILE: dev_combine_t.tile then */
-  int ll_kernel;             /* BRAID_LL_KERNEL: such launches take func_ll */
-  int bulk_kernel;           /* BRAID_BULK_KERNEL: such launches take func_bulk */
-  int pair_kernel;           /* BRAID_PAIR_KERNEL: such launches take func_pair */
-  int pair_ar_kernel;        /* BRAID_PAIR_AR_KERNEL: an in-place all-reduce of them takes func_pair_ar */
-  uint64_t pair_halves;      /* BRAID_PAIR_HALVES_BYTES: in-place parts up to this size run on two halves */
+  gpu_func_t
+      *func_pair_ar; /* braid_kernel_pair_ar, for such a launch of an in-place all-reduce (pair_func) */
+  gpu_func_t *func_pair_ar128; /* braid_kernel_pair_ar128, the same in LL128 */
+  gpu_func_t *func_wait;       /* braid_kernel_wait, the copy-engine steps' waits (ce_exec_t) */
+  gpu_func_t *func_combine;    /* braid_kernel_combine, their combines (ce_exec_t) */
+  gpu_func_t *func_push;       /* braid_kernel_push, the pushed steps (ce_exec_t) */
+  unsigned push_blocks;        /* its grid: a block per SM */
+  unsigned combine_blocks;     /* BRAID_CE_COMBINE_BLOCKS: the combine's grid */
+  unsigned pull_blocks;        /* BRAID_CE_PULL_BLOCKS: its grid when it reads the peer's input */
+  uint32_t pull_tile;          /* BRAID_CE_PULL_TILE: dev_combine_t.tile then */
+  int ll_kernel;               /* BRAID_LL_KERNEL: such launches take func_ll */
+  int bulk_kernel;             /* BRAID_BULK_KERNEL: such launches take func_bulk */
+  int pair_kernel;             /* BRAID_PAIR_KERNEL: such launches take func_pair */
+  int pair_ar_kernel;          /* BRAID_PAIR_AR_KERNEL: an in-place all-reduce of them takes func_pair_ar* */
+  uint64_t pair_halves;        /* BRAID_PAIR_HALVES_BYTES: in-place parts up to this size run on two halves */
   int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
   int wave_fence;            /* BRAID_WAVE_FENCE: which bulk launches send in waves (wave_fence) */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
@@ -402,6 +404,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_BULK_NAME, &gx->func_bulk), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PAIR_NAME, &gx->func_pair), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PAIR_AR_NAME, &gx->func_pair_ar), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PAIR_AR128_NAME, &gx->func_pair_ar128), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_WAIT_NAME, &gx->func_wait), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_COMBINE_NAME, &gx->func_combine), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PUSH_NAME, &gx->func_push), res, fail);
@@ -449,7 +452,8 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes; launches of LL "
        "transfers alone through %s (BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s "
-       "(BRAID_PAIR_KERNEL; an in-place all-reduce in one pass through %s, BRAID_PAIR_AR_KERNEL), of "
+       "(BRAID_PAIR_KERNEL; an in-place all-reduce in one pass through %s and its LL128 twin, "
+       "BRAID_PAIR_AR_KERNEL), of "
        "one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL); %s (BRAID_WIDE_STEPS)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap,
        gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
@@ -985,13 +989,18 @@ static int pair_shape(const gx_t *gx, const dev_work_t *w, unsigned ll_thr, dev_
   return 1;
 }
 
-/* Whether the pair launch in *p (pair_shape) takes braid_kernel_pair_ar (dev.h): an in-place all-reduce in
- * LL run in one pass per thread (fused 1), its receive combining on the send's bytes and channels. */
-static int pair_ar(const gx_t *gx, const dev_pair_t *p) {
+/* The entry point of the pair launch in *p (pair_shape): braid_kernel_pair_ar (braid_kernel_pair_ar128 in
+ * LL128, dev.h) for an in-place all-reduce run in one pass per thread (fused 1), its receive combining on
+ * the send's bytes and channels; else braid_kernel_pair. */
+static gpu_func_t *pair_func(const gx_t *gx, const dev_pair_t *p) {
   const dev_xfer_t *s = &p->send, *r = &p->recv;
-  return gx->pair_ar_kernel && p->fused == 1 && s->proto == DEV_PROTO_LL && r->proto == DEV_PROTO_LL &&
-         (r->flags & DEV_XF_REDUCE) && r->src != NULL && r->src == s->src && r->bytes == s->bytes &&
-         r->nch == s->nch && p->copy.nch == 0;
+  const int ar = gx->pair_ar_kernel && p->fused == 1 && s->proto == r->proto && (r->flags & DEV_XF_REDUCE) &&
+                 r->src != NULL && r->src == s->src && r->bytes == s->bytes && r->nch == s->nch &&
+                 p->copy.nch == 0;
+  return !ar                           ? gx->func_pair
+         : r->proto == DEV_PROTO_LL    ? gx->func_pair_ar
+         : r->proto == DEV_PROTO_LL128 ? gx->func_pair_ar128
+                                       : gx->func_pair;
 }
 
 /* Pieces (slots) the launch moves on the ring of transfer i's send (or receive) side on channel 0, whose part
@@ -1133,8 +1142,8 @@ static int widest_step(const dev_work_t *w, int lanes) {
 }
 
 /* One bit per power-of-two size class of a launch's largest transfer, per entry point (general, small, LL,
- * bulk, pair, in-place all-reduce): the launch shapes logged at INFO so far. */
-static _Atomic uint64_t logged_launches[6];
+ * bulk, pair, in-place all-reduce in LL and in LL128): the launch shapes logged at INFO so far. */
+static _Atomic uint64_t logged_launches[7];
 
 /* Logs a launch's shape at INFO (TUNING) once per entry point and size class of its largest transfer, or
  * every launch at TRACE: the entry point, the grid, its lanes and spread, and the cap on Simple batches.
@@ -1145,13 +1154,15 @@ static void log_launch(const gx_t *gx, const dev_work_t *w, const gpu_func_t *f,
   uint64_t most = 0;
   for (int i = 0; i < w->nxfers; i++)
     if (gx->xf[i].bytes > most) most = gx->xf[i].bytes;
-  const int entry = f == gx->func_small     ? 1
-                    : f == gx->func_ll      ? 2
-                    : f == gx->func_bulk    ? 3
-                    : f == gx->func_pair    ? 4
-                    : f == gx->func_pair_ar ? 5
-                                            : 0;
-  static const char *const names[6] = {"general", "small", "LL", "bulk", "pair", "in-place all-reduce"};
+  const int entry = f == gx->func_small        ? 1
+                    : f == gx->func_ll         ? 2
+                    : f == gx->func_bulk       ? 3
+                    : f == gx->func_pair       ? 4
+                    : f == gx->func_pair_ar    ? 5
+                    : f == gx->func_pair_ar128 ? 6
+                                               : 0;
+  static const char *const names[7] = {
+      "general", "small", "LL", "bulk", "pair", "in-place all-reduce", "in-place LL128 all-reduce"};
   if (!log_enabled(LOG_TRACE, LOG_TUNING) && !log_first_of_class(&logged_launches[entry], most)) return;
   char batch[32] = "no cap";
   if (w->comm.batch_pieces > 0) snprintf(batch, sizeof batch, "%d pieces", (int)w->comm.batch_pieces);
@@ -1253,12 +1264,11 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
     /* an LL launch (every small call) moves no Simple batch and takes no bulk kernel: it skips both scans */
     const int dup = !ll && duplex(gx, w), split = small && !ll && !dup && split_pair(gx, w);
     if (!ll) w->comm.batch_pieces = (int16_t)launch_batch(gx, w, dup);
-    gpu_func_t *f = !small                           ? gx->func
-                    : pair && pair_ar(gx, &gx->pair) ? gx->func_pair_ar
-                    : pair                           ? gx->func_pair
-                    : ll                             ? gx->func_ll
-                    : bulk_only(gx, w, dup | split)  ? gx->func_bulk
-                                                     : gx->func_small;
+    gpu_func_t *f = !small                          ? gx->func
+                    : pair                          ? pair_func(gx, &gx->pair)
+                    : ll                            ? gx->func_ll
+                    : bulk_only(gx, w, dup | split) ? gx->func_bulk
+                                                    : gx->func_small;
     if (split && f == gx->func_bulk) { /* sends on blocks [0, nch), the receive on [nch, 2 nch) */
       w->comm.split = 1;
       widest = 2;

@@ -34,26 +34,27 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DEV_SLOTS               8
-#define DEV_SLOT_BYTES          (128 * 1024)
-#define DEV_SLICE_BYTES         (DEV_SLOTS / 2 * DEV_SLOT_BYTES) /* per channel per slice: half a ring */
-#define DEV_MAX_CHANNELS        64
-#define DEV_THREADS             512   /* threads per block */
-#define DEV_MAX_XFERS           56    /* transfers carried by value in one launch */
-#define DEV_MAX_SPILL           65535 /* transfers of one launch whose list is spilled (dev_work_t.ext) */
-#define DEV_LANE_XFERS          1024  /* transfers of one lane in one step */
-#define DEV_LANE_RINGS          112   /* rings (peer, direction) one lane uses in one step */
-#define DEV_MAX_STEPS           16    /* steps carried by value in one launch */
-#define DEV_SMALL_XFERS         8     /* transfers of a launch through the small entry point */
-#define DEV_KERNEL_NAME         "braid_kernel"
-#define DEV_KERNEL_SMALL_NAME   "braid_kernel_small"
-#define DEV_KERNEL_LL_NAME      "braid_kernel_ll"
-#define DEV_KERNEL_BULK_NAME    "braid_kernel_bulk"
-#define DEV_KERNEL_PAIR_NAME    "braid_kernel_pair"
-#define DEV_KERNEL_PAIR_AR_NAME "braid_kernel_pair_ar"
-#define DEV_KERNEL_WAIT_NAME    "braid_kernel_wait"
-#define DEV_KERNEL_COMBINE_NAME "braid_kernel_combine"
-#define DEV_KERNEL_PUSH_NAME    "braid_kernel_push"
+#define DEV_SLOTS                  8
+#define DEV_SLOT_BYTES             (128 * 1024)
+#define DEV_SLICE_BYTES            (DEV_SLOTS / 2 * DEV_SLOT_BYTES) /* per channel per slice: half a ring */
+#define DEV_MAX_CHANNELS           64
+#define DEV_THREADS                512   /* threads per block */
+#define DEV_MAX_XFERS              56    /* transfers carried by value in one launch */
+#define DEV_MAX_SPILL              65535 /* transfers of one launch whose list is spilled (dev_work_t.ext) */
+#define DEV_LANE_XFERS             1024  /* transfers of one lane in one step */
+#define DEV_LANE_RINGS             112   /* rings (peer, direction) one lane uses in one step */
+#define DEV_MAX_STEPS              16    /* steps carried by value in one launch */
+#define DEV_SMALL_XFERS            8     /* transfers of a launch through the small entry point */
+#define DEV_KERNEL_NAME            "braid_kernel"
+#define DEV_KERNEL_SMALL_NAME      "braid_kernel_small"
+#define DEV_KERNEL_LL_NAME         "braid_kernel_ll"
+#define DEV_KERNEL_BULK_NAME       "braid_kernel_bulk"
+#define DEV_KERNEL_PAIR_NAME       "braid_kernel_pair"
+#define DEV_KERNEL_PAIR_AR_NAME    "braid_kernel_pair_ar"
+#define DEV_KERNEL_PAIR_AR128_NAME "braid_kernel_pair_ar128"
+#define DEV_KERNEL_WAIT_NAME       "braid_kernel_wait"
+#define DEV_KERNEL_COMBINE_NAME    "braid_kernel_combine"
+#define DEV_KERNEL_PUSH_NAME       "braid_kernel_push"
 
 /* The control block of one ring; 128-byte fields keep the two writers' counters on separate lines. */
 typedef struct {
@@ -337,14 +338,16 @@ typedef struct {
  * store. The host takes this entry only when no other transfer writes what another reads (pair_shape in
  * core/launch.c). A transfer that is absent has nch 0.
  *
- * Another entry point, braid_kernel_pair_ar, takes the same parameters for one shape only: an in-place
- * all-reduce in LL, fused 1, its receive combining on the send's bytes and channels (pair_ar in launch.c).
- * Every thread loads the receive's ring and count, the send's ring, count and head, and its first line in
- * one trip, sends its lines, then awaits the peer's and combines each with its own line, the first still in
- * a register; then the barrier and the counts. The pair kernel's fused 1 loads the receive's ring after
- * the send and the operand again, and keeps its state in local memory: two memory trips more before the
- * wait. A kernel of its own, so that its registers are its own (no spills) and the pair kernel's code stays
- * as it is. */
+ * Two more entry points, braid_kernel_pair_ar (LL) and braid_kernel_pair_ar128 (LL128), take the same
+ * parameters for one shape only: an in-place all-reduce, fused 1, its receive combining on the send's bytes
+ * and channels, in that protocol (pair_func in launch.c). Every thread loads the receive's ring and count and
+ * the send's ring, count and head (and its first LL line) in one trip; in LL it sends its lines, then awaits
+ * the peer's and combines each with its own line, the first still in a register; in LL128 each warp sends
+ * its units, then awaits the peer's and overwrites them, as the pair kernel does. Then the barrier and the
+ * counts. The pair kernel's fused 1 loads the receive's ring after the send (in LL the operand again), and
+ * keeps its state in local memory: a memory trip or two more before the wait. Kernels of their own, so that
+ * their registers are their own (no spills; LL128's routine takes nearly all of them, hence two) and the
+ * pair kernel's code stays as it is. */
 typedef struct {
   dev_comm_t comm;
   uint64_t seq;        /* the call's sequence number (for errors) */

@@ -1084,24 +1084,29 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
   TRACE_END(p.comm.rank, p.seq);
 }
 
-/* ---- The in-place all-reduce's pair entry point (dev.h, DEV_KERNEL_PAIR_AR_NAME) ---- */
+/* ---- The in-place all-reduce's pair entry points (dev.h, DEV_KERNEL_PAIR_AR*_NAME) ---- */
 
-/* The launch is what braid_kernel_pair_ar runs: the pair kernel's shape, fused 1, both sides LL on the same
- * bytes and channels, the receive combining this rank's operand, which is the send's source. Parameters
- * only. */
-__device__ __forceinline__ bool pair_ar_valid(const dev_pair_t &p) {
+/* The launch is what braid_kernel_pair_ar (LL128: braid_kernel_pair_ar128) runs: the pair kernel's shape,
+ * fused 1, both sides in that protocol on the same bytes and channels, the receive combining this rank's
+ * operand, which is the send's source. Parameters only. */
+template <bool LL128> __device__ __forceinline__ bool pair_ar_valid(const dev_pair_t &p) {
   const dev_xfer_t &s = p.send, &r = p.recv;
-  return pair_valid(p) & (p.fused == 1) & (s.proto == DEV_PROTO_LL) & (r.proto == DEV_PROTO_LL) &
+  const uint8_t proto = LL128 ? DEV_PROTO_LL128 : DEV_PROTO_LL;
+  return pair_valid(p) & (p.fused == 1) & (s.proto == proto) & (r.proto == proto) &
          ((r.flags & DEV_XF_REDUCE) != 0) & (r.src != NULL) & (r.src == s.src) & (r.bytes == s.bytes) &
          (r.nch == s.nch) & (p.copy.nch == 0);
 }
 
-extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
-    braid_kernel_pair_ar(const __grid_constant__ dev_pair_t p) {
+/* Both entry points: every thread loads the receive's ring and count with the send's ring, count, head (and
+ * first LL line) in one trip. In LL each thread sends its lines, then combines each arriving line with the
+ * one it holds; in LL128 each warp sends its units of the operand, then awaits the peer's and overwrites
+ * them (ll128_lines, as the pair kernel's fused 1). LL128's routine needs all the registers a thread has,
+ * and a kernel that calls it spills: the LL kernel does not call it, so its loads stay in registers. */
+template <bool LL128> __device__ __forceinline__ void pair_ar_run(const dev_pair_t &p) {
   TRACE_BEGIN();
   const uint32_t c = blockIdx.x;
   const dev_xfer_t &x = p.recv;
-  if (!pair_ar_valid(p)) {
+  if (!pair_ar_valid<LL128>(p)) {
     if (threadIdx.x == 0) error_record(&p.comm, DEV_ERR_INVALID, -1, (int)c, 0, p.seq, 0);
     return;
   }
@@ -1122,22 +1127,29 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     ok = false;
   } else if (in.home != NULL) {
     in.ctrl = ring.ctrl;
-    pair_send_lines(o, threadIdx.x, blockDim.x);
     const uint32_t len = (uint32_t)part.len, flag = (uint32_t)(in.count + 1);
     const uint4 *slot = (const uint4 *)(ring.data + dev_ll_slot_at(in.count, x.proto));
     const wait_what what = {x.recv_peer, (int)c, 0, p.seq + x.task};
-    for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += blockDim.x) {
-      /* this rank's operand: the line sent first is still in hand */
-      const uint2 l = i == threadIdx.x ? o.first : load8(x.src + part.off, i, len);
-      uint2 v;
-      if (!ll_wait_line(&p.comm, slot + i, flag, what, &v)) {
-        ok = false;
-        break;
+    if constexpr (LL128) {
+      const ll_io io = {
+          x.src + part.off, slot, NULL, x.dst + part.off, o.lines, flag, (uint32_t)(o.count + 1), len, 0, 1};
+      ok = ll_piece(x, io, &p.comm, what);
+    } else {
+      pair_send_lines(o, threadIdx.x, blockDim.x);
+      for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += blockDim.x) {
+        /* this rank's operand: the line sent first is still in hand */
+        const uint2 l = i == threadIdx.x ? o.first : load8(x.src + part.off, i, len);
+        uint2 v;
+        if (!ll_wait_line(&p.comm, slot + i, flag, what, &v)) {
+          ok = false;
+          break;
+        }
+        if (i == threadIdx.x) TRACE_AT(TRACE_ARRIVED);
+        with_binary_op(x, [&](auto op, auto n) {
+          v = line_op<typename decltype(n)::type, decltype(op)::value>(x)(l, v);
+        });
+        store8(x.dst + part.off, i, len, v);
       }
-      if (i == threadIdx.x) TRACE_AT(TRACE_ARRIVED);
-      with_binary_op(
-          x, [&](auto op, auto n) { v = line_op<typename decltype(n)::type, decltype(op)::value>(x)(l, v); });
-      store8(x.dst + part.off, i, len, v);
     }
   }
   if (__syncthreads_or(!ok) == 0) {
@@ -1146,6 +1158,16 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
   }
   TRACE_AT(TRACE_CLOSED);
   TRACE_END(p.comm.rank, p.seq);
+}
+
+extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
+    braid_kernel_pair_ar(const __grid_constant__ dev_pair_t p) {
+  pair_ar_run<false>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
+    braid_kernel_pair_ar128(const __grid_constant__ dev_pair_t p) {
+  pair_ar_run<true>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)

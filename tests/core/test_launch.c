@@ -743,8 +743,8 @@ static const char *last_pair(const mock_cuda_stats_t *s, char shape[6]) {
 /* Which launches take braid_kernel_pair, and with what: every LL launch of at most one plain send, one
  * receive and one local copy where nothing written is read by another transfer (an in-place all-reduce
  * fused), on two ranks; nothing else, and nothing at all with BRAID_PAIR_KERNEL=0. An in-place all-reduce
- * in LL run in one pass (every part above BRAID_PAIR_HALVES_BYTES, 0 by default) takes braid_kernel_pair_ar
- * unless BRAID_PAIR_AR_KERNEL=0. */
+ * run in one pass (every part above BRAID_PAIR_HALVES_BYTES, 0 by default) takes braid_kernel_pair_ar, in
+ * LL128 braid_kernel_pair_ar128, unless BRAID_PAIR_AR_KERNEL=0. */
 static void pair_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
   param_reload();
@@ -799,15 +799,19 @@ static void pair_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclAllReduce(buf, buf, 32768, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR(in_place_ll, "128 KiB all-reduce in place");
   EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == DEV_THREADS &&
-                 ((const dev_pair_t *)s->last_work)->recv.proto == DEV_PROTO_LL),
-         "rank %d: 128 KiB in place: LL, a line per thread (%u threads)", rank, s->last_block);
+                 ((const dev_pair_t *)s->last_work)->recv.proto == DEV_PROTO_LL &&
+                 s->last_pair_ar == (ar ? 1 : 0)),
+         "rank %d: 128 KiB in place: LL, a line per thread (%u threads), LL's entry (%d)", rank,
+         s->last_block, s->last_pair_ar);
   EXPECT_OK(ncclAllReduce(buf, out, 131072, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR(on ? "SR-" : "-", "512 KiB all-reduce: one LL128 piece per channel");
-  /* in LL128, in place stays on the pair kernel: braid_kernel_pair_ar moves LL lines only */
+  /* in LL128 the in-place all-reduce takes braid_kernel_pair_ar128 */
   EXPECT_OK(ncclAllReduce(buf, buf, 131072, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(on ? "SR-F" : "-", "512 KiB all-reduce in place");
-  EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == DEV_THREADS),
-         "rank %d: 512 KiB in place: one pass per thread (%u threads)", rank, s->last_block);
+  EXPECT_PAIR(in_place_ll, "512 KiB all-reduce in place");
+  EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == DEV_THREADS &&
+                 s->last_pair_ar == (ar ? 2 : 0)),
+         "rank %d: 512 KiB in place: one pass per thread (%u threads), LL128's entry (%d)", rank,
+         s->last_block, s->last_pair_ar);
   /* LL128 (512 KiB + 4 to 1.5 MiB): the pair kernel, in place fused 1 (never a half block per side) */
   EXPECT_OK(ncclAllReduce(buf, out, 131073, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR(on ? "SR-" : "-", "512 KiB + 4: LL128");
@@ -818,7 +822,7 @@ static void pair_rank(int rank, int nranks, void *arg) {
            "rank %d: 512 KiB + 4: LL128 on 40 channels, %u threads", rank, s->last_block);
   }
   EXPECT_OK(ncclAllReduce(buf, buf, 262144, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(on ? "SR-F" : "-", "1 MiB all-reduce in place");
+  EXPECT_PAIR(in_place_ll, "1 MiB all-reduce in place");
   EXPECT(!on || ((const dev_pair_t *)s->last_work)->fused == 1, "rank %d: 1 MiB in place: fused 1", rank);
   EXPECT_OK(ncclAllReduce(buf, out, 393217, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR("-", "1.5 MiB + 4: Simple");

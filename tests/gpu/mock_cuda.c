@@ -70,7 +70,7 @@ int mock_cuda_graph_destroy(void) {
   return n;
 }
 static struct CUfunc_st kernel, kernel_small, kernel_ll, kernel_bulk, kernel_pair, kernel_pair_ar,
-    kernel_wait, kernel_combine, kernel_push;
+    kernel_pair_ar128, kernel_wait, kernel_combine, kernel_push;
 static _Thread_local CUcontext current;
 
 /* cuMemAlloc allocations (own and opened through IPC), backed by POSIX shared memory. */
@@ -665,6 +665,8 @@ static CUresult mock_cuModuleGetFunction(CUfunction *f, CUmodule mod, const char
     *f = &kernel_pair;
   } else if (strcmp(name, MOCK_CUDA_KERNEL_PAIR_AR) == 0) {
     *f = &kernel_pair_ar;
+  } else if (strcmp(name, MOCK_CUDA_KERNEL_PAIR_AR128) == 0) {
+    *f = &kernel_pair_ar128;
   } else if (strcmp(name, MOCK_CUDA_KERNEL_WAIT) == 0) {
     *f = &kernel_wait;
   } else if (strcmp(name, MOCK_CUDA_KERNEL_COMBINE) == 0) {
@@ -770,7 +772,7 @@ static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
                ? run_push(params[0])
                : CUDA_ERROR_INVALID_VALUE;
   const int small_work = f == &kernel_small || f == &kernel_ll || f == &kernel_bulk;
-  const int pair = f == &kernel_pair || f == &kernel_pair_ar;
+  const int pair = f == &kernel_pair || f == &kernel_pair_ar || f == &kernel_pair_ar128;
   if ((f != &kernel && !pair && !small_work) || gy != 1 || gz != 1 || by != 1 || bz != 1 || params == NULL ||
       extra != NULL)
     return CUDA_ERROR_INVALID_VALUE;
@@ -781,7 +783,7 @@ static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
   mock_cuda_stats.last_ll = f == &kernel_ll;
   mock_cuda_stats.last_bulk = f == &kernel_bulk;
   mock_cuda_stats.last_pair = pair;
-  mock_cuda_stats.last_pair_ar = f == &kernel_pair_ar;
+  mock_cuda_stats.last_pair_ar = f == &kernel_pair_ar ? 1 : f == &kernel_pair_ar128 ? 2 : 0;
   memset(mock_cuda_stats.last_work, 0, sizeof mock_cuda_stats.last_work);
   memcpy(mock_cuda_stats.last_work, params[0],
          pair         ? sizeof(dev_pair_t)

@@ -14,21 +14,22 @@
 
 #include <stdint.h>
 
-#define MOCK_CUDA_GRANULARITY    (64 * 1024)  /* cuMemGetAllocationGranularity */
-#define MOCK_CUDA_MEM_LIMIT      (1ull << 32) /* larger cuMemCreate / cuMemAlloc requests are out of memory */
-#define MOCK_CUDA_SMS            132          /* multiprocessors per device */
-#define MOCK_CUDA_CAPTURING      ((void *)0xCA7ull) /* the stream that reports an active capture */
-#define MOCK_CUDA_KERNEL         "braid_kernel"     /* the kernels every module holds */
-#define MOCK_CUDA_KERNEL_SMALL   "braid_kernel_small"
-#define MOCK_CUDA_KERNEL_LL      "braid_kernel_ll"
-#define MOCK_CUDA_KERNEL_BULK    "braid_kernel_bulk"
-#define MOCK_CUDA_KERNEL_PAIR    "braid_kernel_pair"
-#define MOCK_CUDA_KERNEL_PAIR_AR "braid_kernel_pair_ar"
-#define MOCK_CUDA_KERNEL_WAIT    "braid_kernel_wait"    /* run at once: waits for its word (below) */
-#define MOCK_CUDA_KERNEL_COMBINE "braid_kernel_combine" /* run at once: waits for each chunk, combines it */
-#define MOCK_CUDA_KERNEL_PUSH    "braid_kernel_push"    /* run at once: its handshake and copies */
-#define MOCK_CUDA_GARBAGE        0xAB /* fresh device and pinned memory is filled with this */
-#define MOCK_CUDA_MAX_OBJS       64   /* user objects the capturing stream's one graph can hold */
+#define MOCK_CUDA_GRANULARITY       (64 * 1024) /* cuMemGetAllocationGranularity */
+#define MOCK_CUDA_MEM_LIMIT         (1ull << 32) /* larger cuMemCreate / cuMemAlloc requests are out of memory */
+#define MOCK_CUDA_SMS               132          /* multiprocessors per device */
+#define MOCK_CUDA_CAPTURING         ((void *)0xCA7ull) /* the stream that reports an active capture */
+#define MOCK_CUDA_KERNEL            "braid_kernel"     /* the kernels every module holds */
+#define MOCK_CUDA_KERNEL_SMALL      "braid_kernel_small"
+#define MOCK_CUDA_KERNEL_LL         "braid_kernel_ll"
+#define MOCK_CUDA_KERNEL_BULK       "braid_kernel_bulk"
+#define MOCK_CUDA_KERNEL_PAIR       "braid_kernel_pair"
+#define MOCK_CUDA_KERNEL_PAIR_AR    "braid_kernel_pair_ar"
+#define MOCK_CUDA_KERNEL_PAIR_AR128 "braid_kernel_pair_ar128"
+#define MOCK_CUDA_KERNEL_WAIT       "braid_kernel_wait"    /* run at once: waits for its word (below) */
+#define MOCK_CUDA_KERNEL_COMBINE    "braid_kernel_combine" /* run at once: waits for each chunk, combines it */
+#define MOCK_CUDA_KERNEL_PUSH       "braid_kernel_push"    /* run at once: its handshake and copies */
+#define MOCK_CUDA_GARBAGE           0xAB /* fresh device and pinned memory is filled with this */
+#define MOCK_CUDA_MAX_OBJS          64   /* user objects the capturing stream's one graph can hold */
 #define MOCK_CUDA_WAIT_S                                                                                     \
   30 /* a MOCK_CUDA_KERNEL_WAIT (or COMBINE) whose value never comes fails after this */
 
@@ -49,8 +50,8 @@ typedef struct {
   int last_bulk;                 /* the last launch was of MOCK_CUDA_KERNEL_BULK (it takes the small work) */
   uint64_t bulk_launches;        /* launches of MOCK_CUDA_KERNEL_BULK */
   int last_pair;                 /* the last launch was of MOCK_CUDA_KERNEL_PAIR or _PAIR_AR (a dev_pair_t) */
-  int last_pair_ar;              /* the last launch was of MOCK_CUDA_KERNEL_PAIR_AR */
-  uint64_t pair_launches;        /* launches of MOCK_CUDA_KERNEL_PAIR and MOCK_CUDA_KERNEL_PAIR_AR */
+  int last_pair_ar;              /* 1: the last launch was of MOCK_CUDA_KERNEL_PAIR_AR, 2: of _PAIR_AR128 */
+  uint64_t pair_launches;        /* launches of MOCK_CUDA_KERNEL_PAIR and MOCK_CUDA_KERNEL_PAIR_AR* */
   int last_access_devices;       /* devices granted access by the last cuMemSetAccess */
   int last_create_device;        /* location of the last cuMemCreate */
   int live_handles;              /* cuMem handles created or imported, not released */
