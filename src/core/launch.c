@@ -989,18 +989,11 @@ static int pair_shape(const gx_t *gx, const dev_work_t *w, unsigned ll_thr, dev_
   return 1;
 }
 
-/* The entry point of the pair launch in *p (pair_shape): braid_kernel_pair_ar (braid_kernel_pair_ar128 in
- * LL128, dev.h) for an in-place all-reduce run in one pass per thread (fused 1), its receive combining on
- * the send's bytes and channels; else braid_kernel_pair. */
+/* The entry point of the pair launch in *p (pair_shape): for an in-place all-reduce run in one pass per
+ * thread (dev_pair_ar), braid_kernel_pair_ar, or braid_kernel_pair_ar128 in LL128; else braid_kernel_pair. */
 static gpu_func_t *pair_func(const gx_t *gx, const dev_pair_t *p) {
-  const dev_xfer_t *s = &p->send, *r = &p->recv;
-  const int ar = gx->pair_ar_kernel && p->fused == 1 && s->proto == r->proto && (r->flags & DEV_XF_REDUCE) &&
-                 r->src != NULL && r->src == s->src && r->bytes == s->bytes && r->nch == s->nch &&
-                 p->copy.nch == 0;
-  return !ar                           ? gx->func_pair
-         : r->proto == DEV_PROTO_LL    ? gx->func_pair_ar
-         : r->proto == DEV_PROTO_LL128 ? gx->func_pair_ar128
-                                       : gx->func_pair;
+  if (!gx->pair_ar_kernel || !dev_pair_ar(p)) return gx->func_pair;
+  return p->recv.proto == DEV_PROTO_LL128 ? gx->func_pair_ar128 : gx->func_pair_ar;
 }
 
 /* Pieces (slots) the launch moves on the ring of transfer i's send (or receive) side on channel 0, whose part

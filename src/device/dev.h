@@ -489,6 +489,16 @@ DEV_INLINE int dev_ll128_fits(const dev_xfer_t *x) {
   return x->bytes <= (uint64_t)x->nch * DEV_LL128_PART_MAX;
 }
 
+/* Whether pair launch p (dev_pair_t) is an in-place all-reduce that braid_kernel_pair_ar (LL) or
+ * braid_kernel_pair_ar128 (LL128) takes: fused 1, both sides in one protocol on the same bytes and channels,
+ * the receive combining this rank's operand, which is the send's source, and no copy. The host chooses the
+ * entry point by it and the kernels check it. */
+DEV_INLINE int dev_pair_ar(const dev_pair_t *p) {
+  const dev_xfer_t *s = &p->send, *r = &p->recv;
+  return p->fused == 1 && s->proto == r->proto && (r->flags & DEV_XF_REDUCE) != 0 && r->src != NULL &&
+         r->src == s->src && r->bytes == s->bytes && r->nch == s->nch && p->copy.nch == 0;
+}
+
 /* Offset in an LL ring's data of the slot of piece `count` in protocol `proto` (DEV_PROTO_*). */
 DEV_INLINE uint64_t dev_ll_slot_at(uint64_t count, int proto) {
   const uint64_t slot = count % DEV_LL_SLOTS;

@@ -1086,15 +1086,10 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
 
 /* ---- The in-place all-reduce's pair entry points (dev.h, DEV_KERNEL_PAIR_AR*_NAME) ---- */
 
-/* The launch is what braid_kernel_pair_ar (LL128: braid_kernel_pair_ar128) runs: the pair kernel's shape,
- * fused 1, both sides in that protocol on the same bytes and channels, the receive combining this rank's
- * operand, which is the send's source. Parameters only. */
+/* The launch is what braid_kernel_pair_ar (LL128: braid_kernel_pair_ar128) runs: the pair kernel's shape, an
+ * in-place all-reduce (dev_pair_ar) in that protocol. Parameters only. */
 template <bool LL128> __device__ __forceinline__ bool pair_ar_valid(const dev_pair_t &p) {
-  const dev_xfer_t &s = p.send, &r = p.recv;
-  const uint8_t proto = LL128 ? DEV_PROTO_LL128 : DEV_PROTO_LL;
-  return pair_valid(p) & (p.fused == 1) & (s.proto == proto) & (r.proto == proto) &
-         ((r.flags & DEV_XF_REDUCE) != 0) & (r.src != NULL) & (r.src == s.src) & (r.bytes == s.bytes) &
-         (r.nch == s.nch) & (p.copy.nch == 0);
+  return pair_valid(p) & (dev_pair_ar(&p) != 0) & (p.recv.proto == (LL128 ? DEV_PROTO_LL128 : DEV_PROTO_LL));
 }
 
 /* Both entry points: every thread loads the receive's ring and count with the send's ring, count, head (and
