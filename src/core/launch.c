@@ -108,8 +108,10 @@ struct gx {
   int ll_kernel;               /* BRAID_LL_KERNEL: such launches take func_ll */
   int bulk_kernel;             /* BRAID_BULK_KERNEL: such launches take func_bulk */
   int pair_kernel;             /* BRAID_PAIR_KERNEL: such launches take func_pair */
-  int pair_ar_kernel;          /* BRAID_PAIR_AR_KERNEL: an in-place all-reduce of them takes func_pair_ar* */
+  int pair_ar_kernel;          /* BRAID_PAIR_AR_KERNEL: an all-reduce of them run fused takes func_pair_ar* */
   uint64_t pair_halves;        /* BRAID_PAIR_HALVES_BYTES: in-place parts up to this size run on two halves */
+  int64_t pair_join;           /* BRAID_PAIR_JOIN_BYTES: out-of-place all-reduce parts from this size run as
+                                  in place do, one block per channel (-1: never) */
   int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
   int wave_fence;            /* BRAID_WAVE_FENCE: which bulk launches send in waves (wave_fence) */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
@@ -423,6 +425,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->pair_kernel = param_int(P_BRAID_PAIR_KERNEL) != 0;
   gx->pair_ar_kernel = param_int(P_BRAID_PAIR_AR_KERNEL) != 0;
   gx->pair_halves = (uint64_t)param_int(P_BRAID_PAIR_HALVES_BYTES);
+  gx->pair_join = param_int(P_BRAID_PAIR_JOIN_BYTES);
   gx->split_lane = param_int(P_BRAID_SPLIT_LANE) != 0;
   gx->wave_fence = (int)param_int(P_BRAID_WAVE_FENCE);
   gx->wide = (int)param_int(P_BRAID_WIDE_STEPS);
@@ -453,12 +456,13 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes; launches of LL "
        "transfers alone through %s (BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s "
        "(BRAID_PAIR_KERNEL; an in-place all-reduce in one pass through %s and its LL128 twin, "
-       "BRAID_PAIR_AR_KERNEL), of "
+       "BRAID_PAIR_AR_KERNEL, and so an out-of-place one from %lld bytes a channel, BRAID_PAIR_JOIN_BYTES), "
+       "of "
        "one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL); %s (BRAID_WIDE_STEPS)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap,
        gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
        gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same",
-       gx->pair_kernel && gx->pair_ar_kernel ? DEV_KERNEL_PAIR_AR_NAME : "the same",
+       gx->pair_kernel && gx->pair_ar_kernel ? DEV_KERNEL_PAIR_AR_NAME : "the same", (long long)gx->pair_join,
        gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel", wide_what(gx, wide, sizeof wide));
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: LL protocol for transfers of at most %llu bytes (%llu in broadcast, reduce, gather and "
@@ -974,14 +978,24 @@ static int pair_shape(const gx_t *gx, const dev_work_t *w, unsigned ll_thr, dev_
     return 0;
   /* an absent transfer is `none`, of nch 0 */
   *p = (dev_pair_t){.comm = w->comm, .seq = w->seq, .send = *s, .recv = *r, .copy = *k, .nch = w->nch};
+  /* an out-of-place all-reduce whose part is at least BRAID_PAIR_JOIN_BYTES runs joined, as in place does:
+   * each block sends its channel's part, then receives it, and so takes the in-place all-reduce's entry
+   * point (dev_pair_ar), whose threads load both rings in one trip */
+  int joined = 0;
+  if (!fused && send != NULL && recv != NULL && gx->pair_join >= 0 &&
+      dev_part(s->bytes, s->nch, 0, 0).len >= (uint64_t)gx->pair_join) {
+    p->fused = 1;
+    joined = dev_pair_ar(p);
+  }
   /* a copy beside a receive alone still gets blocks of its own, so that the receive waits for nothing else */
-  p->send_blocks = (uint8_t)((send != NULL || copy != NULL) && !fused ? w->nch : 0);
+  p->send_blocks = (uint8_t)((send != NULL || copy != NULL) && !fused && !joined ? w->nch : 0);
   p->recv_blocks = (uint8_t)(recv != NULL ? w->nch : 0);
   /* in place, a part of a line per thread of half a block, and of at most BRAID_PAIR_HALVES_BYTES, runs on
    * two halves, as two blocks would (dev.h); above 512 bytes the halves' barrier cost more than the one pass
    * (docs/perf-notes.md, 93), and since an in-place all-reduce's one pass takes braid_kernel_pair_ar, at
    * every size (112): the knob is 0 unless set */
-  p->fused = (uint8_t)(!fused ? 0
+  p->fused = (uint8_t)(joined   ? 1
+                       : !fused ? 0
                        : 2 * ll_thr <= DEV_THREADS && s->proto == DEV_PROTO_LL &&
                                dev_part(s->bytes, s->nch, 0, 0).len <= gx->pair_halves
                            ? 2
@@ -989,8 +1003,9 @@ static int pair_shape(const gx_t *gx, const dev_work_t *w, unsigned ll_thr, dev_
   return 1;
 }
 
-/* The entry point of the pair launch in *p (pair_shape): for an in-place all-reduce run in one pass per
- * thread (dev_pair_ar), braid_kernel_pair_ar, or braid_kernel_pair_ar128 in LL128; else braid_kernel_pair. */
+/* The entry point of the pair launch in *p (pair_shape): for an all-reduce run in one pass per thread, in
+ * place or joined (dev_pair_ar), braid_kernel_pair_ar, or braid_kernel_pair_ar128 in LL128; else
+ * braid_kernel_pair. */
 static gpu_func_t *pair_func(const gx_t *gx, const dev_pair_t *p) {
   if (!gx->pair_ar_kernel || !dev_pair_ar(p)) return gx->func_pair;
   return p->recv.proto == DEV_PROTO_LL128 ? gx->func_pair_ar128 : gx->func_pair_ar;

@@ -331,23 +331,24 @@ typedef struct {
  * A copy goes to the sending blocks, which a launch with a copy has even without a send (then they only
  * copy), except in place (fused 1: the receiving blocks copy after their send).
  *
- * fused: the send's source is the receive's output (an in-place all-reduce), and there are no sending
- * blocks. 1: each receiving block sends its part first, every thread the lines it then overwrites. 2 (parts
+ * fused: the send's source is the receive's output (an in-place all-reduce), or both are the receive's
+ * operand (an out-of-place all-reduce run joined, BRAID_PAIR_JOIN_BYTES), and there are no sending blocks.
+ * 1: each receiving block sends its part first, every thread the lines it then overwrites. 2 (parts
  * of at most a line per thread of half the block): the block's first half sends and its second half
  * receives, as two blocks would, a barrier between the sending half's loads and the receiving half's first
  * store. The host takes this entry only when no other transfer writes what another reads (pair_shape in
  * core/launch.c). A transfer that is absent has nch 0.
  *
  * Two more entry points, braid_kernel_pair_ar (LL) and braid_kernel_pair_ar128 (LL128), take the same
- * parameters for one shape only: an in-place all-reduce, fused 1, its receive combining on the send's bytes
- * and channels, in that protocol (pair_func in launch.c). Every thread loads the receive's ring and count and
- * the send's ring, count and head (and its first LL line) in one trip; in LL it sends its lines, then awaits
- * the peer's and combines each with its own line, the first still in a register; in LL128 each warp sends
- * its units, then awaits the peer's and overwrites them, as the pair kernel does. Then the barrier and the
- * counts. The pair kernel's fused 1 loads the receive's ring after the send (in LL the operand again), and
- * keeps its state in local memory: a memory trip or two more before the wait. Kernels of their own, so that
- * their registers are their own (no spills; LL128's routine takes nearly all of them, hence two) and the
- * pair kernel's code stays as it is. */
+ * parameters for one shape only: an all-reduce, in place or out, fused 1, its receive combining on the
+ * send's bytes and channels, in that protocol (pair_func in launch.c). Every thread loads the receive's ring
+ * and count and the send's ring, count and head (and its first LL line) in one trip; in LL it sends its
+ * lines, then awaits the peer's and combines each with its own line, the first still in a register; in
+ * LL128 each warp sends its units, then awaits the peer's and combines them, as the pair kernel does. Then
+ * the barrier and the counts. The pair kernel's fused 1 loads the receive's ring after the send (in LL the
+ * operand again), and keeps its state in local memory: a memory trip or two more before the wait. Kernels
+ * of their own, so that their registers are their own (no spills; LL128's routine takes nearly all of them,
+ * hence two) and the pair kernel's code stays as it is. */
 typedef struct {
   dev_comm_t comm;
   uint64_t seq;        /* the call's sequence number (for errors) */
@@ -489,9 +490,10 @@ DEV_INLINE int dev_ll128_fits(const dev_xfer_t *x) {
   return x->bytes <= (uint64_t)x->nch * DEV_LL128_PART_MAX;
 }
 
-/* Whether pair launch p (dev_pair_t) is an in-place all-reduce that braid_kernel_pair_ar (LL) or
+/* Whether pair launch p (dev_pair_t) is an all-reduce that braid_kernel_pair_ar (LL) or
  * braid_kernel_pair_ar128 (LL128) takes: fused 1, both sides in one protocol on the same bytes and channels,
- * the receive combining this rank's operand, which is the send's source, and no copy. The host chooses the
+ * the receive combining this rank's operand, which is the send's source, and no copy. In place or out: the
+ * receive's output is the operand, or lies apart from it (pair_shape in launch.c). The host chooses the
  * entry point by it and the kernels check it. */
 DEV_INLINE int dev_pair_ar(const dev_pair_t *p) {
   const dev_xfer_t *s = &p->send, *r = &p->recv;

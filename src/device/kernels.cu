@@ -1084,10 +1084,10 @@ extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
   TRACE_END(p.comm.rank, p.seq);
 }
 
-/* ---- The in-place all-reduce's pair entry points (dev.h, DEV_KERNEL_PAIR_AR*_NAME) ---- */
+/* ---- The all-reduce's pair entry points (dev.h, DEV_KERNEL_PAIR_AR*_NAME) ---- */
 
 /* The launch is what braid_kernel_pair_ar (LL128: braid_kernel_pair_ar128) runs: the pair kernel's shape, an
- * in-place all-reduce (dev_pair_ar) in that protocol. Parameters only. */
+ * all-reduce run fused, in place or out (dev_pair_ar), in that protocol. Parameters only. */
 template <bool LL128> __device__ __forceinline__ bool pair_ar_valid(const dev_pair_t &p) {
   return pair_valid(p) & (dev_pair_ar(&p) != 0) & (p.recv.proto == (LL128 ? DEV_PROTO_LL128 : DEV_PROTO_LL));
 }

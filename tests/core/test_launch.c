@@ -740,11 +740,18 @@ static const char *last_pair(const mock_cuda_stats_t *s, char shape[6]) {
     EXPECT(strcmp(got_, want) == 0, "rank %d, %s: pair kernel %s, got %s", rank, what, want, got_);          \
   } while (0)
 
+/* The shape an out-of-place all-reduce whose part per channel is `part` bytes takes: joined, as in place
+ * (in_place), from BRAID_PAIR_JOIN_BYTES (`join`) on, else blocks that send and blocks that receive. */
+static const char *out_of_place(int on, const char *in_place, int64_t join, uint64_t part) {
+  return !on ? "-" : join >= 0 && part >= (uint64_t)join ? in_place : "SR-";
+}
+
 /* Which launches take braid_kernel_pair, and with what: every LL launch of at most one plain send, one
  * receive and one local copy where nothing written is read by another transfer (an in-place all-reduce
  * fused), on two ranks; nothing else, and nothing at all with BRAID_PAIR_KERNEL=0. An in-place all-reduce
  * run in one pass (every part above BRAID_PAIR_HALVES_BYTES, 0 by default) takes braid_kernel_pair_ar, in
- * LL128 braid_kernel_pair_ar128, unless BRAID_PAIR_AR_KERNEL=0. */
+ * LL128 braid_kernel_pair_ar128, unless BRAID_PAIR_AR_KERNEL=0; so does an out-of-place one whose part is
+ * at least BRAID_PAIR_JOIN_BYTES (4096 by default; 0: every one; -1: none), fused 1 as in place. */
 static void pair_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
   param_reload();
@@ -752,17 +759,20 @@ static void pair_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
   mock_cuda_stats_t *s = mock_stats();
   const int on = param_int(P_BRAID_PAIR_KERNEL) != 0, ar = param_int(P_BRAID_PAIR_AR_KERNEL) != 0;
-  const int64_t halves = param_int(P_BRAID_PAIR_HALVES_BYTES);
+  const int64_t halves = param_int(P_BRAID_PAIR_HALVES_BYTES), join = param_int(P_BRAID_PAIR_JOIN_BYTES);
   const char *in_place_ll = !on ? "-" : ar ? "SR-FA" : "SR-F"; /* an in-place all-reduce in one pass */
   char *buf = (char *)(uintptr_t)0x10000000, *out = (char *)(uintptr_t)0x20000000;
   const int peer = 1 - rank;
   EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(on ? "SR-" : "-", "8-byte all-reduce");
+  EXPECT_PAIR(out_of_place(on, in_place_ll, join, 8), "8-byte all-reduce");
   if (on) {
     const dev_pair_t *p = (const dev_pair_t *)s->last_work;
     EXPECT(p->send.send_peer == peer && p->send.src == buf && p->recv.recv_peer == peer &&
                p->recv.src == buf && p->recv.dst == out && (p->recv.flags & DEV_XF_REDUCE) && p->nch == 1,
            "rank %d: the all-reduce's send and combine", rank);
+    EXPECT(s->last_block == 32 && s->last_pair_ar == (ar && join >= 0 && join <= 8 ? 1 : 0),
+           "rank %d: 8 bytes out of place: one warp (%u threads), LL's entry %d", rank, s->last_block,
+           s->last_pair_ar);
   }
   const uint64_t first_seq = ((const dev_pair_t *)s->last_work)->seq;
   EXPECT_OK(ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL));
@@ -804,7 +814,12 @@ static void pair_rank(int rank, int nranks, void *arg) {
          "rank %d: 128 KiB in place: LL, a line per thread (%u threads), LL's entry (%d)", rank,
          s->last_block, s->last_pair_ar);
   EXPECT_OK(ncclAllReduce(buf, out, 131072, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(on ? "SR-" : "-", "512 KiB all-reduce: one LL128 piece per channel");
+  EXPECT_PAIR(out_of_place(on, in_place_ll, join, 13120), "512 KiB all-reduce: one LL128 piece per channel");
+  EXPECT(!on || (((const dev_pair_t *)s->last_work)->nch == 40 && s->last_block == DEV_THREADS &&
+                 s->last_pair_ar == (ar && join >= 0 ? 2 : 0)),
+         "rank %d: 512 KiB out of place: 13120 bytes on each of 40 channels (%d), %u threads, LL128's entry "
+         "(%d)",
+         rank, ((const dev_pair_t *)s->last_work)->nch, s->last_block, s->last_pair_ar);
   /* in LL128 the in-place all-reduce takes braid_kernel_pair_ar128 */
   EXPECT_OK(ncclAllReduce(buf, buf, 131072, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR(in_place_ll, "512 KiB all-reduce in place");
@@ -814,7 +829,7 @@ static void pair_rank(int rank, int nranks, void *arg) {
          s->last_block, s->last_pair_ar);
   /* LL128 (512 KiB + 4 to 1.5 MiB): the pair kernel, in place fused 1 (never a half block per side) */
   EXPECT_OK(ncclAllReduce(buf, out, 131073, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(on ? "SR-" : "-", "512 KiB + 4: LL128");
+  EXPECT_PAIR(out_of_place(on, in_place_ll, join, 13120), "512 KiB + 4: LL128");
   if (on) {
     const dev_pair_t *p = (const dev_pair_t *)s->last_work;
     EXPECT(p->nch == 40 && p->send.proto == DEV_PROTO_LL128 && p->recv.proto == DEV_PROTO_LL128 &&
@@ -899,13 +914,15 @@ static void pair_rank(int rank, int nranks, void *arg) {
 static void pair_shapes(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   unsetenv("MOCK_CUDA_STUCK");
-  /* BRAID_PAIR_KERNEL, BRAID_PAIR_AR_KERNEL, BRAID_PAIR_HALVES_BYTES (NULL: the default) */
-  static const char *const knobs[][3] = {
-      {"1", NULL, NULL}, {"1", "0", NULL}, {"1", NULL, "512"}, {"1", "0", "512"}, {"0", NULL, NULL}};
-  static const char *const names[3] = {"BRAID_PAIR_KERNEL", "BRAID_PAIR_AR_KERNEL",
-                                       "BRAID_PAIR_HALVES_BYTES"};
+  /* BRAID_PAIR_KERNEL, BRAID_PAIR_AR_KERNEL, BRAID_PAIR_HALVES_BYTES, BRAID_PAIR_JOIN_BYTES (NULL: the
+   * default) */
+  static const char *const knobs[][4] = {
+      {"1", NULL, NULL, NULL}, {"1", "0", NULL, NULL}, {"1", NULL, "512", NULL}, {"1", "0", "512", NULL},
+      {"1", NULL, NULL, "-1"}, {"1", NULL, NULL, "0"}, {"1", "0", NULL, "-1"},   {"0", NULL, NULL, NULL}};
+  static const char *const names[4] = {"BRAID_PAIR_KERNEL", "BRAID_PAIR_AR_KERNEL", "BRAID_PAIR_HALVES_BYTES",
+                                       "BRAID_PAIR_JOIN_BYTES"};
   for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
       if (knobs[k][i] != NULL)
         setenv(names[i], knobs[k][i], 1);
       else
@@ -913,11 +930,12 @@ static void pair_shapes(void) {
     shared_t sh;
     EXPECT_OK(ncclGetUniqueId(&sh.id));
     EXPECT(run_ranks(2, 60, pair_rank, &sh) == 0,
-           "a rank failed (BRAID_PAIR_KERNEL=%s, BRAID_PAIR_AR_KERNEL=%s, "
-           "BRAID_PAIR_HALVES_BYTES=%s)",
-           knobs[k][0], knobs[k][1] ? knobs[k][1] : "unset", knobs[k][2] ? knobs[k][2] : "unset");
+           "a rank failed (BRAID_PAIR_KERNEL=%s, BRAID_PAIR_AR_KERNEL=%s, BRAID_PAIR_HALVES_BYTES=%s, "
+           "BRAID_PAIR_JOIN_BYTES=%s)",
+           knobs[k][0], knobs[k][1] ? knobs[k][1] : "unset", knobs[k][2] ? knobs[k][2] : "unset",
+           knobs[k][3] ? knobs[k][3] : "unset");
   }
-  for (int i = 0; i < 3; i++) unsetenv(names[i]);
+  for (int i = 0; i < 4; i++) unsetenv(names[i]);
 }
 
 /* Destroys the stand-in driver's one graph (mock_cuda.h); how many user objects it held. */
