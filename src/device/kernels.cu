@@ -1116,6 +1116,7 @@ template <bool LL128> __device__ __forceinline__ void pair_ar_run(const dev_pair
   }
   pair_out o;
   if (!pair_send_open(p, c, threadIdx.x, true, o)) return;
+  TRACE_AT(TRACE_SIDES);
   bool ok = true;
   if (in.home != NULL && (ring.data == NULL || ring.ctrl == NULL)) {
     if (threadIdx.x == 0) error_record(&p.comm, DEV_ERR_INVALID, x.recv_peer, (int)c, 0, p.seq + x.task, 0);
@@ -1147,6 +1148,7 @@ template <bool LL128> __device__ __forceinline__ void pair_ar_run(const dev_pair
       }
     }
   }
+  TRACE_AT(TRACE_RUN);
   if (__syncthreads_or(!ok) == 0) {
     pair_recv_close(in, 0);
     pair_send_close(o);

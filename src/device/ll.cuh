@@ -356,11 +356,13 @@ __device__ __noinline__ bool ll128_lines(const F fn, const ll_io io, const dev_c
   const bool two = (l & 7) < 7;
   const uint32_t warp = (threadIdx.x - io.skip) / 32, nwarps = (blockDim.x - io.skip) / 32;
   const uint32_t units = (io.len + DEV_LL128_UNIT_DATA - 1) / DEV_LL128_UNIT_DATA;
+  TRACE_AT(TRACE_CALLED);
   if (io.send_local && io.out != NULL) { /* this rank's bytes go out first, every unit of the warp's */
     for (uint32_t u = warp; u < units; u += nwarps) {
       const uint32_t at = u * DEV_LL128_UNIT_DATA;
       ll128_send(io.out + 32 * u + l, ll128_gather(io.local + at, io.len - at, l), io.out_flag, two);
     }
+    TRACE_AT(TRACE_SENT);
   }
   for (uint32_t u0 = warp; u0 < units; u0 += LL128_BATCH * nwarps) {
     uint4 mine[LL128_BATCH], in[LL128_BATCH];
@@ -386,6 +388,7 @@ __device__ __noinline__ bool ll128_lines(const F fn, const ll_io io, const dev_c
       const uint4 m = b == 0 ? mine[0] : mine[1];
       uint4 v = b == 0 ? in[0] : in[1];
       if (io.in != NULL) {
+        if (u == warp && l == 0) TRACE_AT(TRACE_LINES);
         const ll128_got got = ll128_wait(comm, io.in + 32 * u + l, io.in_flag, what, v);
         if (!got.ok) return false;
         v = got.v;

@@ -17,6 +17,11 @@
  * (ll_piece), the line routine entered (ll_lines), thread 0's first line with its operands loaded, and the
  * arriving line seen.
  *
+ * In the all-reduce's pair entries (braid_kernel_pair_ar, braid_kernel_pair_ar128): `sides` both rings
+ * loaded (the send's open returned), `run` before the barrier; in LL128 (ll128_lines) `called` the routine
+ * entered, `sent` warp 0's units of the operand sent, `lines` its first unit's operands loaded, `arrived`
+ * that unit's arriving lines seen.
+ *
  * In the bulk entry (bulk.cuh) thread 0 is lane 0 of the first warp, and the points mean: `valid`, `opened`,
  * `barrier`, `run` and `closed` as above (bulk_open for ll_open, bulk_close for the counts); `sides` its
  * side's ring, count and head loaded and the transfer checked, `early` the pieces on the block's rings
