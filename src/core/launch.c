@@ -96,7 +96,7 @@ struct gx {
   gpu_func_t *func_bulk;  /* braid_kernel_bulk, for one-slice Simple launches over p2p (bulk_only) */
   gpu_func_t *func_pair;  /* braid_kernel_pair, for LL launches of one send, receive and copy (pair_shape) */
   gpu_func_t
-      *func_pair_ar; /* braid_kernel_pair_ar, for such a launch of an in-place all-reduce (pair_func) */
+      *func_pair_ar; /* braid_kernel_pair_ar, for such a launch of an all-reduce run fused (pair_func) */
   gpu_func_t *func_pair_ar128; /* braid_kernel_pair_ar128, the same in LL128 */
   gpu_func_t *func_wait;       /* braid_kernel_wait, the copy-engine steps' waits (ce_exec_t) */
   gpu_func_t *func_combine;    /* braid_kernel_combine, their combines (ce_exec_t) */
@@ -1150,7 +1150,7 @@ static int widest_step(const dev_work_t *w, int lanes) {
 }
 
 /* One bit per power-of-two size class of a launch's largest transfer, per entry point (general, small, LL,
- * bulk, pair, in-place all-reduce in LL and in LL128): the launch shapes logged at INFO so far. */
+ * bulk, pair, fused all-reduce in LL and in LL128): the launch shapes logged at INFO so far. */
 static _Atomic uint64_t logged_launches[7];
 
 /* Logs a launch's shape at INFO (TUNING) once per entry point and size class of its largest transfer, or
@@ -1170,7 +1170,7 @@ static void log_launch(const gx_t *gx, const dev_work_t *w, const gpu_func_t *f,
                     : f == gx->func_pair_ar128 ? 6
                                                : 0;
   static const char *const names[7] = {
-      "general", "small", "LL", "bulk", "pair", "in-place all-reduce", "in-place LL128 all-reduce"};
+      "general", "small", "LL", "bulk", "pair", "fused all-reduce", "fused LL128 all-reduce"};
   if (!log_enabled(LOG_TRACE, LOG_TUNING) && !log_first_of_class(&logged_launches[entry], most)) return;
   char batch[32] = "no cap";
   if (w->comm.batch_pieces > 0) snprintf(batch, sizeof batch, "%d pieces", (int)w->comm.batch_pieces);

@@ -1094,9 +1094,10 @@ template <bool LL128> __device__ __forceinline__ bool pair_ar_valid(const dev_pa
 
 /* Both entry points: every thread loads the receive's ring and count with the send's ring, count, head (and
  * first LL line) in one trip. In LL each thread sends its lines, then combines each arriving line with the
- * one it holds; in LL128 each warp sends its units of the operand, then awaits the peer's and overwrites
- * them (ll128_lines, as the pair kernel's fused 1). LL128's routine needs nearly every register a thread has,
- * and a kernel that calls it spills: the LL kernel does not call it, so its loads stay in registers. */
+ * one it holds; in LL128 each warp sends its units of the operand, then awaits the peer's and stores their
+ * combination in the output (ll128_lines, as the pair kernel's fused 1). LL128's routine needs nearly every
+ * register a thread has, and a kernel that calls it spills: the LL kernel does not call it, so its loads
+ * stay in registers. */
 template <bool LL128> __device__ __forceinline__ void pair_ar_run(const dev_pair_t &p) {
   TRACE_BEGIN();
   const uint32_t c = blockIdx.x;
