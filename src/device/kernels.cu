@@ -921,7 +921,7 @@ __device__ void pair_send_lines(const pair_out &o, uint32_t t, uint32_t stride) 
   TRACE_AT(TRACE_EARLY);
   if (o.proto == DEV_PROTO_LL128) {
     const ll_io io = {o.src, NULL, NULL, NULL, o.lines, 0, flag, o.len, blockDim.x - stride};
-    ll128_lines(line_copy{false}, io, NULL, wait_what{});
+    ll128_lines<line_copy, false>(line_copy{false}, io, NULL, wait_what{});
     TRACE_AT(TRACE_SENT);
     return;
   }
@@ -1130,7 +1130,7 @@ template <bool LL128> __device__ __forceinline__ void pair_ar_run(const dev_pair
     if constexpr (LL128) {
       const ll_io io = {
           x.src + part.off, slot, NULL, x.dst + part.off, o.lines, flag, (uint32_t)(o.count + 1), len, 0, 1};
-      ok = ll_piece(x, io, &p.comm, what);
+      ok = ll_piece<true>(x, io, &p.comm, what);
     } else {
       pair_send_lines(o, threadIdx.x, blockDim.x);
       for (uint32_t i = threadIdx.x; i < (len + 7) / 8; i += blockDim.x) {

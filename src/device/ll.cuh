@@ -227,20 +227,27 @@ __device__ __forceinline__ void st16_or_8(void *p, uint4 v, bool sixteen) {
                : "memory");
 }
 
-/* Lane l's data (ll128_off: 16 bytes, or 8 in .x and .y) of the unit whose 480 data bytes start at `src`,
- * of which the first `avail` lie in the buffer (the rest are unspecified, and never read past the 16-byte
- * block that holds the buffer's last byte). Every lane runs the same instructions: one 16-byte aligned load
- * (two where src is not 16-byte aligned, the same in every lane), then a funnel shift by src's misalignment;
- * a line's last lane loads the aligned 16 bytes that hold its 8 and keeps its half. */
-__device__ __forceinline__ uint4 ll128_gather(const char *src, uint32_t avail, uint32_t l) {
+/* ll128_gather's loads, as loaded (ll128_load), and the shift that makes the lane's data of them
+ * (ll128_shift): apart, a warp may have several units' loads in flight before it needs the first. */
+struct ll128_raw {
+  uint4 a, b;   /* the aligned 16 bytes that hold the lane's first byte, and the next 16 */
+  uint32_t mis; /* src's misalignment */
+  bool upper;   /* a line's last lane whose 8 bytes are the upper half of a */
+};
+
+__device__ __forceinline__ ll128_raw ll128_load(const char *src, uint32_t avail, uint32_t l) {
   const uint32_t g = l >> 3;
-  const bool two = (l & 7) < 7, upper = !two && (g & 1) != 0;
+  const bool two = (l & 7) < 7;
   const uint32_t off = two ? ll128_off(l) : 448 + 16 * (g >> 1);
   const uint32_t mis = (uint32_t)(uintptr_t)src & 15;
   const char *at = src + off - mis;
-  const uint4 a = ld16_if(at, off < avail);
-  const uint4 b = ld16_if(at + 16, mis != 0 && off + 16 - mis < avail);
-  uint32_t w0 = a.x, w1 = a.y, w2 = a.z, w3 = a.w, w4 = b.x, w5 = b.y, w6 = b.z, w7 = b.w;
+  return ll128_raw{ld16_if(at, off < avail), ld16_if(at + 16, mis != 0 && off + 16 - mis < avail), mis,
+                   !two && (g & 1) != 0};
+}
+
+__device__ __forceinline__ uint4 ll128_shift(const ll128_raw &r) {
+  const uint32_t mis = r.mis;
+  uint32_t w0 = r.a.x, w1 = r.a.y, w2 = r.a.z, w3 = r.a.w, w4 = r.b.x, w5 = r.b.y, w6 = r.b.z, w7 = r.b.w;
   if (mis & 8) {
     w0 = w2, w1 = w3, w2 = w4, w3 = w5, w4 = w6, w5 = w7;
   }
@@ -250,7 +257,16 @@ __device__ __forceinline__ uint4 ll128_gather(const char *src, uint32_t avail, u
   const uint32_t sh = 8 * (mis & 3);
   const uint4 v = make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh),
                              __funnelshift_r(w2, w3, sh), __funnelshift_r(w3, w4, sh));
-  return upper ? make_uint4(v.z, v.w, v.z, v.w) : v;
+  return r.upper ? make_uint4(v.z, v.w, v.z, v.w) : v;
+}
+
+/* Lane l's data (ll128_off: 16 bytes, or 8 in .x and .y) of the unit whose 480 data bytes start at `src`,
+ * of which the first `avail` lie in the buffer (the rest are unspecified, and never read past the 16-byte
+ * block that holds the buffer's last byte). Every lane runs the same instructions: one 16-byte aligned load
+ * (two where src is not 16-byte aligned, the same in every lane), then a funnel shift by src's misalignment;
+ * a line's last lane loads the aligned 16 bytes that hold its 8 and keeps its half. */
+__device__ __forceinline__ uint4 ll128_gather(const char *src, uint32_t avail, uint32_t l) {
+  return ll128_shift(ll128_load(src, avail, l));
 }
 
 /* Stores lane l's data v (ll128_off) into the unit whose 480 data bytes start at `dst`, the bytes of it
@@ -347,8 +363,12 @@ __device__ __noinline__ ll128_got ll128_wait(const dev_comm_t *comm, const uint4
  * sends the unit's lines (ll128_send) and stores the bytes within the piece; with io.send_local, the warp
  * first sends all its units of this rank's operand as they are. Every lane of a warp runs the
  * same units and the same instructions (the straight-line operations above), so that the warp stays
- * together for its stores of lines. False (in every lane of the warp) when the wait failed. */
-template <class F>
+ * together for its stores of lines. With LOADS_FIRST, the operand's loads of both units of a batch are
+ * issued before either is shifted into place, so that they are in flight together (proto_lines asks it where
+ * a warp has more than one batch of a receive to combine: with one, the loads of a batch are mostly of one
+ * unit, and the extra registers cost more than they save). False (in every lane of the warp) when the wait
+ * failed. */
+template <class F, bool LOADS_FIRST>
 __device__ __noinline__ bool ll128_lines(const F fn, const ll_io io, const dev_comm_t *comm,
                                          const wait_what what) {
   static_assert(LL128_BATCH == 2, "the second pass below picks the unit's values by a select");
@@ -371,11 +391,24 @@ __device__ __noinline__ bool ll128_lines(const F fn, const ll_io io, const dev_c
       const uint32_t u = u0 + b * nwarps; /* u < units: the same in every lane */
       in[b] = u < units && io.in != NULL ? load_line(io.in + 32 * u + l) : make_uint4(0, 0, 0, 0);
     }
+    if constexpr (LOADS_FIRST) {
+      /* the operand's loads of both units, then their shifts: no branch between the loads, so they are in
+       * flight together (a unit past the last, or no operand, loads nothing and reads 0) */
+      ll128_raw raw[LL128_BATCH];
+#pragma unroll
+      for (int b = 0; b < LL128_BATCH; b++) {
+        const uint32_t u = u0 + b * nwarps, at = u * DEV_LL128_UNIT_DATA;
+        raw[b] = ll128_load(io.local + at, u < units && io.local != NULL ? io.len - at : 0, l);
+      }
+#pragma unroll
+      for (int b = 0; b < LL128_BATCH; b++) mine[b] = ll128_shift(raw[b]);
+    }
 #pragma unroll
     for (int b = 0; b < LL128_BATCH; b++) {
       const uint32_t u = u0 + b * nwarps, at = u * DEV_LL128_UNIT_DATA, avail = io.len - at;
-      mine[b] =
-          u < units && io.local != NULL ? ll128_gather(io.local + at, avail, l) : make_uint4(0, 0, 0, 0);
+      if (!LOADS_FIRST)
+        mine[b] =
+            u < units && io.local != NULL ? ll128_gather(io.local + at, avail, l) : make_uint4(0, 0, 0, 0);
       if (io.in == NULL)
         in[b] = u < units && io.mem != NULL ? ll128_gather(io.mem + at, avail, l) : make_uint4(0, 0, 0, 0);
     }
@@ -405,17 +438,25 @@ __device__ __noinline__ bool ll128_lines(const F fn, const ll_io io, const dev_c
   return true;
 }
 
-/* Every thread: fn over a piece's lines in the transfer's protocol (dev_xfer_t.proto). */
-template <class F>
+/* Every thread: fn over a piece's lines in the transfer's protocol (dev_xfer_t.proto). With WIDE (the
+ * all-reduce's LL128 entry), an LL128 piece in which a warp combines more than one batch of arriving units
+ * runs with the operand's loads first (ll128_lines); the other kernels keep one routine, as the second
+ * would cost them registers. */
+template <bool WIDE, class F>
 __device__ __forceinline__ bool proto_lines(const dev_xfer_t &x, const F fn, const ll_io &io,
                                             const dev_comm_t *comm, const wait_what &what) {
-  return x.proto == DEV_PROTO_LL128 ? ll128_lines(fn, io, comm, what) : ll_lines(fn, io, comm, what);
+  if (x.proto != DEV_PROTO_LL128) return ll_lines(fn, io, comm, what);
+  if (WIDE && io.in != NULL && io.local != NULL &&
+      (io.len + DEV_LL128_UNIT_DATA - 1) / DEV_LL128_UNIT_DATA > LL128_BATCH * ((blockDim.x - io.skip) / 32))
+    return ll128_lines<F, true>(fn, io, comm, what);
+  return ll128_lines<F, false>(fn, io, comm, what);
 }
 
 /* Every thread: a piece of transfer x by ll_lines (ll128_lines for an LL128 transfer), with the operation
  * piece_combine would apply: with a second operand, this rank's data and REDUCE, the transfer's combine;
  * without one and with PREPARE, its scaling (PREMULSUM) or division (SUM_POSTDIV at LAST); otherwise a
- * copy. */
+ * copy. WIDE: proto_lines's, for the combine (the all-reduce's LL128 entry). */
+template <bool WIDE = false>
 __device__ bool ll_piece(const dev_xfer_t &x, const ll_io &io, const dev_comm_t *comm,
                          const wait_what &what) {
   TRACE_AT(TRACE_PIECE);
@@ -423,23 +464,23 @@ __device__ bool ll_piece(const dev_xfer_t &x, const ll_io &io, const dev_comm_t 
   bool ok = true;
   if (second && io.local != NULL && (x.flags & DEV_XF_REDUCE)) {
     with_binary_op(x, [&](auto op, auto n) {
-      ok = proto_lines(x, line_op<typename decltype(n)::type, decltype(op)::value>(x), io, comm, what);
+      ok = proto_lines<WIDE>(x, line_op<typename decltype(n)::type, decltype(op)::value>(x), io, comm, what);
     });
     return ok;
   }
   if (!second && (x.flags & DEV_XF_PREPARE) && x.red == DEV_RED_PREMULSUM) {
     with_num<OP_SCALE>(x, [&](auto n) {
-      ok = proto_lines(x, line_op<typename decltype(n)::type, OP_SCALE>(x), io, comm, what);
+      ok = proto_lines<false>(x, line_op<typename decltype(n)::type, OP_SCALE>(x), io, comm, what);
     });
     return ok;
   }
   if (!second && (x.flags & DEV_XF_PREPARE) && x.red == DEV_RED_SUM_POSTDIV && (x.flags & DEV_XF_LAST)) {
     with_num<OP_DIV>(x, [&](auto n) {
-      ok = proto_lines(x, line_op<typename decltype(n)::type, OP_DIV>(x), io, comm, what);
+      ok = proto_lines<false>(x, line_op<typename decltype(n)::type, OP_DIV>(x), io, comm, what);
     });
     return ok;
   }
-  return proto_lines(x, line_copy{second}, io, comm, what);
+  return proto_lines<false>(x, line_copy{second}, io, comm, what);
 }
 
 #endif
