@@ -872,10 +872,35 @@ struct pair_out {
   uint2 first;    /* line t of the part, for a thread t that sends (LL) */
 };
 
-/* Every thread of the block: opens channel c's part of p.send. The ring's table entry, its count, the head
- * last read and, for a thread that sends (t < the part's lines, `loads`), its first line of data are loaded
- * together; only when the head last read shows no room (once in DEV_LL_SLOTS launches at most) does thread
- * 0 read the consumer's head across the link while the block waits. False when that wait failed (in every
+/* pair_send_open from the ring's table entry (ring, at idx), the head last read and o's count as loaded:
+ * checks the ring, waits for room where the head shows none, and points o at the slot. */
+__device__ __forceinline__ bool pair_send_ready(const dev_pair_t &p, uint32_t c, int idx, dev_ring_t ring,
+                                                uint64_t head, pair_out &o) {
+  const dev_xfer_t &x = p.send;
+  const dev_comm_t *comm = &p.comm;
+  if (ring.data == NULL || ring.ctrl == NULL) {
+    if (threadIdx.x == 0) error_record(comm, DEV_ERR_INVALID, x.send_peer, (int)c, 1, p.seq + x.task, 0);
+    return false;
+  }
+  if (head + DEV_LL_SLOTS <= o.count) { /* the same loads in every thread: the block agrees */
+    int failed = 0;
+    if (threadIdx.x == 0) {
+      const wait_what what = {x.send_peer, (int)c, 1, p.seq + x.task};
+      failed = !wait_at_least(comm, &ring.ctrl->head, o.count + 1 - DEV_LL_SLOTS, what, &head);
+    }
+    if (__syncthreads_or(failed)) return false;
+    if (threadIdx.x == 0) __stcg(&comm->ll_heads[idx], head);
+  }
+  o.lines = (uint4 *)(ring.data + dev_ll_slot_at(o.count, x.proto));
+  return true;
+}
+
+/* Every thread of the block: opens channel c's part of p.send. It loads the ring's table entry, its count,
+ * the head last read and, for a thread that sends (t < the part's lines, `loads`), its first line of data
+ * (the compiler issues the count and the head after the ring's check; issued before it, as pair_ar_load
+ * does, they made the pair kernel no faster: docs/perf-notes.md, 119); only when the head last read shows
+ * no room (once in DEV_LL_SLOTS launches at most) does thread 0 read the consumer's head across the link
+ * while the block waits. False when that wait failed (in every
  * thread). Every thread reads the count and the head last read, so both are stored back only after a block
  * barrier: the head here, the count by pair_send_close. */
 __device__ bool pair_send_open(const dev_pair_t &p, uint32_t c, uint32_t t, bool loads, pair_out &o) {
@@ -895,21 +920,7 @@ __device__ bool pair_send_open(const dev_pair_t &p, uint32_t c, uint32_t t, bool
   o.proto = x.proto;
   o.first =
       loads && x.proto == DEV_PROTO_LL && t < (o.len + 7) / 8 ? load8(o.src, t, o.len) : make_uint2(0, 0);
-  if (ring.data == NULL || ring.ctrl == NULL) {
-    if (threadIdx.x == 0) error_record(comm, DEV_ERR_INVALID, x.send_peer, (int)c, 1, p.seq + x.task, 0);
-    return false;
-  }
-  if (head + DEV_LL_SLOTS <= o.count) { /* the same loads in every thread: the block agrees */
-    int failed = 0;
-    if (threadIdx.x == 0) {
-      const wait_what what = {x.send_peer, (int)c, 1, p.seq + x.task};
-      failed = !wait_at_least(comm, &ring.ctrl->head, o.count + 1 - DEV_LL_SLOTS, what, &head);
-    }
-    if (__syncthreads_or(failed)) return false;
-    if (threadIdx.x == 0) __stcg(&comm->ll_heads[idx], head);
-  }
-  o.lines = (uint4 *)(ring.data + dev_ll_slot_at(o.count, x.proto));
-  return true;
+  return pair_send_ready(p, c, idx, ring, head, o);
 }
 
 /* A sending thread t of `stride`: stores its lines of the part (line t from o.first), each with one 16-byte
@@ -1092,31 +1103,95 @@ template <bool LL128> __device__ __forceinline__ bool pair_ar_valid(const dev_pa
   return pair_valid(p) & (dev_pair_ar(&p) != 0) & (p.recv.proto == (LL128 ? DEV_PROTO_LL128 : DEV_PROTO_LL));
 }
 
-/* Both entry points: every thread loads the receive's ring and count with the send's ring, count, head (and
- * first LL line) in one trip. In LL each thread sends its lines, then combines each arriving line with the
- * one it holds; in LL128 each warp sends its units of the operand, then awaits the peer's and stores their
- * combination in the output (ll128_lines, as the pair kernel's fused 1). LL128's routine needs nearly every
- * register a thread has, and a kernel that calls it spills: the LL kernel does not call it, so its loads
- * stay in registers. */
+/* 8 bytes at p (8-byte aligned) where `pred`, else 0, from L2: a volatile statement, issued where it stands
+ * (the compiler neither drops it nor moves it past a branch, as it may a plain load whose value only one side
+ * of the branch uses). */
+__device__ __forceinline__ uint64_t ld8_issued(const void *p, bool pred) {
+  uint64_t v;
+  asm volatile("{\n\t.reg .pred q;\n\t"
+               "setp.ne.u32 q, %2, 0;\n\t"
+               "mov.u64 %0, 0;\n\t"
+               "@q ld.global.cg.u64 %0, [%1];\n\t}"
+               : "=&l"(v)
+               : "l"(p), "r"((uint32_t)pred));
+  return v;
+}
+
+/* What a block of the all-reduce's pair entries loads first: both rings' table entries, their counts, the
+ * send's head last read and, in LL, the thread's first line of the operand where it is 8 whole aligned
+ * bytes. Their addresses follow from the parameters alone, so they are issued before the launch is checked
+ * and travel while the check runs: one memory trip before the first line goes out. The indices are held
+ * within the tables and the line within the part, so a launch that fails the check reads nothing it could
+ * not. */
+struct pair_ar_early {
+  dev_ring_t recv, send;
+  uint64_t recv_count, send_count, head;
+  uint64_t first; /* LL: line t of the part, where `first_ok` */
+  bool first_ok;
+};
+
+template <bool LL128>
+__device__ __forceinline__ pair_ar_early pair_ar_load(const dev_pair_t &p, uint32_t c, dev_span_t part) {
+  const dev_comm_t &comm = p.comm;
+  const uint32_t nranks = comm.nranks > 0 ? (uint32_t)comm.nranks : 1;
+  const uint32_t ch = c < DEV_LL_CHANNELS ? c : DEV_LL_CHANNELS - 1;
+  const uint32_t rp = (uint32_t)p.recv.recv_peer < nranks ? (uint32_t)p.recv.recv_peer : 0;
+  const uint32_t sp = (uint32_t)p.send.send_peer < nranks ? (uint32_t)p.send.send_peer : 0;
+  const uint32_t ri = rp * DEV_LL_CHANNELS + ch, si = sp * DEV_LL_CHANNELS + ch;
+  pair_ar_early e;
+  e.recv.data = (char *)ld8_issued(&comm.ll_recv[ri].data, comm.ll_recv != NULL);
+  e.recv.ctrl = (dev_ctrl_t *)ld8_issued(&comm.ll_recv[ri].ctrl, comm.ll_recv != NULL);
+  e.recv.marks = NULL;
+  e.recv_count = ld8_issued(&comm.ll_recvd[ri], comm.ll_recvd != NULL);
+  e.send.data = (char *)ld8_issued(&comm.ll_send[si].data, comm.ll_send != NULL);
+  e.send.ctrl = (dev_ctrl_t *)ld8_issued(&comm.ll_send[si].ctrl, comm.ll_send != NULL);
+  e.send.marks = NULL;
+  e.send_count = ld8_issued(&comm.ll_sent[si], comm.ll_sent != NULL);
+  e.head = ld8_issued(&comm.ll_heads[si], comm.ll_heads != NULL);
+  const char *src = p.send.src + part.off;
+  e.first_ok = !LL128 && p.send.src != NULL && c < p.send.nch && ((uintptr_t)src & 7) == 0 &&
+               8 * threadIdx.x + 8 <= part.len;
+  e.first = ld8_issued((const uint2 *)src + threadIdx.x, e.first_ok);
+  return e;
+}
+
+/* Both entry points: every thread issues the loads of pair_ar_early, then checks the launch. In LL each
+ * thread sends its lines, then combines each arriving line with the one it holds; in LL128 each warp sends
+ * its units of the operand, then awaits the peer's and stores their combination in the output
+ * (ll128_lines, as the pair kernel's fused 1). LL128's routine needs nearly every register a thread has,
+ * and a kernel that calls it spills: the LL kernel does not call it, so its loads stay in registers. */
 template <bool LL128> __device__ __forceinline__ void pair_ar_run(const dev_pair_t &p) {
   TRACE_BEGIN();
   const uint32_t c = blockIdx.x;
   const dev_xfer_t &x = p.recv;
+  /* the part as the checked launch has it (the send's and the receive's are the same, dev_pair_ar) */
+  const dev_span_t part = dev_part(p.send.bytes, p.send.nch > 0 ? p.send.nch : 1, 0, c);
+  const pair_ar_early e = pair_ar_load<LL128>(p, c, part);
   if (!pair_ar_valid<LL128>(p)) {
     if (threadIdx.x == 0) error_record(&p.comm, DEV_ERR_INVALID, -1, (int)c, 0, p.seq, 0);
     return;
   }
   TRACE_AT(TRACE_VALID);
-  /* the receive's ring and count first, so that they travel with the send's and the first line */
   pair_in in = {NULL, NULL, 0};
-  dev_ring_t ring = {};
-  const dev_span_t part = dev_part(x.bytes, x.nch, 0, c);
-  if (c < x.nch && part.len > 0) {
-    ring = pair_recv_ring(p, c, &in.home);
-    in.count = __ldcg(in.home);
-  }
+  const dev_ring_t ring = e.recv;
   pair_out o;
-  if (!pair_send_open(p, c, threadIdx.x, true, o)) return;
+  o.lines = NULL;
+  if (c < x.nch && part.len > 0) {
+    in.home = &p.comm.ll_recvd[x.recv_peer * DEV_LL_CHANNELS + (int)c];
+    in.count = e.recv_count;
+    const int idx = p.send.send_peer * DEV_LL_CHANNELS + (int)c;
+    o.home = &p.comm.ll_sent[idx];
+    o.count = e.send_count;
+    o.src = p.send.src + part.off;
+    o.len = (uint32_t)part.len;
+    o.proto = p.send.proto;
+    o.first = make_uint2(0, 0);
+    if (!LL128 && e.first_ok) /* LL: the thread's first line, loaded early where it is 8 aligned bytes */
+      o.first = make_uint2((uint32_t)e.first, (uint32_t)(e.first >> 32));
+    else if (!LL128 && threadIdx.x < (o.len + 7) / 8)
+      o.first = load8(o.src, threadIdx.x, o.len);
+    if (!pair_send_ready(p, c, idx, e.send, e.head, o)) return;
+  }
   TRACE_AT(TRACE_SIDES);
   bool ok = true;
   if (in.home != NULL && (ring.data == NULL || ring.ctrl == NULL)) {
