@@ -751,7 +751,7 @@ static const char *out_of_place(int on, const char *in_place, int64_t join, uint
  * fused), on two ranks; nothing else, and nothing at all with BRAID_PAIR_KERNEL=0. An in-place all-reduce
  * run in one pass (every part above BRAID_PAIR_HALVES_BYTES, 0 by default) takes braid_kernel_pair_ar, in
  * LL128 braid_kernel_pair_ar128, unless BRAID_PAIR_AR_KERNEL=0; so does an out-of-place one whose part is
- * at least BRAID_PAIR_JOIN_BYTES (4096 by default; 0: every one; -1: none), fused 1 as in place. */
+ * at least BRAID_PAIR_JOIN_BYTES (0 by default: every one; -1: none), fused 1 as in place. */
 static void pair_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
   param_reload();
@@ -917,8 +917,8 @@ static void pair_shapes(void) {
   /* BRAID_PAIR_KERNEL, BRAID_PAIR_AR_KERNEL, BRAID_PAIR_HALVES_BYTES, BRAID_PAIR_JOIN_BYTES (NULL: the
    * default) */
   static const char *const knobs[][4] = {
-      {"1", NULL, NULL, NULL}, {"1", "0", NULL, NULL}, {"1", NULL, "512", NULL}, {"1", "0", "512", NULL},
-      {"1", NULL, NULL, "-1"}, {"1", NULL, NULL, "0"}, {"1", "0", NULL, "-1"},   {"0", NULL, NULL, NULL}};
+      {"1", NULL, NULL, NULL}, {"1", "0", NULL, NULL},    {"1", NULL, "512", NULL}, {"1", "0", "512", NULL},
+      {"1", NULL, NULL, "-1"}, {"1", NULL, NULL, "4096"}, {"1", "0", NULL, "-1"},   {"0", NULL, NULL, NULL}};
   static const char *const names[4] = {"BRAID_PAIR_KERNEL", "BRAID_PAIR_AR_KERNEL", "BRAID_PAIR_HALVES_BYTES",
                                        "BRAID_PAIR_JOIN_BYTES"};
   for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) {
