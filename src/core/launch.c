@@ -451,18 +451,23 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->ll_max = ll_below(gx, plan_tuning()->ll128_min);
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
   CHECK_GOTO(queue_init(gx), res, fail);
-  char wide[256];
+  char wide[256], join[48];
+  if (gx->pair_join < 0)
+    snprintf(join, sizeof join, "never");
+  else if (gx->pair_join == 0)
+    snprintf(join, sizeof join, "at every size");
+  else
+    snprintf(join, sizeof join, "from %lld bytes a channel", (long long)gx->pair_join);
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes; launches of LL "
        "transfers alone through %s (BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s "
        "(BRAID_PAIR_KERNEL; an in-place all-reduce in one pass through %s and its LL128 twin, "
-       "BRAID_PAIR_AR_KERNEL, and so an out-of-place one from %lld bytes a channel, BRAID_PAIR_JOIN_BYTES), "
-       "of "
+       "BRAID_PAIR_AR_KERNEL, and so an out-of-place one %s, BRAID_PAIR_JOIN_BYTES), of "
        "one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL); %s (BRAID_WIDE_STEPS)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap,
        gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
        gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same",
-       gx->pair_kernel && gx->pair_ar_kernel ? DEV_KERNEL_PAIR_AR_NAME : "the same", (long long)gx->pair_join,
+       gx->pair_kernel && gx->pair_ar_kernel ? DEV_KERNEL_PAIR_AR_NAME : "the same", join,
        gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel", wide_what(gx, wide, sizeof wide));
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: LL protocol for transfers of at most %llu bytes (%llu in broadcast, reduce, gather and "

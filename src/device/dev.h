@@ -341,14 +341,15 @@ typedef struct {
  *
  * Two more entry points, braid_kernel_pair_ar (LL) and braid_kernel_pair_ar128 (LL128), take the same
  * parameters for one shape only: an all-reduce, in place or out, fused 1, its receive combining on the
- * send's bytes and channels, in that protocol (pair_func in launch.c). Every thread loads the receive's ring
- * and count and the send's ring, count and head (and its first LL line) in one trip; in LL it sends its
- * lines, then awaits the peer's and combines each with its own line, the first still in a register; in
- * LL128 each warp sends its units, then awaits the peer's and combines them, as the pair kernel does. Then
- * the barrier and the counts. The pair kernel's fused 1 loads the receive's ring after the send (in LL the
- * operand again), and keeps its state in local memory: a memory trip or two more before the wait. Kernels
- * of their own, so that their registers are their own (no spills; LL128's routine takes nearly all of them,
- * hence two) and the pair kernel's code stays as it is. */
+ * send's bytes and channels, in that protocol (pair_func in launch.c). Every thread issues the loads of the
+ * receive's ring and count and the send's ring, count and head (and its first LL line) before it checks the
+ * launch, one trip under the check (pair_ar_load in kernels.cu); in LL it sends its lines, then awaits the
+ * peer's and combines each with its own line, the first still in a register; in LL128 each warp sends its
+ * units, then awaits the peer's and combines them, as the pair kernel does. Then the barrier and the counts.
+ * The pair kernel's fused 1 loads the receive's ring after the send (in LL the operand again), and keeps its
+ * state in local memory: a memory trip or two more before the wait. Kernels of their own, so that their
+ * registers are their own (no spills; LL128's routine takes nearly all of them, hence two) and the pair
+ * kernel's code stays as it is. */
 typedef struct {
   dev_comm_t comm;
   uint64_t seq;        /* the call's sequence number (for errors) */

@@ -1103,20 +1103,6 @@ template <bool LL128> __device__ __forceinline__ bool pair_ar_valid(const dev_pa
   return pair_valid(p) & (dev_pair_ar(&p) != 0) & (p.recv.proto == (LL128 ? DEV_PROTO_LL128 : DEV_PROTO_LL));
 }
 
-/* 8 bytes at p (8-byte aligned) where `pred`, else 0, from L2: a volatile statement, issued where it stands
- * (the compiler neither drops it nor moves it past a branch, as it may a plain load whose value only one side
- * of the branch uses). */
-__device__ __forceinline__ uint64_t ld8_issued(const void *p, bool pred) {
-  uint64_t v;
-  asm volatile("{\n\t.reg .pred q;\n\t"
-               "setp.ne.u32 q, %2, 0;\n\t"
-               "mov.u64 %0, 0;\n\t"
-               "@q ld.global.cg.u64 %0, [%1];\n\t}"
-               : "=&l"(v)
-               : "l"(p), "r"((uint32_t)pred));
-  return v;
-}
-
 /* What a block of the all-reduce's pair entries loads first: both rings' table entries, their counts, the
  * send's head last read and, in LL, the thread's first line of the operand where it is 8 whole aligned
  * bytes. Their addresses follow from the parameters alone, so they are issued before the launch is checked
@@ -1139,19 +1125,19 @@ __device__ __forceinline__ pair_ar_early pair_ar_load(const dev_pair_t &p, uint3
   const uint32_t sp = (uint32_t)p.send.send_peer < nranks ? (uint32_t)p.send.send_peer : 0;
   const uint32_t ri = rp * DEV_LL_CHANNELS + ch, si = sp * DEV_LL_CHANNELS + ch;
   pair_ar_early e;
-  e.recv.data = (char *)ld8_issued(&comm.ll_recv[ri].data, comm.ll_recv != NULL);
-  e.recv.ctrl = (dev_ctrl_t *)ld8_issued(&comm.ll_recv[ri].ctrl, comm.ll_recv != NULL);
+  e.recv.data = (char *)ld8_if(&comm.ll_recv[ri].data, comm.ll_recv != NULL);
+  e.recv.ctrl = (dev_ctrl_t *)ld8_if(&comm.ll_recv[ri].ctrl, comm.ll_recv != NULL);
   e.recv.marks = NULL;
-  e.recv_count = ld8_issued(&comm.ll_recvd[ri], comm.ll_recvd != NULL);
-  e.send.data = (char *)ld8_issued(&comm.ll_send[si].data, comm.ll_send != NULL);
-  e.send.ctrl = (dev_ctrl_t *)ld8_issued(&comm.ll_send[si].ctrl, comm.ll_send != NULL);
+  e.recv_count = ld8_if(&comm.ll_recvd[ri], comm.ll_recvd != NULL);
+  e.send.data = (char *)ld8_if(&comm.ll_send[si].data, comm.ll_send != NULL);
+  e.send.ctrl = (dev_ctrl_t *)ld8_if(&comm.ll_send[si].ctrl, comm.ll_send != NULL);
   e.send.marks = NULL;
-  e.send_count = ld8_issued(&comm.ll_sent[si], comm.ll_sent != NULL);
-  e.head = ld8_issued(&comm.ll_heads[si], comm.ll_heads != NULL);
+  e.send_count = ld8_if(&comm.ll_sent[si], comm.ll_sent != NULL);
+  e.head = ld8_if(&comm.ll_heads[si], comm.ll_heads != NULL);
   const char *src = p.send.src + part.off;
   e.first_ok = !LL128 && p.send.src != NULL && c < p.send.nch && ((uintptr_t)src & 7) == 0 &&
                8 * threadIdx.x + 8 <= part.len;
-  e.first = ld8_issued((const uint2 *)src + threadIdx.x, e.first_ok);
+  e.first = ld8_if((const uint2 *)src + threadIdx.x, e.first_ok);
   return e;
 }
 

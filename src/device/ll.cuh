@@ -217,6 +217,21 @@ __device__ __forceinline__ uint4 ld16_if(const void *p, bool pred) {
   return v;
 }
 
+/* 8 bytes at p (8-byte aligned) where `pred`, else 0, from L2. Like ld16_if, a volatile statement is
+ * issued where it stands: the compiler neither drops it nor moves it past a branch, as it may a plain load
+ * whose value only one side of the branch uses (pair_ar_load in kernels.cu issues its loads so before the
+ * launch check). */
+__device__ __forceinline__ uint64_t ld8_if(const void *p, bool pred) {
+  uint64_t v;
+  asm volatile("{\n\t.reg .pred q;\n\t"
+               "setp.ne.u32 q, %2, 0;\n\t"
+               "mov.u64 %0, 0;\n\t"
+               "@q ld.global.cg.u64 %0, [%1];\n\t}"
+               : "=&l"(v)
+               : "l"(p), "r"((uint32_t)pred));
+  return v;
+}
+
 /* 16 bytes of v at p (16-byte aligned) where `sixteen`, else its first 8 (p 8-byte aligned). */
 __device__ __forceinline__ void st16_or_8(void *p, uint4 v, bool sixteen) {
   asm volatile("{\n\t.reg .pred q;\n\t"
@@ -406,7 +421,7 @@ __device__ __noinline__ bool ll128_lines(const F fn, const ll_io io, const dev_c
 #pragma unroll
     for (int b = 0; b < LL128_BATCH; b++) {
       const uint32_t u = u0 + b * nwarps, at = u * DEV_LL128_UNIT_DATA, avail = io.len - at;
-      if (!LOADS_FIRST)
+      if constexpr (!LOADS_FIRST)
         mine[b] =
             u < units && io.local != NULL ? ll128_gather(io.local + at, avail, l) : make_uint4(0, 0, 0, 0);
       if (io.in == NULL)
