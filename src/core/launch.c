@@ -74,6 +74,10 @@ typedef struct {
   dev_work_small_t work;
 } memo_t;
 
+/* The oldest driver whose stream capture keeps a launch's overlap with the previous kernel (a programmatic
+ * edge of the graph: CUDA 12.3). */
+#define GX_CAPTURED_OVERLAP_DRIVER 12030
+
 /* The calls of the last eager launch that the memo made or held (gx_relaunch). */
 #define GX_RECALL_TASKS 4
 typedef struct {
@@ -112,6 +116,9 @@ struct gx {
   uint64_t pair_halves;        /* BRAID_PAIR_HALVES_BYTES: in-place parts up to this size run on two halves */
   int64_t pair_join;           /* BRAID_PAIR_JOIN_BYTES: out-of-place all-reduce parts from this size run as
                                   in place do, one block per channel (-1: never) */
+  int overlap;               /* BRAID_LAUNCH_PDL, as far as the device and driver have it: which launches may
+                              * overlap the stream's previous kernel (1: eager ones, 2: captured ones too;
+                              * launch_overlap) */
   int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
   int wave_fence;            /* BRAID_WAVE_FENCE: which bulk launches send in waves (wave_fence) */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
@@ -410,8 +417,13 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_WAIT_NAME, &gx->func_wait), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_COMBINE_NAME, &gx->func_combine), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PUSH_NAME, &gx->func_push), res, fail);
-  int sms = 0;
+  int sms = 0, cc = 0, driver = 0;
   CHECK_GOTO(gpu_device_sms(dev, &sms), res, fail);
+  CHECK_GOTO(gpu_device_cc_major(dev, &cc), res, fail);
+  CHECK_GOTO(gpu_driver_version(&driver), res, fail);
+  const int64_t overlap = param_int(P_BRAID_LAUNCH_PDL);
+  gx->overlap = cc < 9 || overlap < 0 ? 0 : overlap > 2 ? 2 : (int)overlap;
+  if (gx->overlap == 2 && driver < GX_CAPTURED_OVERLAP_DRIVER) gx->overlap = 1;
   gx->push_blocks = sms < 1 ? 1 : sms > 1024 ? 1024 : (unsigned)sms;
   int64_t blocks = param_int(P_BRAID_CE_COMBINE_BLOCKS);
   gx->combine_blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : (unsigned)blocks;
@@ -463,12 +475,19 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
        "transfers alone through %s (BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s "
        "(BRAID_PAIR_KERNEL; an in-place all-reduce in one pass through %s and its LL128 twin, "
        "BRAID_PAIR_AR_KERNEL, and so an out-of-place one %s, BRAID_PAIR_JOIN_BYTES), of "
-       "one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL); %s (BRAID_WIDE_STEPS)",
+       "one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL); %s (BRAID_WIDE_STEPS); launches "
+       "that overlap the stream's previous kernel: %s (BRAID_LAUNCH_PDL)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap,
        gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
        gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same",
        gx->pair_kernel && gx->pair_ar_kernel ? DEV_KERNEL_PAIR_AR_NAME : "the same", join,
-       gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel", wide_what(gx, wide, sizeof wide));
+       gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel", wide_what(gx, wide, sizeof wide),
+       gx->overlap == 2 ? "eager and captured"
+       : gx->overlap == 1 && overlap >= 2
+           ? "eager (a graph's launches need a CUDA 12.3 driver for it)"
+       : gx->overlap == 1 ? "eager"
+       : cc < 9           ? "none (the device has no programmatic dependent launch)"
+                          : "none");
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: LL protocol for transfers of at most %llu bytes (%llu in broadcast, reduce, gather and "
        "scatter) on p2p connections, a channel per %llu bytes of one, up to %d (NCCL_PROTO, "
@@ -836,6 +855,15 @@ typedef struct {
   const char *op; /* the group's first call, for messages */
 } launch_ctx_t;
 
+/* Whether a launch may overlap the stream's previous kernel (gpu_launch): every entry point waits for that
+ * kernel's stores before it touches memory, so the GPU can take the launch in and place its blocks while the
+ * previous kernel ends. On two H200s that took 1.2 us off an eager all-reduce of 256 KiB-4 MiB and 0.25 us
+ * off a captured one (docs/perf-notes.md, 124). Eager launches with BRAID_LAUNCH_PDL >= 1, captured ones
+ * with 2 (the default) on a driver that keeps it in a graph. */
+static int launch_overlap(const gx_t *gx, const launch_ctx_t *lc) {
+  return gx->overlap >= (lc->capturing ? 2 : 1);
+}
+
 /* ---- The work queue ---- */
 
 typedef struct {
@@ -1195,10 +1223,10 @@ static ncclResult_t memo_fire(gx_t *gx, uint64_t seq, cudaStream_t s) {
   memo_t *m = &gx->memo;
   if (m->pair) {
     m->pair_params.seq = seq;
-    CHECK(gpu_launch(m->f, m->grid, m->threads, &m->pair_params, sizeof m->pair_params, s));
+    CHECK(gpu_launch(m->f, m->grid, m->threads, &m->pair_params, sizeof m->pair_params, s, gx->overlap >= 1));
   } else {
     m->work.seq = seq;
-    CHECK(gpu_launch(m->f, m->grid, m->threads, &m->work, sizeof m->work, s));
+    CHECK(gpu_launch(m->f, m->grid, m->threads, &m->work, sizeof m->work, s, gx->overlap >= 1));
   }
   gx->memo_used = 1;
   return ncclSuccess;
@@ -1314,8 +1342,9 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
         pair ? (unsigned)gx->pair.send_blocks + gx->pair.recv_blocks : (unsigned)widest * w->nch;
     log_launch(gx, w, f, widest, grid, threads);
     ncclResult_t res =
-        pair ? gpu_launch(f, grid, threads, &gx->pair, sizeof gx->pair, lc->s)
-             : gpu_launch(f, grid, threads, w, small ? sizeof(dev_work_small_t) : sizeof *w, lc->s);
+        pair ? gpu_launch(f, grid, threads, &gx->pair, sizeof gx->pair, lc->s, launch_overlap(gx, lc))
+             : gpu_launch(f, grid, threads, w, small ? sizeof(dev_work_small_t) : sizeof *w, lc->s,
+                          launch_overlap(gx, lc));
     if (res != ncclSuccess) {
       wq_cancel(&gx->wq, &slot); /* it never reached the GPU */
       return res;
@@ -1424,7 +1453,7 @@ static ncclResult_t exec_wait(void *arg, cudaStream_t stream, uint32_t *raise, u
   const exec_ctx_t *c = arg;
   dev_wait_t w = {
       .comm = c->gx->dcomm, .word = word, .raise = raise, .seq = seq, .peer = peer, .is_send = is_send};
-  return gpu_launch(c->gx->func_wait, 1, 32, &w, sizeof w, stream);
+  return gpu_launch(c->gx->func_wait, 1, 32, &w, sizeof w, stream, launch_overlap(c->gx, c->lc));
 }
 
 static ncclResult_t exec_combine(void *arg, cudaStream_t stream, const xfer_t *x, const char *from,
@@ -1441,13 +1470,14 @@ static ncclResult_t exec_combine(void *arg, cudaStream_t stream, const xfer_t *x
   fill_xfer(c->gx, x, 0, 0, 1, &w.x);
   memcpy(w.ends, ends, nchunks * sizeof *ends);
   return gpu_launch(c->gx->func_combine, from != NULL ? c->gx->pull_blocks : c->gx->combine_blocks,
-                    DEV_THREADS, &w, sizeof w, stream);
+                    DEV_THREADS, &w, sizeof w, stream, launch_overlap(c->gx, c->lc));
 }
 
 static ncclResult_t exec_push(void *arg, cudaStream_t stream, dev_push_t *w) {
   const exec_ctx_t *c = arg;
   w->comm = c->gx->dcomm;
-  return gpu_launch(c->gx->func_push, c->gx->push_blocks, DEV_THREADS, w, sizeof *w, stream);
+  return gpu_launch(c->gx->func_push, c->gx->push_blocks, DEV_THREADS, w, sizeof *w, stream,
+                    launch_overlap(c->gx, c->lc));
 }
 
 /* The graph being captured keeps `mapping` (its token unmaps it when the graph is destroyed); on failure

@@ -328,6 +328,7 @@ __device__ void bulk_close(const bulk_side &sd) {
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_bulk(const __grid_constant__ dev_work_small_t work) {
+  after_previous_kernel();
   __shared__ bulk_task tasks[DEV_SMALL_XFERS];
   const uint32_t nch = work.nch > 0 ? work.nch : 1, c = blockIdx.x % nch;
   const bool split = work.comm.split != 0;

@@ -837,6 +837,7 @@ __device__ bool ll_run(const dev_work_small_t &w, uint32_t c, const ll_task *tas
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_ll(const __grid_constant__ dev_work_small_t work) {
+  after_previous_kernel();
   __shared__ ll_task tasks[DEV_SMALL_XFERS];
   TRACE_BEGIN();
   const uint32_t nch = work.nch > 0 ? work.nch : 1, lane = blockIdx.x / nch, c = blockIdx.x % nch;
@@ -1045,6 +1046,7 @@ __device__ __forceinline__ bool pair_valid(const dev_pair_t &p) {
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_pair(const __grid_constant__ dev_pair_t p) {
+  after_previous_kernel();
   TRACE_BEGIN();
   const bool sender = blockIdx.x < p.send_blocks;
   const uint32_t c = sender ? blockIdx.x : blockIdx.x - p.send_blocks;
@@ -1221,25 +1223,30 @@ template <bool LL128> __device__ __forceinline__ void pair_ar_run(const dev_pair
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_pair_ar(const __grid_constant__ dev_pair_t p) {
+  after_previous_kernel();
   pair_ar_run<false>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_pair_ar128(const __grid_constant__ dev_pair_t p) {
+  after_previous_kernel();
   pair_ar_run<true>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel(const __grid_constant__ dev_work_t work) {
+  after_previous_kernel();
   kernel_run(work);
 }
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_small(const __grid_constant__ dev_work_small_t work) {
+  after_previous_kernel();
   kernel_run(work);
 }
 
 extern "C" __global__ void __launch_bounds__(32, 1) braid_kernel_wait(const __grid_constant__ dev_wait_t w) {
+  after_previous_kernel();
   if (threadIdx.x != 0) return;
   if (w.raise != NULL) { /* what the stream ran before this kernel is complete; publish after it */
     fence_acq_rel_sys();
@@ -1252,6 +1259,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) braid_kernel_wait(const __gr
 /* The copy-engine path's push (dev.h, dev_push_t). */
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_push(const __grid_constant__ dev_push_t w) {
+  after_previous_kernel();
   int failed = 0;
   if (threadIdx.x == 0) {
     if (blockIdx.x == 0 && w.raise_ready != NULL) { /* the stream's earlier work is complete */
@@ -1301,6 +1309,7 @@ __device__ __forceinline__ void combine_at(const dev_combine_t &w, uint64_t off,
 
 extern "C" __global__ void __launch_bounds__(DEV_THREADS, 1)
     braid_kernel_combine(const __grid_constant__ dev_combine_t w) {
+  after_previous_kernel();
   const wait_what what = {w.peer, -1, 0, w.seq};
   uint64_t begin = 0;
   for (uint32_t c = 0; c < w.nchunks && c < DEV_COMBINE_CHUNKS; c++) {

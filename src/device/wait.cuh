@@ -19,6 +19,19 @@
 #define WAIT_CHECK_SPINS 1024
 #define WAIT_HOST_SPINS  (1u << 16)
 
+/* ---- The stream's previous kernel ---- */
+
+/* Every entry point's first statement. A launch may overlap the stream's previous kernel (programmatic
+ * dependent launch, BRAID_LAUNCH_PDL): the GPU takes in the launch and places its blocks while that kernel
+ * ends, instead of after it. This waits until that kernel has completed and its stores are visible, so that
+ * nothing after it reads or writes memory the previous kernel still uses; on a launch without the attribute
+ * it returns at once. Before compute capability 9.0 there is no such launch (the host never asks for one). */
+__device__ __forceinline__ void after_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /* ---- Memory operations with a stated order ---- */
 
 /* A load that later loads and stores of this thread cannot pass, at system scope: what the writer published

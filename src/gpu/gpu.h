@@ -30,8 +30,12 @@ ncclResult_t gpu_backend(gpu_backend_t *backend_p);
 /* The calling thread's current device, as cudaGetDevice reports it (0 when no context is current). */
 ncclResult_t gpu_current_device(int *dev_p);
 ncclResult_t gpu_device_count(int *count_p);
+/* The CUDA driver's version, as cuDriverGetVersion gives it (12030 for CUDA 12.3). */
+ncclResult_t gpu_driver_version(int *version_p);
 /* Multiprocessors of `dev`. */
 ncclResult_t gpu_device_sms(int dev, int *sms_p);
+/* The major number of `dev`'s compute capability (9 on Hopper). */
+ncclResult_t gpu_device_cc_major(int dev, int *major_p);
 /* The device's PCI bus id in lower case, as sysfs names it ("0000:1b:00.0"), NUL-terminated in 16 bytes. */
 ncclResult_t gpu_device_busid(int dev, char busid[16]);
 /* Whether `dev` can map memory of `peer_dev` (always 1 for dev == peer_dev). */
@@ -147,8 +151,12 @@ ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *
 typedef struct gpu_func gpu_func_t; /* a kernel of a loaded module */
 /* Loads `name` from `fatbin` in `dev`'s primary context (once per device; later calls return the same). */
 ncclResult_t gpu_func_load(int dev, const void *fatbin, const char *name, gpu_func_t **func_p);
-/* Launches with one by-value parameter of `param_bytes` bytes. The caller has entered the device. */
+/* Launches with one by-value parameter of `param_bytes` bytes. The caller has entered the device. With
+ * `overlap` (compute capability 9.0 and newer), the launch may overlap the stream's previous kernel
+ * (programmatic dependent launch): its blocks may start as that kernel's blocks end, before its stores are
+ * visible, so the kernel must wait for them before it touches memory (device/wait.cuh,
+ * after_previous_kernel). */
 ncclResult_t gpu_launch(gpu_func_t *func, unsigned grid, unsigned block, void *param, size_t param_bytes,
-                        cudaStream_t stream);
+                        cudaStream_t stream, int overlap);
 
 #endif

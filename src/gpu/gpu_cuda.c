@@ -241,6 +241,14 @@ ncclResult_t gpu_device_count(int *count_p) {
   return ncclSuccess;
 }
 
+ncclResult_t gpu_driver_version(int *version_p) {
+  CHECK(ready("gpu_driver_version"));
+  int v = 0;
+  CU_CALL(cuDriverGetVersion, (&v), "the driver's version");
+  *version_p = v;
+  return ncclSuccess;
+}
+
 ncclResult_t gpu_current_device(int *dev_p) {
   CHECK(ready("gpu_current_device"));
   CUcontext ctx = NULL;
@@ -267,6 +275,15 @@ ncclResult_t gpu_device_sms(int dev, int *sms_p) {
   CU_CALL(cuDeviceGetAttribute, (&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, devs[dev].dev),
           "multiprocessor count of device %d", dev);
   *sms_p = n;
+  return ncclSuccess;
+}
+
+ncclResult_t gpu_device_cc_major(int dev, int *major_p) {
+  CHECK(check_dev(dev, "gpu_device_cc_major"));
+  int n = 0;
+  CU_CALL(cuDeviceGetAttribute, (&n, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, devs[dev].dev),
+          "compute capability of device %d", dev);
+  *major_p = n;
   return ncclSuccess;
 }
 
@@ -1016,11 +1033,30 @@ ncclResult_t gpu_func_load(int dev, const void *fatbin, const char *name, gpu_fu
 }
 
 ncclResult_t gpu_launch(gpu_func_t *func, unsigned grid, unsigned block, void *param, size_t param_bytes,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, int overlap) {
   CHECK(ready("gpu_launch"));
   void *params[1] = {param};
-  CU_CALL(cuLaunchKernel, ((CUfunction)func, grid, 1, 1, block, 1, 1, 0, stream, params, NULL),
-          "%u blocks of %u threads, %zu parameter bytes, stream %p", grid, block, param_bytes,
-          (void *)stream);
+  if (!overlap) {
+    CU_CALL(cuLaunchKernel, ((CUfunction)func, grid, 1, 1, block, 1, 1, 0, stream, params, NULL),
+            "%u blocks of %u threads, %zu parameter bytes, stream %p", grid, block, param_bytes,
+            (void *)stream);
+    return ncclSuccess;
+  }
+  CUlaunchAttribute attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDimX = grid;
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = block;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = (CUstream)stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  CU_CALL(cuLaunchKernelEx, (&cfg, (CUfunction)func, params, NULL),
+          "%u blocks of %u threads, %zu parameter bytes, stream %p, overlapping the previous kernel", grid,
+          block, param_bytes, (void *)stream);
   return ncclSuccess;
 }

@@ -33,6 +33,7 @@ ncclResult_t gpu_cuda_mem_free(void *ptr);
   X(cuMemHostGetDevicePointer) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemcpyHtoD) \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuStreamWaitEvent) \
   X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) \
+  X(cuLaunchKernelEx) \
   X(cuMemcpyHtoDAsync) X(cuUserObjectCreate) X(cuGraphRetainUserObject) X(cuThreadExchangeStreamCaptureMode) \
   X(cuStreamWriteValue32) X(cuMemcpyDtoDAsync) X(cuStreamCreate) X(cuStreamDestroy) \
   X(cuEventSynchronize) X(cuMemGetAddressRange) X(cuPointerGetAttributes)

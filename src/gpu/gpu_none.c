@@ -28,8 +28,14 @@ ncclResult_t gpu_current_device(int *dev_p) {
 ncclResult_t gpu_device_count(int *count_p) {
   return no_cuda("gpu_device_count");
 }
+ncclResult_t gpu_driver_version(int *version_p) {
+  return no_cuda("gpu_driver_version");
+}
 ncclResult_t gpu_device_sms(int dev, int *sms_p) {
   return no_cuda("gpu_device_sms");
+}
+ncclResult_t gpu_device_cc_major(int dev, int *major_p) {
+  return no_cuda("gpu_device_cc_major");
 }
 ncclResult_t gpu_device_busid(int dev, char busid[16]) {
   return no_cuda("gpu_device_busid");
@@ -108,7 +114,7 @@ ncclResult_t gpu_func_load(int dev, const void *fatbin, const char *name, gpu_fu
   return no_cuda("gpu_func_load");
 }
 ncclResult_t gpu_launch(gpu_func_t *func, unsigned grid, unsigned block, void *param, size_t param_bytes,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, int overlap) {
   return no_cuda("gpu_launch");
 }
 ncclResult_t gpu_stream_write32(cudaStream_t stream, void *word, uint32_t value) {

@@ -1174,6 +1174,80 @@ static void tuning_log(void) {
   run_with_logs(tuning_rank, 60);
 }
 
+/* ---- Launches that overlap the stream's previous kernel (BRAID_LAUNCH_PDL) ----
+ * Each case: the knob, the device's compute capability, whether eager and captured launches then go through
+ * cuLaunchKernelEx with the overlap attribute (the others through cuLaunchKernel), and what init's log
+ * says. */
+typedef struct {
+  const char *knob, *cc, *driver;
+  int eager, captured;
+  const char *says;
+} overlap_case_t;
+
+static const overlap_case_t overlap_cases[] = {
+    {NULL, "9", "12080", 1, 1, "overlap the stream's previous kernel: eager and captured (BRAID_LAUNCH_PDL)"},
+    {"1", "9", "12080", 1, 0, "overlap the stream's previous kernel: eager (BRAID_LAUNCH_PDL)"},
+    {NULL, "9", "12020", 1, 0,
+     "overlap the stream's previous kernel: eager (a graph's launches need a CUDA 12.3 driver for it)"},
+    {"0", "9", "12080", 0, 0, "overlap the stream's previous kernel: none (BRAID_LAUNCH_PDL)"},
+    {"2", "8", "12080", 0, 0, "none (the device has no programmatic dependent launch) (BRAID_LAUNCH_PDL)"},
+};
+static int overlap_case;
+
+/* Counts the launches of `calls` calls of an all-reduce, an all-gather and a large broadcast on `s`: plain
+ * ones into *plain, overlapping ones into *overlap. */
+static void overlap_calls(ncclComm_t comm, cudaStream_t s, const mock_cuda_stats_t *st, uint64_t *plain,
+                          uint64_t *overlap) {
+  void *buf = (void *)(uintptr_t)0x10000000, *out = (void *)(uintptr_t)0x20000000;
+  const uint64_t p0 = st->plain_launches, o0 = st->overlap_launches;
+  EXPECT_OK(ncclAllReduce(buf, out, 1001, ncclFloat, ncclSum, comm, s));
+  EXPECT_OK(ncclAllGather(buf, out, 77, ncclBfloat16, comm, s));
+  EXPECT_OK(ncclBroadcast(buf, out, 4u << 20, ncclFloat, 1, comm, s));
+  *plain = st->plain_launches - p0;
+  *overlap = st->overlap_launches - o0;
+}
+
+static void overlap_rank(int rank, int nranks, void *arg) {
+  const overlap_case_t *c = &overlap_cases[overlap_case];
+  char log_path[128];
+  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
+  EXPECT(test_file_lines(log_path, c->says) == 1, "rank %d, BRAID_LAUNCH_PDL=%s, compute capability %s: init's "
+         "log lacks \"%s\"", rank, c->knob != NULL ? c->knob : "(unset)", c->cc, c->says);
+  const mock_cuda_stats_t *st = mock_stats();
+  uint64_t plain, overlap;
+  overlap_calls(comm, NULL, st, &plain, &overlap);
+  EXPECT(plain + overlap >= 3 && (c->eager ? plain == 0 : overlap == 0),
+         "rank %d, BRAID_LAUNCH_PDL=%s, compute capability %s: eagerly %llu plain and %llu overlapping "
+         "launches", rank, c->knob != NULL ? c->knob : "(unset)", c->cc, (unsigned long long)plain,
+         (unsigned long long)overlap);
+  overlap_calls(comm, (cudaStream_t)MOCK_CUDA_CAPTURING, st, &plain, &overlap);
+  EXPECT(plain + overlap >= 3 && (c->captured ? plain == 0 : overlap == 0),
+         "rank %d, BRAID_LAUNCH_PDL=%s, compute capability %s: captured %llu plain and %llu overlapping "
+         "launches", rank, c->knob != NULL ? c->knob : "(unset)", c->cc, (unsigned long long)plain,
+         (unsigned long long)overlap);
+  mock_graph_destroy();
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+static void launch_overlap(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  unsetenv("MOCK_CUDA_STUCK");
+  for (overlap_case = 0; overlap_case < (int)(sizeof overlap_cases / sizeof overlap_cases[0]);
+       overlap_case++) {
+    const overlap_case_t *c = &overlap_cases[overlap_case];
+    if (c->knob != NULL)
+      setenv("BRAID_LAUNCH_PDL", c->knob, 1);
+    else
+      unsetenv("BRAID_LAUNCH_PDL");
+    setenv("MOCK_CUDA_CC_MAJOR", c->cc, 1);
+    setenv("MOCK_CUDA_DRIVER_VERSION", c->driver, 1);
+    run_with_logs(overlap_rank, 60);
+  }
+  unsetenv("BRAID_LAUNCH_PDL");
+  unsetenv("MOCK_CUDA_CC_MAJOR");
+  unsetenv("MOCK_CUDA_DRIVER_VERSION");
+}
+
 /* ---- Copy engines straight into the peer's buffer (core/ce.h) ----
  * The stand-in driver runs stream memory operations and copies at once, in the calling process, on memory
  * both rank processes map (cuMemAlloc is POSIX shared memory there): the copy-engine steps really move the
@@ -2031,6 +2105,7 @@ int main(int argc, char **argv) {
   TEST(full_queue_wait, 90);
   TEST(tuning_log, 60);
   TEST(launch_memo, 60);
+  TEST(launch_overlap, 120);
   TEST(copy_engines, 90);
   TEST(pushes, 90);
   TEST(init_all_failure, 90);

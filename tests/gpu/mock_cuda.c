@@ -140,7 +140,7 @@ static CUresult mock_cuInit(unsigned int flags) {
 }
 
 static CUresult mock_cuDriverGetVersion(int *v) {
-  *v = 12080;
+  *v = getenv("MOCK_CUDA_DRIVER_VERSION") != NULL ? atoi(getenv("MOCK_CUDA_DRIVER_VERSION")) : 12080;
   return CUDA_SUCCESS;
 }
 
@@ -160,6 +160,9 @@ static CUresult mock_cuDeviceGetAttribute(int *v, CUdevice_attribute attr, CUdev
   switch (attr) {
   case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
     *v = MOCK_CUDA_SMS;
+    break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+    *v = getenv("MOCK_CUDA_CC_MAJOR") != NULL ? atoi(getenv("MOCK_CUDA_CC_MAJOR")) : MOCK_CUDA_CC_MAJOR;
     break;
   case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
     *v = vmm;
@@ -754,9 +757,35 @@ static CUresult run_push(const dev_push_t *w) {
   return CUDA_SUCCESS;
 }
 
+/* A kernel runs as cuLaunchKernel's are run (kernel_launch); the plain entry point counts it as such. */
+static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                              unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream,
+                              void **params, void **extra);
+
 static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                                     CUstream stream, void **params, void **extra) {
+  mock_cuda_stats.plain_launches++;
+  return kernel_launch(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
+}
+
+/* The one attribute the library passes: overlap with the stream's previous kernel, on a device that has it. */
+static CUresult mock_cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
+  int major = 0;
+  mock_cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0);
+  if (cfg == NULL || cfg->numAttrs != 1 || cfg->attrs == NULL ||
+      cfg->attrs[0].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ||
+      cfg->attrs[0].value.programmaticStreamSerializationAllowed != 1 || cfg->sharedMemBytes != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (major < 9) return CUDA_ERROR_NOT_SUPPORTED;
+  mock_cuda_stats.overlap_launches++;
+  return kernel_launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
+                       cfg->blockDimZ, cfg->sharedMemBytes, cfg->hStream, params, extra);
+}
+
+static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                              unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream,
+                              void **params, void **extra) {
   if (f == &kernel_wait)
     return gx == 1 && gy == 1 && gz == 1 && by == 1 && bz == 1 && params != NULL && extra == NULL
                ? run_wait(params[0])

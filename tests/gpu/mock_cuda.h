@@ -17,6 +17,7 @@
 #define MOCK_CUDA_GRANULARITY       (64 * 1024) /* cuMemGetAllocationGranularity */
 #define MOCK_CUDA_MEM_LIMIT         (1ull << 32) /* larger cuMemCreate / cuMemAlloc requests are out of memory */
 #define MOCK_CUDA_SMS               132          /* multiprocessors per device */
+#define MOCK_CUDA_CC_MAJOR          9 /* compute capability 9.0, unless MOCK_CUDA_CC_MAJOR in the environment */
 #define MOCK_CUDA_CAPTURING         ((void *)0xCA7ull) /* the stream that reports an active capture */
 #define MOCK_CUDA_KERNEL            "braid_kernel"     /* the kernels every module holds */
 #define MOCK_CUDA_KERNEL_SMALL      "braid_kernel_small"
@@ -70,6 +71,8 @@ typedef struct {
   uint64_t push_launches;    /* launches of MOCK_CUDA_KERNEL_PUSH */
   uint64_t push_copies;      /* copies they made (sends and local copies) */
   uint64_t push_bytes;       /* bytes they copied */
+  uint64_t plain_launches;   /* every cuLaunchKernel call */
+  uint64_t overlap_launches; /* every cuLaunchKernelEx call (each asks to overlap the previous kernel) */
 } mock_cuda_stats_t;
 
 /* Destroys the capturing stream's graph: runs the destructor of every user object it holds (exported; tests

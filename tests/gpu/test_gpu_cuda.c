@@ -309,10 +309,21 @@ static void test_kernels(void) {
   } param = {.tag = 0x0123456789abcdefull};
   gpu_scope_t scope;
   EXPECT_OK(gpu_enter(1, &scope));
-  EXPECT_OK(gpu_launch(f1, 6, DEV_THREADS, &param, sizeof param, NULL));
-  gpu_leave(&scope);
+  EXPECT_OK(gpu_launch(f1, 6, DEV_THREADS, &param, sizeof param, NULL, 0));
   EXPECT(stats()->launches == 1 && stats()->last_param == param.tag && stats()->last_grid == 6 &&
-         stats()->last_block == DEV_THREADS);
+         stats()->last_block == DEV_THREADS && stats()->plain_launches == 1 && stats()->overlap_launches == 0);
+  /* overlapping the previous kernel: cuLaunchKernelEx with that one attribute, the same grid and parameter */
+  param.tag = 0xfedcba9876543210ull;
+  EXPECT_OK(gpu_launch(f1, 5, DEV_THREADS, &param, sizeof param, NULL, 1));
+  EXPECT(stats()->launches == 2 && stats()->last_param == param.tag && stats()->last_grid == 5 &&
+             stats()->plain_launches == 1 && stats()->overlap_launches == 1,
+         "%d launches, %llu plain, %llu overlapping", stats()->launches,
+         (unsigned long long)stats()->plain_launches, (unsigned long long)stats()->overlap_launches);
+  gpu_leave(&scope);
+  int major = 0;
+  EXPECT_OK(gpu_device_cc_major(1, &major));
+  EXPECT(major == MOCK_CUDA_CC_MAJOR, "compute capability %d", major);
+  EXPECT_RES(gpu_device_cc_major(2, &major), ncclInvalidArgument);
 }
 
 static void test_backend_auto(void) {
