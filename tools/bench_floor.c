@@ -24,6 +24,7 @@ static ncclResult_t make_page(bench_proc_t *p, int i) {
   CHECK(dev_enter(d));
   CHECK(drv_module_load(bench_floor_fatbin, &f->module));
   CHECK(drv_module_function(f->module, "braid_floor", &f->kernel));
+  CHECK(drv_can_overlap(d->dev, p->o->graph, &f->overlap));
   CHECK(drv_mem_alloc(&f->page, FLOOR_PAGE_BYTES));
   CHECK(drv_memset(f->page, 0, FLOOR_PAGE_BYTES, d->stream));
   CHECK(drv_stream_sync(d->stream));
@@ -69,7 +70,7 @@ ncclResult_t floor_setup(bench_proc_t *p) {
 ncclResult_t floor_launch(const bench_proc_t *p, int i) {
   struct floor_rank *f = &p->floors[i];
   CHECK(dev_enter(&p->ranks[i]));
-  return drv_launch(f->kernel, 1, FLOOR_THREADS, &f->args, p->ranks[i].stream);
+  return drv_launch(f->kernel, 1, FLOOR_THREADS, &f->args, p->ranks[i].stream, f->overlap);
 }
 
 ncclResult_t floor_check(const bench_proc_t *p) {

@@ -30,6 +30,7 @@ struct floor_rank {
   void *page;
   void *opened[FLOOR_MAX_RANKS]; /* other processes' pages mapped here, to be closed */
   floor_args_t args;
+  int overlap; /* launches overlap the stream's previous kernel, as Braid's do (drv_can_overlap) */
 };
 
 /* Whether this build has the floor kernel; when not, writes why into `why`. */

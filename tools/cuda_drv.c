@@ -31,7 +31,8 @@
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) \
   X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) \
-  X(cuLaunchKernel) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle) X(cuCtxEnablePeerAccess)
+  X(cuLaunchKernel) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle) X(cuCtxEnablePeerAccess) \
+  X(cuLaunchKernelEx) X(cuDeviceGetAttribute) X(cuDriverGetVersion)
 // clang-format on
 
 /* The resolved entry points; fields carry the macro-expanded names (cuMemAlloc_v2), and drv.cuMemAlloc
@@ -137,6 +138,16 @@ ncclResult_t drv_device_name(int dev, char *buf, size_t len) {
   CUdevice d;
   DRV_CALL(cuDeviceGet, (&d, dev), "device %d", dev);
   DRV_CALL(cuDeviceGetName, (buf, (int)len, d), "device %d", dev);
+  return ncclSuccess;
+}
+
+ncclResult_t drv_can_overlap(int dev, int captured, int *yes_p) {
+  CUdevice d;
+  int major = 0, version = 0;
+  DRV_CALL(cuDeviceGet, (&d, dev), "device %d", dev);
+  DRV_CALL(cuDeviceGetAttribute, (&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d), "device %d", dev);
+  DRV_CALL(cuDriverGetVersion, (&version), "the driver's version");
+  *yes_p = major >= 9 && (!captured || version >= 12030);
   return ncclSuccess;
 }
 
@@ -288,10 +299,28 @@ ncclResult_t drv_module_function(drv_module_t module, const char *name, drv_func
 }
 
 ncclResult_t drv_launch(drv_function_t function, unsigned grid, unsigned block, void *param,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, int overlap) {
   void *params[] = {param};
-  DRV_CALL(cuLaunchKernel, ((CUfunction)function, grid, 1, 1, block, 1, 1, 0, stream, params, NULL),
-           "%u x %u threads on stream %p", grid, block, (void *)stream);
+  if (!overlap) {
+    DRV_CALL(cuLaunchKernel, ((CUfunction)function, grid, 1, 1, block, 1, 1, 0, stream, params, NULL),
+             "%u x %u threads on stream %p", grid, block, (void *)stream);
+    return ncclSuccess;
+  }
+  CUlaunchAttribute attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDimX = grid;
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = block;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = (CUstream)stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  DRV_CALL(cuLaunchKernelEx, (&cfg, (CUfunction)function, params, NULL),
+           "%u x %u threads on stream %p, overlapping the previous kernel", grid, block, (void *)stream);
   return ncclSuccess;
 }
 
@@ -435,8 +464,12 @@ ncclResult_t drv_module_function(drv_module_t module, const char *name, drv_func
 }
 
 ncclResult_t drv_launch(drv_function_t function, unsigned grid, unsigned block, void *param,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, int overlap) {
   return refuse("drv_launch");
+}
+
+ncclResult_t drv_can_overlap(int dev, int captured, int *yes_p) {
+  return refuse("drv_can_overlap");
 }
 
 ncclResult_t drv_ipc_handle(void *ptr, void *handle) {

@@ -83,7 +83,12 @@ ncclResult_t drv_module_load(const void *image, drv_module_t *module_p);
 ncclResult_t drv_module_unload(drv_module_t module);
 ncclResult_t drv_module_function(drv_module_t module, const char *name, drv_function_t *function_p);
 ncclResult_t drv_launch(drv_function_t function, unsigned grid, unsigned block, void *param,
-                        cudaStream_t stream);
+                        cudaStream_t stream, int overlap);
+/* Whether a launch on device `dev` (eager, or with `captured` into a graph) can overlap the stream's previous
+ * kernel, as Braid's own launches do where they can (BRAID_LAUNCH_PDL): compute capability 9.0 or newer,
+ * and for a graph a CUDA 12.3 driver. drv_launch with `overlap` then launches that way; the kernel must wait
+ * for the previous kernel's stores (griddepcontrol.wait) before it touches memory. */
+ncclResult_t drv_can_overlap(int dev, int captured, int *yes_p);
 
 /* Device memory between processes: the handle (DRV_IPC_HANDLE_BYTES) of an allocation of the current
  * context; that allocation mapped into the current context of another process (access from its device

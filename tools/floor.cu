@@ -5,7 +5,8 @@
  * line in this rank's page holds at least that number. Launch n of every rank therefore ends only after
  * every rank has started launch n: one kernel launch and one crossing of the link each way, at the same
  * time, with no data beyond the line. A collective on the same ranks, launched the same way (eagerly or from
- * a graph), cannot take less.
+ * a graph, and overlapping the stream's previous kernel where Braid's launches can: bench_floor.c), cannot
+ * take less.
  *
  * The launch number is kept in the page itself (launches on one stream run one after the other), so that
  * launches replayed from a graph, whose parameters are fixed at capture, still count up. A wait gives up
@@ -29,6 +30,10 @@ static __device__ unsigned long long load_volatile(const unsigned long long *p) 
 
 extern "C" __global__ void __launch_bounds__(FLOOR_THREADS)
     braid_floor(const __grid_constant__ floor_args_t a) {
+#if __CUDA_ARCH__ >= 900
+  /* a launch that overlaps the previous kernel (drv_launch) may start before that one's stores are visible */
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   int t = threadIdx.x;
   unsigned long long n = load_volatile(a.page + FLOOR_COUNT) + 1;
   const bool failed = load_volatile(a.page + FLOOR_ERROR) != 0;

@@ -363,6 +363,31 @@ static CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned g
   return CUDA_SUCCESS;
 }
 
+/* The one attribute the bench passes: overlap with the stream's previous kernel. */
+static CUresult launch_kernel_ex(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
+  if (cfg == NULL || cfg->numAttrs != 1 || cfg->attrs == NULL ||
+      cfg->attrs[0].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ||
+      cfg->attrs[0].value.programmaticStreamSerializationAllowed != 1)
+    return CUDA_ERROR_INVALID_VALUE;
+  return launch_kernel(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
+                       cfg->blockDimZ, cfg->sharedMemBytes, cfg->hStream, params, extra);
+}
+
+/* Compute capability 9.0, the only attribute the bench asks for. */
+static CUresult device_get_attribute(int *v, CUdevice_attribute attr, CUdevice dev) {
+  if (ready() != CUDA_SUCCESS) return ready();
+  if (dev < 0 || dev >= ndevices()) return CUDA_ERROR_INVALID_DEVICE;
+  if (v == NULL || attr != CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) return CUDA_ERROR_INVALID_VALUE;
+  *v = 9;
+  return CUDA_SUCCESS;
+}
+
+static CUresult driver_get_version(int *v) {
+  if (v == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *v = 12080;
+  return CUDA_SUCCESS;
+}
+
 /* A handle: the allocation's size and address in the process that made it. */
 typedef struct {
   pid_t pid;
@@ -424,7 +449,9 @@ static CUresult ctx_enable_peer_access(CUcontext peer, unsigned int flags) {
   X(cuModuleLoadData, module_load_data) X(cuModuleUnload, module_unload) \
   X(cuModuleGetFunction, module_get_function) X(cuLaunchKernel, launch_kernel) \
   X(cuIpcGetMemHandle, ipc_get_mem_handle) X(cuIpcOpenMemHandle, ipc_open_mem_handle) \
-  X(cuIpcCloseMemHandle, ipc_close_mem_handle) X(cuCtxEnablePeerAccess, ctx_enable_peer_access)
+  X(cuIpcCloseMemHandle, ipc_close_mem_handle) X(cuCtxEnablePeerAccess, ctx_enable_peer_access) \
+  X(cuLaunchKernelEx, launch_kernel_ex) X(cuDeviceGetAttribute, device_get_attribute) \
+  X(cuDriverGetVersion, driver_get_version)
 // clang-format on
 #define CHECK_TYPE(name, fn)                                                                                 \
   _Static_assert(__builtin_types_compatible_p(__typeof__(&name), __typeof__(&fn)),                           \
