@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/cu_launch.h"
+
 /* The CUDA version whose entry-point variants are asked for. */
 #define DRV_API_VERSION 12000
 
@@ -307,18 +309,7 @@ ncclResult_t drv_launch(drv_function_t function, unsigned grid, unsigned block, 
     return ncclSuccess;
   }
   CUlaunchAttribute attr;
-  memset(&attr, 0, sizeof attr);
-  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attr.value.programmaticStreamSerializationAllowed = 1;
-  CUlaunchConfig cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDimX = grid;
-  cfg.gridDimY = cfg.gridDimZ = 1;
-  cfg.blockDimX = block;
-  cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.hStream = (CUstream)stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  const CUlaunchConfig cfg = cu_overlap_config(grid, block, (CUstream)stream, &attr);
   DRV_CALL(cuLaunchKernelEx, (&cfg, (CUfunction)function, params, NULL),
            "%u x %u threads on stream %p, overlapping the previous kernel", grid, block, (void *)stream);
   return ncclSuccess;

@@ -7,7 +7,7 @@
  * types (__typeof__), so a mismatch is a compile error, not a crash. Only entry points whose 12.0 variant is
  * the one in the headers are used that way; the few whose headers declare a newer variant
  * (cuStreamGetCaptureInfo) are resolved the same way with their 12.0 signature written out in gpu_cuda.h.
- * This is the only host file that sees CUDA's headers.
+ * This is the only host file of the library that sees CUDA's headers (with cu_launch.h, which it includes).
  *
  * Device memory is of two kinds: cuMem allocations (cuMemCreate, exportable as a POSIX file descriptor,
  * passed to other processes by base/fdpass) where the device supports them, else cuMemAlloc (exported through
@@ -26,6 +26,7 @@
 #include "base/check.h"
 #include "base/fdpass.h"
 #include "base/log.h"
+#include "cu_launch.h"
 #include "gpu.h"
 #include "gpu_cuda.h"
 
@@ -1043,18 +1044,7 @@ ncclResult_t gpu_launch(gpu_func_t *func, unsigned grid, unsigned block, void *p
     return ncclSuccess;
   }
   CUlaunchAttribute attr;
-  memset(&attr, 0, sizeof attr);
-  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attr.value.programmaticStreamSerializationAllowed = 1;
-  CUlaunchConfig cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDimX = grid;
-  cfg.gridDimY = cfg.gridDimZ = 1;
-  cfg.blockDimX = block;
-  cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.hStream = (CUstream)stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  const CUlaunchConfig cfg = cu_overlap_config(grid, block, (CUstream)stream, &attr);
   CU_CALL(cuLaunchKernelEx, (&cfg, (CUfunction)func, params, NULL),
           "%u blocks of %u threads, %zu parameter bytes, stream %p, overlapping the previous kernel", grid,
           block, param_bytes, (void *)stream);

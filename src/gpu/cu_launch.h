@@ -1,0 +1,30 @@
+/*
+ * The configuration cuLaunchKernelEx takes for a launch of `grid` blocks of `block` threads on `stream` that
+ * may overlap the stream's previous kernel (programmatic dependent launch): its one attribute is written into
+ * *attr, which must outlive the launch call. Shared by the library's driver layer (gpu_cuda.c) and the
+ * bench's (tools/cuda_drv.c), the two host files that see CUDA's headers.
+ */
+#ifndef BRAID_GPU_CU_LAUNCH_H
+#define BRAID_GPU_CU_LAUNCH_H
+
+#include <cuda.h>
+#include <string.h>
+
+static inline CUlaunchConfig cu_overlap_config(unsigned grid, unsigned block, CUstream stream,
+                                               CUlaunchAttribute *attr) {
+  memset(attr, 0, sizeof *attr);
+  attr->id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr->value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDimX = grid;
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = block;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+#endif
