@@ -463,6 +463,12 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->ll_max = ll_below(gx, plan_tuning()->ll128_min);
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
   CHECK_GOTO(queue_init(gx), res, fail);
+  const char *overlap_what = gx->overlap == 2 ? "eager and captured"
+                             : gx->overlap == 1 && overlap >= 2
+                                 ? "eager (a graph's launches need a CUDA 12.3 driver for it)"
+                             : gx->overlap == 1 ? "eager"
+                             : cc < 9           ? "none (the device has no programmatic dependent launch)"
+                                                : "none";
   char wide[256], join[48];
   if (gx->pair_join < 0)
     snprintf(join, sizeof join, "never");
@@ -482,12 +488,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
        gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same",
        gx->pair_kernel && gx->pair_ar_kernel ? DEV_KERNEL_PAIR_AR_NAME : "the same", join,
        gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel", wide_what(gx, wide, sizeof wide),
-       gx->overlap == 2 ? "eager and captured"
-       : gx->overlap == 1 && overlap >= 2
-           ? "eager (a graph's launches need a CUDA 12.3 driver for it)"
-       : gx->overlap == 1 ? "eager"
-       : cc < 9           ? "none (the device has no programmatic dependent launch)"
-                          : "none");
+       overlap_what);
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: LL protocol for transfers of at most %llu bytes (%llu in broadcast, reduce, gather and "
        "scatter) on p2p connections, a channel per %llu bytes of one, up to %d (NCCL_PROTO, "
@@ -857,9 +858,9 @@ typedef struct {
 
 /* Whether a launch may overlap the stream's previous kernel (gpu_launch): every entry point waits for that
  * kernel's stores before it touches memory, so the GPU can take the launch in and place its blocks while the
- * previous kernel ends. On two H200s that took 1.2 us off an eager all-reduce of 256 KiB-4 MiB and 0.25 us
- * off a captured one (docs/perf-notes.md, 124). Eager launches with BRAID_LAUNCH_PDL >= 1, captured ones
- * with 2 (the default) on a driver that keeps it in a graph. */
+ * previous kernel ends. On two H200s that took 1.15-1.35 us off an eager all-reduce of 256 KiB-4 MiB and
+ * 0.2-0.3 us off a captured one (docs/perf-notes.md, 124). Eager launches with BRAID_LAUNCH_PDL >= 1,
+ * captured ones with 2 (the default) on a driver that keeps it in a graph. */
 static int launch_overlap(const gx_t *gx, const launch_ctx_t *lc) {
   return gx->overlap >= (lc->capturing ? 2 : 1);
 }

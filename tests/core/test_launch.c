@@ -1211,19 +1211,22 @@ static void overlap_rank(int rank, int nranks, void *arg) {
   const overlap_case_t *c = &overlap_cases[overlap_case];
   char log_path[128];
   ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
-  EXPECT(test_file_lines(log_path, c->says) == 1, "rank %d, BRAID_LAUNCH_PDL=%s, compute capability %s: init's "
-         "log lacks \"%s\"", rank, c->knob != NULL ? c->knob : "(unset)", c->cc, c->says);
+  EXPECT(test_file_lines(log_path, c->says) == 1,
+         "rank %d, BRAID_LAUNCH_PDL=%s, compute capability %s: init's log lacks \"%s\"", rank,
+         c->knob != NULL ? c->knob : "(unset)", c->cc, c->says);
   const mock_cuda_stats_t *st = mock_stats();
   uint64_t plain, overlap;
   overlap_calls(comm, NULL, st, &plain, &overlap);
   EXPECT(plain + overlap >= 3 && (c->eager ? plain == 0 : overlap == 0),
          "rank %d, BRAID_LAUNCH_PDL=%s, compute capability %s: eagerly %llu plain and %llu overlapping "
-         "launches", rank, c->knob != NULL ? c->knob : "(unset)", c->cc, (unsigned long long)plain,
+         "launches",
+         rank, c->knob != NULL ? c->knob : "(unset)", c->cc, (unsigned long long)plain,
          (unsigned long long)overlap);
   overlap_calls(comm, (cudaStream_t)MOCK_CUDA_CAPTURING, st, &plain, &overlap);
   EXPECT(plain + overlap >= 3 && (c->captured ? plain == 0 : overlap == 0),
          "rank %d, BRAID_LAUNCH_PDL=%s, compute capability %s: captured %llu plain and %llu overlapping "
-         "launches", rank, c->knob != NULL ? c->knob : "(unset)", c->cc, (unsigned long long)plain,
+         "launches",
+         rank, c->knob != NULL ? c->knob : "(unset)", c->cc, (unsigned long long)plain,
          (unsigned long long)overlap);
   mock_graph_destroy();
   EXPECT_OK(ncclCommDestroy(comm));

@@ -758,9 +758,9 @@ static CUresult run_push(const dev_push_t *w) {
 }
 
 /* A kernel runs as cuLaunchKernel's are run (kernel_launch); the plain entry point counts it as such. */
-static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                              unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream,
-                              void **params, void **extra);
+static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                              unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+                              CUstream stream, void **params, void **extra);
 
 static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
@@ -769,7 +769,7 @@ static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
   return kernel_launch(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
 }
 
-/* The one attribute the library passes: overlap with the stream's previous kernel, on a device that has it. */
+/* The one attribute the library passes, overlap with the previous kernel, where the device has it. */
 static CUresult mock_cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
   int major = 0;
   mock_cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0);
@@ -783,9 +783,9 @@ static CUresult mock_cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, v
                        cfg->blockDimZ, cfg->sharedMemBytes, cfg->hStream, params, extra);
 }
 
-static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                              unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream,
-                              void **params, void **extra) {
+static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                              unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+                              CUstream stream, void **params, void **extra) {
   if (f == &kernel_wait)
     return gx == 1 && gy == 1 && gz == 1 && by == 1 && bz == 1 && params != NULL && extra == NULL
                ? run_wait(params[0])

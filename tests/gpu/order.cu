@@ -27,7 +27,8 @@ static __device__ void order_wait_previous() {
 #endif
 }
 
-extern "C" __global__ void order_fill(float *buf, uint64_t n, const uint32_t *round, int rank, uint64_t spin_ns) {
+extern "C" __global__ void order_fill(float *buf, uint64_t n, const uint32_t *round, int rank,
+                                      uint64_t spin_ns) {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
@@ -35,14 +36,16 @@ extern "C" __global__ void order_fill(float *buf, uint64_t n, const uint32_t *ro
   const uint64_t start = order_now();
   while (order_now() - start < spin_ns) {
   }
-  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+       i += (uint64_t)gridDim.x * blockDim.x)
     buf[i] = order_value(i, r, rank);
 }
 
 extern "C" __global__ void order_check(const float *out, uint64_t n, const uint32_t *round, uint32_t *bad) {
   const uint32_t r = *(volatile const uint32_t *)round;
   uint32_t wrong = 0;
-  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+       i += (uint64_t)gridDim.x * blockDim.x)
     wrong += out[i] != order_value(i, r, 0) + order_value(i, r, 1);
   if (wrong != 0) atomicAdd(bad, wrong);
 }
@@ -53,7 +56,8 @@ extern "C" __global__ void order_next(uint32_t *round) {
 
 extern "C" __global__ void order_copy(const float *src, float *dst, uint64_t n, int wait) {
   if (wait) order_wait_previous();
-  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+       i += (uint64_t)gridDim.x * blockDim.x)
     dst[i] = src[i];
 }
 
@@ -62,7 +66,8 @@ extern "C" __global__ void order_check_copy(const float *copy, uint64_t n, const
                                             uint32_t *bad) {
   const uint32_t r = *(volatile const uint32_t *)round;
   uint32_t wrong = 0;
-  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+       i += (uint64_t)gridDim.x * blockDim.x)
     wrong += copy[i] != order_value(i, r, rank);
   if (wrong != 0) atomicAdd(bad, wrong);
 }

@@ -9,8 +9,8 @@
  * place and in place at sizes of each protocol. The count of wrong elements must be 0.
  *
  * The control runs the same rounds with the test's own copy in the collective's place, launched to overlap
- * the fill: without waiting for it (it prints how many stale elements it copied: what this test would see of a
- * collective that did not wait), and waiting for it (which must copy none).
+ * the fill: without waiting for it (it prints how many stale elements it copied: what this test would see of
+ * a collective that did not wait), and waiting for it (which must copy none).
  */
 #include <stdint.h>
 #include <string.h>
@@ -107,8 +107,15 @@ static void order_rank(int rank, int nranks, const ncclUniqueId *id, void *arg) 
         cuda_watch(what, TIMEOUT_S);
         cuda_fill(&cr, words, 0, 2 * sizeof(uint32_t));
         cuda_fill(&cr, out, 0x7f, most * sizeof(float)); /* 3.4e38: never a sum */
-        round_t r = {.k = &k, .s = cr.stream, .in = inplace ? out : in, .out = out, .n = counts[c],
-                     .round = words, .bad = words + 1, .rank = rank, .comm = comm};
+        round_t r = {.k = &k,
+                     .s = cr.stream,
+                     .in = inplace ? out : in,
+                     .out = out,
+                     .n = counts[c],
+                     .round = words,
+                     .bad = words + 1,
+                     .rank = rank,
+                     .comm = comm};
         if (!graph) {
           for (int i = 0; i < ROUNDS; i++) one_round(&r, what);
         } else {
@@ -139,7 +146,7 @@ static void procs_order(void) {
   EXPECT(cuda_run_ranks(cuda_nranks, 2 * TIMEOUT_S, order_rank, NULL) == 0, "a rank failed");
 }
 
-/* The control on one GPU: the fill, then the test's copy of its input overlapping it, then the copy's check. */
+/* The control on one GPU: the fill, the test's copy of its input overlapping it, the copy's check. */
 static void control_rank(int rank, int nranks, const ncclUniqueId *id, void *arg) {
   if (rank != 0) return;
   const uint64_t n = 1u << 20;
@@ -185,7 +192,7 @@ static void control(void) {
 int main(int argc, char **argv) {
   cuda_init(argc, argv);
   if (cuda_host) {
-    printf("the order of a user's kernels and the collective's is a GPU matter: nothing to run on the host\n");
+    printf("the order of a user's kernels and a collective's is a GPU matter: nothing to run on the host\n");
     return CUDA_SKIP;
   }
   TEST(control, TIMEOUT_S + 30);

@@ -311,7 +311,8 @@ static void test_kernels(void) {
   EXPECT_OK(gpu_enter(1, &scope));
   EXPECT_OK(gpu_launch(f1, 6, DEV_THREADS, &param, sizeof param, NULL, 0));
   EXPECT(stats()->launches == 1 && stats()->last_param == param.tag && stats()->last_grid == 6 &&
-         stats()->last_block == DEV_THREADS && stats()->plain_launches == 1 && stats()->overlap_launches == 0);
+         stats()->last_block == DEV_THREADS && stats()->plain_launches == 1 &&
+         stats()->overlap_launches == 0);
   /* overlapping the previous kernel: cuLaunchKernelEx with that one attribute, the same grid and parameter */
   param.tag = 0xfedcba9876543210ull;
   EXPECT_OK(gpu_launch(f1, 5, DEV_THREADS, &param, sizeof param, NULL, 1));

@@ -3,9 +3,9 @@
  * between back-to-back launches on one stream, and whether an event recorded after each launch (as every
  * eager Braid launch records one) keeps it from saving anything. One GPU, one stream; a chain of launches of
  * a kernel of 16 blocks of 512 threads that busy-waits `spin` ns, then stores its launch's number into its
- * block's word. Each launch first reads the word of the next block (written by the previous launch) and counts
- * it where it is not the previous launch's number: with the programmatic wait before the read, that count
- * must stay 0. Modes:
+ * block's word. Each launch first reads the word of the next block (written by the previous launch) and
+ * counts it where it is not the previous launch's number: with the programmatic wait before the read, that
+ * count must stay 0. Modes:
  *   plain       cuLaunchKernel, the kernel without griddepcontrol
  *   record      the same, an event recorded after each launch
  *   noattr      a plain launch of the kernel that triggers and waits (griddepcontrol on a launch without the
