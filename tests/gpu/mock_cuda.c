@@ -20,6 +20,10 @@
 #include "gpu/host_reduce.h"
 #include "mock_cuda.h"
 
+/* Adds to a counter of mock_cuda_stats. The ranks of one process call the driver from threads of their own,
+ * so every count is an atomic add: a lost increment would fail a test that counts what its calls enqueued. */
+#define STAT_ADD(field, n) __atomic_fetch_add(&mock_cuda_stats.field, (n), __ATOMIC_RELAXED)
+
 __attribute__((visibility("default"))) mock_cuda_stats_t mock_cuda_stats;
 
 struct CUctx_st {
@@ -192,7 +196,7 @@ static CUresult mock_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
   if (check_dev(dev) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_DEVICE;
   contexts[dev].dev = dev;
   *ctx = &contexts[dev];
-  mock_cuda_stats.retains++;
+  STAT_ADD(retains, 1);
   return CUDA_SUCCESS;
 }
 
@@ -252,13 +256,13 @@ static CUresult mock_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
   munmap(p, size);
   *handle = (CUmemGenericAllocationHandle)fd;
   mock_cuda_stats.last_create_device = prop->location.id;
-  mock_cuda_stats.live_handles++;
+  STAT_ADD(live_handles, 1);
   return CUDA_SUCCESS;
 }
 
 static CUresult mock_cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (close((int)handle) != 0) return CUDA_ERROR_INVALID_HANDLE;
-  mock_cuda_stats.live_handles--;
+  STAT_ADD(live_handles, -1);
   return CUDA_SUCCESS;
 }
 
@@ -269,13 +273,13 @@ static CUresult mock_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t a
   void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   *ptr = (CUdeviceptr)p;
-  mock_cuda_stats.live_ranges++;
+  STAT_ADD(live_ranges, 1);
   return CUDA_SUCCESS;
 }
 
 static CUresult mock_cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   if (munmap((void *)ptr, size) != 0) return CUDA_ERROR_INVALID_VALUE;
-  mock_cuda_stats.live_ranges--;
+  STAT_ADD(live_ranges, -1);
   return CUDA_SUCCESS;
 }
 
@@ -284,7 +288,7 @@ static CUresult mock_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   void *p =
       mmap((void *)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, (int)handle, (off_t)offset);
   if (p == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
-  mock_cuda_stats.live_maps++;
+  STAT_ADD(live_maps, 1);
   return CUDA_SUCCESS;
 }
 
@@ -292,7 +296,7 @@ static CUresult mock_cuMemUnmap(CUdeviceptr ptr, size_t size) {
   void *p =
       mmap((void *)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
-  mock_cuda_stats.live_maps--;
+  STAT_ADD(live_maps, -1);
   return CUDA_SUCCESS;
 }
 
@@ -321,7 +325,7 @@ static CUresult mock_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle
   int fd = fcntl((int)(intptr_t)os, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return CUDA_ERROR_INVALID_HANDLE;
   *handle = (CUmemGenericAllocationHandle)fd;
-  mock_cuda_stats.live_handles++;
+  STAT_ADD(live_handles, 1);
   return CUDA_SUCCESS;
 }
 
@@ -359,7 +363,7 @@ static CUresult map_shm(const char *name, size_t size, int create, CUdeviceptr *
   legacy[slot].id = next_buffer_id++;
   snprintf(legacy[slot].name, sizeof legacy[slot].name, "%s", name);
   *ptr = (CUdeviceptr)p;
-  mock_cuda_stats.live_legacy++;
+  STAT_ADD(live_legacy, 1);
   return CUDA_SUCCESS;
 }
 
@@ -385,7 +389,7 @@ static CUresult unmap_legacy(CUdeviceptr ptr, int own) {
   munmap((void *)ptr, legacy[slot].size);
   if (own) shm_unlink(legacy[slot].name);
   legacy[slot].ptr = 0;
-  mock_cuda_stats.live_legacy--;
+  STAT_ADD(live_legacy, -1);
   return CUDA_SUCCESS;
 }
 
@@ -484,13 +488,13 @@ static CUresult mock_cuMemHostAlloc(void **pp, size_t size, unsigned int flags) 
   if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   fill_garbage(p, size);
   *pp = p;
-  mock_cuda_stats.live_host++;
+  STAT_ADD(live_host, 1);
   return CUDA_SUCCESS;
 }
 
 static CUresult mock_cuMemFreeHost(void *p) {
   free(p);
-  mock_cuda_stats.live_host--;
+  STAT_ADD(live_host, -1);
   return CUDA_SUCCESS;
 }
 
@@ -503,12 +507,12 @@ static CUresult mock_cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsig
 static CUresult mock_cuMemHostRegister(void *p, size_t size, unsigned int flags) {
   if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   if (flags != (CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP)) return CUDA_ERROR_INVALID_VALUE;
-  mock_cuda_stats.live_host++;
+  STAT_ADD(live_host, 1);
   return CUDA_SUCCESS;
 }
 
 static CUresult mock_cuMemHostUnregister(void *p) {
-  mock_cuda_stats.live_host--;
+  STAT_ADD(live_host, -1);
   return CUDA_SUCCESS;
 }
 
@@ -524,13 +528,13 @@ static CUresult mock_cuEventCreate(CUevent *ev, unsigned int flags) {
   if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   if (!(flags & CU_EVENT_DISABLE_TIMING)) return CUDA_ERROR_INVALID_VALUE;
   *ev = calloc(1, sizeof **ev);
-  mock_cuda_stats.live_events++;
+  STAT_ADD(live_events, 1);
   return CUDA_SUCCESS;
 }
 
 static CUresult mock_cuEventDestroy(CUevent ev) {
   free(ev);
-  mock_cuda_stats.live_events--;
+  STAT_ADD(live_events, -1);
   return CUDA_SUCCESS;
 }
 
@@ -609,14 +613,14 @@ static CUresult mock_cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuu
                                           unsigned int flags) {
   if (flags != CU_STREAM_WRITE_VALUE_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
   __atomic_store_n((cuuint32_t *)addr, value, __ATOMIC_SEQ_CST);
-  mock_cuda_stats.stream_writes++;
+  STAT_ADD(stream_writes, 1);
   return CUDA_SUCCESS;
 }
 
 static CUresult mock_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
   if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   memmove((void *)dst, (const void *)src, bytes);
-  mock_cuda_stats.dd_copies++;
+  STAT_ADD(dd_copies, 1);
   return CUDA_SUCCESS;
 }
 
@@ -645,13 +649,13 @@ static CUresult mock_cuModuleLoadData(CUmodule *mod, const void *image) {
   if (image == NULL) return CUDA_ERROR_INVALID_VALUE;
   *mod = calloc(1, sizeof **mod);
   (*mod)->dev = current->dev;
-  mock_cuda_stats.module_loads++;
+  STAT_ADD(module_loads, 1);
   return CUDA_SUCCESS;
 }
 
 static CUresult mock_cuModuleUnload(CUmodule mod) {
   free(mod);
-  mock_cuda_stats.module_loads--;
+  STAT_ADD(module_loads, -1);
   return CUDA_SUCCESS;
 }
 
@@ -705,10 +709,10 @@ static int word_wait(const dev_comm_t *comm, volatile uint32_t *word, uint32_t v
 /* MOCK_CUDA_KERNEL_WAIT, run at once as the kernel would run: raises the peer's word (if any), then waits
  * until its own word is 1, then sets it to 0 again. */
 static CUresult run_wait(const dev_wait_t *w) {
-  mock_cuda_stats.wait_launches++;
+  STAT_ADD(wait_launches, 1);
   if (w->raise != NULL) {
     __atomic_store_n(w->raise, 1, __ATOMIC_SEQ_CST);
-    mock_cuda_stats.wait_raises++;
+    STAT_ADD(wait_raises, 1);
   }
   if (word_wait(&w->comm, w->word, 1, w->peer, w->is_send, w->seq))
     __atomic_store_n(w->word, 0, __ATOMIC_SEQ_CST);
@@ -718,7 +722,7 @@ static CUresult run_wait(const dev_wait_t *w) {
 /* MOCK_CUDA_KERNEL_COMBINE, run at once: each chunk once its word says it landed, combined with the
  * host's reductions (dst = local (+) dst, divided at LAST for SUM_POSTDIV), as the kernel computes it. */
 static CUresult run_combine(const dev_combine_t *w) {
-  mock_cuda_stats.combine_launches++;
+  STAT_ADD(combine_launches, 1);
   const dev_xfer_t *x = &w->x;
   if (w->nchunks < 1 || w->nchunks > DEV_COMBINE_CHUNKS || x->red == DEV_RED_PREMULSUM ||
       !(x->flags & DEV_XF_REDUCE) || w->ends[w->nchunks - 1] != x->bytes || w->tile % 16 != 0)
@@ -731,7 +735,7 @@ static CUresult run_combine(const dev_combine_t *w) {
     if (!word_wait(&w->comm, w->word, c + 1, w->peer, 0, w->seq)) return CUDA_SUCCESS;
     red_combine(&red, x->dst + at, x->src + at, (w->from != NULL ? w->from : x->dst) + at,
                 (w->ends[c] - at) / es, (x->flags & DEV_XF_LAST) != 0);
-    mock_cuda_stats.combine_chunks++;
+    STAT_ADD(combine_chunks, 1);
     at = w->ends[c];
   }
   return CUDA_SUCCESS;
@@ -741,14 +745,14 @@ static CUresult run_combine(const dev_combine_t *w) {
  * for its own (if any), copies, clears the words, raises the peer's `done` (if any) and waits for its own (if
  * any), clearing it. The block count word must be 0 before and after, as the kernel leaves it. */
 static CUresult run_push(const dev_push_t *w) {
-  mock_cuda_stats.push_launches++;
+  STAT_ADD(push_launches, 1);
   if (w->ncopies > DEV_PUSH_COPIES || w->blocks == NULL || *w->blocks != 0) return CUDA_ERROR_INVALID_VALUE;
   if (w->raise_ready != NULL) __atomic_store_n(w->raise_ready, 1, __ATOMIC_SEQ_CST);
   if (w->ready != NULL && !word_wait(&w->comm, w->ready, 1, w->peer, 1, w->seq)) return CUDA_SUCCESS;
   for (uint32_t i = 0; i < w->ncopies; i++) {
     memmove(w->copies[i].dst, w->copies[i].src, w->copies[i].bytes);
-    mock_cuda_stats.push_copies++;
-    mock_cuda_stats.push_bytes += w->copies[i].bytes;
+    STAT_ADD(push_copies, 1);
+    STAT_ADD(push_bytes, w->copies[i].bytes);
   }
   if (w->ready != NULL) __atomic_store_n(w->ready, 0, __ATOMIC_SEQ_CST);
   if (w->raise_done != NULL) __atomic_store_n(w->raise_done, 1, __ATOMIC_SEQ_CST);
@@ -765,7 +769,7 @@ static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, un
 static CUresult mock_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                                     CUstream stream, void **params, void **extra) {
-  mock_cuda_stats.plain_launches++;
+  STAT_ADD(plain_launches, 1);
   return kernel_launch(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
 }
 
@@ -778,7 +782,7 @@ static CUresult mock_cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, v
       cfg->attrs[0].value.programmaticStreamSerializationAllowed != 1 || cfg->sharedMemBytes != 0)
     return CUDA_ERROR_INVALID_VALUE;
   if (major < 9) return CUDA_ERROR_NOT_SUPPORTED;
-  mock_cuda_stats.overlap_launches++;
+  STAT_ADD(overlap_launches, 1);
   return kernel_launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
                        cfg->blockDimZ, cfg->sharedMemBytes, cfg->hStream, params, extra);
 }
@@ -818,12 +822,12 @@ static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, un
          pair         ? sizeof(dev_pair_t)
          : small_work ? sizeof(dev_work_small_t)
                       : sizeof(dev_work_t));
-  if (f == &kernel_small) mock_cuda_stats.small_launches++;
-  if (f == &kernel_ll) mock_cuda_stats.ll_launches++;
-  if (f == &kernel_bulk) mock_cuda_stats.bulk_launches++;
-  if (pair) mock_cuda_stats.pair_launches++;
+  if (f == &kernel_small) STAT_ADD(small_launches, 1);
+  if (f == &kernel_ll) STAT_ADD(ll_launches, 1);
+  if (f == &kernel_bulk) STAT_ADD(bulk_launches, 1);
+  if (pair) STAT_ADD(pair_launches, 1);
   mock_cuda_stats.last_block = bx;
-  mock_cuda_stats.launches++;
+  STAT_ADD(launches, 1);
   return CUDA_SUCCESS;
 }
 
