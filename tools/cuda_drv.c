@@ -149,7 +149,7 @@ ncclResult_t drv_can_overlap(int dev, int captured, int *yes_p) {
   DRV_CALL(cuDeviceGet, (&d, dev), "device %d", dev);
   DRV_CALL(cuDeviceGetAttribute, (&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d), "device %d", dev);
   DRV_CALL(cuDriverGetVersion, (&version), "the driver's version");
-  *yes_p = major >= 9 && (!captured || version >= 12030);
+  *yes_p = cu_overlap_allowed(major, version, captured);
   return ncclSuccess;
 }
 

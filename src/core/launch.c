@@ -74,10 +74,6 @@ typedef struct {
   dev_work_small_t work;
 } memo_t;
 
-/* The oldest driver whose stream capture keeps a launch's overlap with the previous kernel (a programmatic
- * edge of the graph: CUDA 12.3). */
-#define GX_CAPTURED_OVERLAP_DRIVER 12030
-
 /* The calls of the last eager launch that the memo made or held (gx_relaunch). */
 #define GX_RECALL_TASKS 4
 typedef struct {
@@ -417,13 +413,12 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_WAIT_NAME, &gx->func_wait), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_COMBINE_NAME, &gx->func_combine), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PUSH_NAME, &gx->func_push), res, fail);
-  int sms = 0, cc = 0, driver = 0;
+  int sms = 0, can_eager = 0, can_captured = 0;
   CHECK_GOTO(gpu_device_sms(dev, &sms), res, fail);
-  CHECK_GOTO(gpu_device_cc_major(dev, &cc), res, fail);
-  CHECK_GOTO(gpu_driver_version(&driver), res, fail);
+  CHECK_GOTO(gpu_overlap_support(dev, &can_eager, &can_captured), res, fail);
   const int64_t overlap = param_int(P_BRAID_LAUNCH_PDL);
-  gx->overlap = cc < 9 || overlap < 0 ? 0 : overlap > 2 ? 2 : (int)overlap;
-  if (gx->overlap == 2 && driver < GX_CAPTURED_OVERLAP_DRIVER) gx->overlap = 1;
+  gx->overlap = !can_eager || overlap < 0 ? 0 : overlap > 2 ? 2 : (int)overlap;
+  if (gx->overlap == 2 && !can_captured) gx->overlap = 1;
   gx->push_blocks = sms < 1 ? 1 : sms > 1024 ? 1024 : (unsigned)sms;
   int64_t blocks = param_int(P_BRAID_CE_COMBINE_BLOCKS);
   gx->combine_blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : (unsigned)blocks;
@@ -467,7 +462,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
                              : gx->overlap == 1 && overlap >= 2
                                  ? "eager (a graph's launches need a CUDA 12.3 driver for it)"
                              : gx->overlap == 1 ? "eager"
-                             : cc < 9           ? "none (the device has no programmatic dependent launch)"
+                             : !can_eager       ? "none (the device has no programmatic dependent launch)"
                                                 : "none";
   char wide[256], join[48];
   if (gx->pair_join < 0)
@@ -861,8 +856,8 @@ typedef struct {
  * previous kernel ends. On two H200s that took 1.15-1.35 us off an eager all-reduce of 256 KiB-4 MiB and
  * 0.2-0.3 us off a captured one (docs/perf-notes.md, 124). Eager launches with BRAID_LAUNCH_PDL >= 1,
  * captured ones with 2 (the default) on a driver that keeps it in a graph. */
-static int launch_overlap(const gx_t *gx, const launch_ctx_t *lc) {
-  return gx->overlap >= (lc->capturing ? 2 : 1);
+static int launch_overlap(const gx_t *gx, int capturing) {
+  return gx->overlap >= (capturing ? 2 : 1);
 }
 
 /* ---- The work queue ---- */
@@ -1224,10 +1219,11 @@ static ncclResult_t memo_fire(gx_t *gx, uint64_t seq, cudaStream_t s) {
   memo_t *m = &gx->memo;
   if (m->pair) {
     m->pair_params.seq = seq;
-    CHECK(gpu_launch(m->f, m->grid, m->threads, &m->pair_params, sizeof m->pair_params, s, gx->overlap >= 1));
+    CHECK(gpu_launch(m->f, m->grid, m->threads, &m->pair_params, sizeof m->pair_params, s,
+                     launch_overlap(gx, 0)));
   } else {
     m->work.seq = seq;
-    CHECK(gpu_launch(m->f, m->grid, m->threads, &m->work, sizeof m->work, s, gx->overlap >= 1));
+    CHECK(gpu_launch(m->f, m->grid, m->threads, &m->work, sizeof m->work, s, launch_overlap(gx, 0)));
   }
   gx->memo_used = 1;
   return ncclSuccess;
@@ -1342,10 +1338,10 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
     const unsigned grid =
         pair ? (unsigned)gx->pair.send_blocks + gx->pair.recv_blocks : (unsigned)widest * w->nch;
     log_launch(gx, w, f, widest, grid, threads);
+    const int overlap = launch_overlap(gx, lc->capturing);
     ncclResult_t res =
-        pair ? gpu_launch(f, grid, threads, &gx->pair, sizeof gx->pair, lc->s, launch_overlap(gx, lc))
-             : gpu_launch(f, grid, threads, w, small ? sizeof(dev_work_small_t) : sizeof *w, lc->s,
-                          launch_overlap(gx, lc));
+        pair ? gpu_launch(f, grid, threads, &gx->pair, sizeof gx->pair, lc->s, overlap)
+             : gpu_launch(f, grid, threads, w, small ? sizeof(dev_work_small_t) : sizeof *w, lc->s, overlap);
     if (res != ncclSuccess) {
       wq_cancel(&gx->wq, &slot); /* it never reached the GPU */
       return res;
@@ -1454,7 +1450,7 @@ static ncclResult_t exec_wait(void *arg, cudaStream_t stream, uint32_t *raise, u
   const exec_ctx_t *c = arg;
   dev_wait_t w = {
       .comm = c->gx->dcomm, .word = word, .raise = raise, .seq = seq, .peer = peer, .is_send = is_send};
-  return gpu_launch(c->gx->func_wait, 1, 32, &w, sizeof w, stream, launch_overlap(c->gx, c->lc));
+  return gpu_launch(c->gx->func_wait, 1, 32, &w, sizeof w, stream, launch_overlap(c->gx, c->lc->capturing));
 }
 
 static ncclResult_t exec_combine(void *arg, cudaStream_t stream, const xfer_t *x, const char *from,
@@ -1471,14 +1467,14 @@ static ncclResult_t exec_combine(void *arg, cudaStream_t stream, const xfer_t *x
   fill_xfer(c->gx, x, 0, 0, 1, &w.x);
   memcpy(w.ends, ends, nchunks * sizeof *ends);
   return gpu_launch(c->gx->func_combine, from != NULL ? c->gx->pull_blocks : c->gx->combine_blocks,
-                    DEV_THREADS, &w, sizeof w, stream, launch_overlap(c->gx, c->lc));
+                    DEV_THREADS, &w, sizeof w, stream, launch_overlap(c->gx, c->lc->capturing));
 }
 
 static ncclResult_t exec_push(void *arg, cudaStream_t stream, dev_push_t *w) {
   const exec_ctx_t *c = arg;
   w->comm = c->gx->dcomm;
   return gpu_launch(c->gx->func_push, c->gx->push_blocks, DEV_THREADS, w, sizeof *w, stream,
-                    launch_overlap(c->gx, c->lc));
+                    launch_overlap(c->gx, c->lc->capturing));
 }
 
 /* The graph being captured keeps `mapping` (its token unmaps it when the graph is destroyed); on failure

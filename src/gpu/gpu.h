@@ -30,12 +30,11 @@ ncclResult_t gpu_backend(gpu_backend_t *backend_p);
 /* The calling thread's current device, as cudaGetDevice reports it (0 when no context is current). */
 ncclResult_t gpu_current_device(int *dev_p);
 ncclResult_t gpu_device_count(int *count_p);
-/* The CUDA driver's version, as cuDriverGetVersion gives it (12030 for CUDA 12.3). */
-ncclResult_t gpu_driver_version(int *version_p);
 /* Multiprocessors of `dev`. */
 ncclResult_t gpu_device_sms(int dev, int *sms_p);
-/* The major number of `dev`'s compute capability (9 on Hopper). */
-ncclResult_t gpu_device_cc_major(int dev, int *major_p);
+/* Whether launches on `dev` can overlap the stream's previous kernel (gpu_launch's `overlap`): eager ones
+ * (*eager_p), and ones into a graph being captured (*captured_p), as this device and driver allow. */
+ncclResult_t gpu_overlap_support(int dev, int *eager_p, int *captured_p);
 /* The device's PCI bus id in lower case, as sysfs names it ("0000:1b:00.0"), NUL-terminated in 16 bytes. */
 ncclResult_t gpu_device_busid(int dev, char busid[16]);
 /* Whether `dev` can map memory of `peer_dev` (always 1 for dev == peer_dev). */

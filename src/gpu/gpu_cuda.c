@@ -242,14 +242,6 @@ ncclResult_t gpu_device_count(int *count_p) {
   return ncclSuccess;
 }
 
-ncclResult_t gpu_driver_version(int *version_p) {
-  CHECK(ready("gpu_driver_version"));
-  int v = 0;
-  CU_CALL(cuDriverGetVersion, (&v), "the driver's version");
-  *version_p = v;
-  return ncclSuccess;
-}
-
 ncclResult_t gpu_current_device(int *dev_p) {
   CHECK(ready("gpu_current_device"));
   CUcontext ctx = NULL;
@@ -279,12 +271,14 @@ ncclResult_t gpu_device_sms(int dev, int *sms_p) {
   return ncclSuccess;
 }
 
-ncclResult_t gpu_device_cc_major(int dev, int *major_p) {
-  CHECK(check_dev(dev, "gpu_device_cc_major"));
-  int n = 0;
-  CU_CALL(cuDeviceGetAttribute, (&n, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, devs[dev].dev),
+ncclResult_t gpu_overlap_support(int dev, int *eager_p, int *captured_p) {
+  CHECK(check_dev(dev, "gpu_overlap_support"));
+  int major = 0, version = 0;
+  CU_CALL(cuDeviceGetAttribute, (&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, devs[dev].dev),
           "compute capability of device %d", dev);
-  *major_p = n;
+  CU_CALL(cuDriverGetVersion, (&version), "the driver's version");
+  *eager_p = cu_overlap_allowed(major, version, 0);
+  *captured_p = cu_overlap_allowed(major, version, 1);
   return ncclSuccess;
 }
 

@@ -28,14 +28,12 @@ ncclResult_t gpu_current_device(int *dev_p) {
 ncclResult_t gpu_device_count(int *count_p) {
   return no_cuda("gpu_device_count");
 }
-ncclResult_t gpu_driver_version(int *version_p) {
-  return no_cuda("gpu_driver_version");
-}
+
 ncclResult_t gpu_device_sms(int dev, int *sms_p) {
   return no_cuda("gpu_device_sms");
 }
-ncclResult_t gpu_device_cc_major(int dev, int *major_p) {
-  return no_cuda("gpu_device_cc_major");
+ncclResult_t gpu_overlap_support(int dev, int *eager_p, int *captured_p) {
+  return no_cuda("gpu_overlap_support");
 }
 ncclResult_t gpu_device_busid(int dev, char busid[16]) {
   return no_cuda("gpu_device_busid");

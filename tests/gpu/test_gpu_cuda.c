@@ -321,10 +321,11 @@ static void test_kernels(void) {
          "%d launches, %llu plain, %llu overlapping", stats()->launches,
          (unsigned long long)stats()->plain_launches, (unsigned long long)stats()->overlap_launches);
   gpu_leave(&scope);
-  int major = 0;
-  EXPECT_OK(gpu_device_cc_major(1, &major));
-  EXPECT(major == MOCK_CUDA_CC_MAJOR, "compute capability %d", major);
-  EXPECT_RES(gpu_device_cc_major(2, &major), ncclInvalidArgument);
+  /* the stand-in's device is of compute capability MOCK_CUDA_CC_MAJOR (9.0), its driver CUDA 12.8 */
+  int eager = 0, captured = 0;
+  EXPECT_OK(gpu_overlap_support(1, &eager, &captured));
+  EXPECT(eager == 1 && captured == 1, "overlap eagerly %d, captured %d", eager, captured);
+  EXPECT_RES(gpu_overlap_support(2, &eager, &captured), ncclInvalidArgument);
 }
 
 static void test_backend_auto(void) {
