@@ -370,7 +370,10 @@ __device__ bool part_run(const W &w, uint32_t k, uint64_t off, uint32_t len, blo
   const dev_xfer_t &x = xfer_at(w, k);
   const uint32_t xi = k - st.first;
   for (uint32_t done = 0; done < len;) {
+    TRACE_SPAN(waiting);
     if (threadIdx.x == 0) st.batch = batch_wait(w, x, xi, dev_npieces(len - done), st);
+    TRACE_SPAN_ADD(TRACE_WAITED, waiting);
+    TRACE_FIRST(TRACE_EARLY);
     __syncthreads();
     const uint32_t nb = st.batch;
     if (nb == 0) return false;
@@ -378,7 +381,12 @@ __device__ bool part_run(const W &w, uint32_t k, uint64_t off, uint32_t len, blo
       piece_run(x, xi, i, off + at, len - at < DEV_SLOT_BYTES ? len - at : DEV_SLOT_BYTES, st);
     }
     __syncthreads();
+    TRACE_SPAN(publishing);
     if (threadIdx.x == 0) batch_publish(x, xi, done, nb, len, st);
+    TRACE_SPAN_ADD(TRACE_PUBLISH, publishing);
+    TRACE_ADD(TRACE_BATCHES, 1);
+    TRACE_FIRST(TRACE_SENT);
+    TRACE_AT(TRACE_PIECE);
     done = len - done > nb * DEV_SLOT_BYTES ? done + nb * DEV_SLOT_BYTES : len;
   }
   return true;
@@ -620,6 +628,7 @@ template <class W> __device__ __forceinline__ void kernel_run(const W &param) {
   __shared__ __align__(16) W w;
   __shared__ block_state st;
   __shared__ __align__(16) ll_stage sm;
+  TRACE_BEGIN();
   work_copy(param, w);
   int failed = 0;
   if (threadIdx.x < 32) {
@@ -637,6 +646,7 @@ template <class W> __device__ __forceinline__ void kernel_run(const W &param) {
     }
     __syncwarp();
     if (!failed && w.nsteps > 0) failed = !step_open(w, st);
+    TRACE_AT(TRACE_OPENED);
   }
   if (__syncthreads_or(failed) == 0 && w.nsteps > 0) {
     for (;;) {
@@ -644,7 +654,11 @@ template <class W> __device__ __forceinline__ void kernel_run(const W &param) {
       if (st.step + 1 >= w.nsteps || !grid_sync(w, st)) break;
     }
   }
+  TRACE_AT(TRACE_RUN);
+  TRACE_SET(TRACE_LANE, (long long)st.lane * 1000 + st.channel);
   grid_finish(w);
+  TRACE_AT(TRACE_CLOSED);
+  TRACE_END(w.comm.rank, w.seq);
 }
 
 /* ---- The LL entry point (dev.h) ----
