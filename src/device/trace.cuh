@@ -9,7 +9,7 @@
  * in [BRAID_TRACE_LL_SEQ, BRAID_TRACE_LL_SEQ + 3) (default 30: past the warm-up of `braid bench -n 20`):
  *
  *   TRACE rank R seq S block B: valid C sides C early C sent C opened C barrier C task C piece C called C
- *   lines C arrived C run C closed C cycles; N ns; waited C publishing C cycles; batches K lane L
+ *   lines C arrived C run C closed C cycles; N ns; waited C publishing C cycles; batches K lane L sm M
  *
  * with -1 for a checkpoint the block did not pass. The clock runs at the SM's clock (about 2 cycles per ns on
  * an H200 under load); N is the block's time by the global timer. The checkpoints from `task` to `arrived`
@@ -36,6 +36,7 @@
  * cycles thread 0 spent waiting for batches and publishing them (a send's publish is a system-scope fence,
  * then the sizes and the tail), summed over the launch; `batches`, how many; and `lane`, the block's lane
  * times 1000 plus its channel. The other points stay -1, and these four are 0 in the other entry points.
+ * Every entry point's line ends with `sm`, the SM its block ran on.
  */
 #ifndef BRAID_DEVICE_TRACE_CUH
 #define BRAID_DEVICE_TRACE_CUH
@@ -76,6 +77,13 @@ enum { TRACE_FIRST_SUM = TRACE_WAITED };
 __shared__ long long trace_cycles[TRACE_POINTS];
 __shared__ long long trace_start;
 __shared__ unsigned long long trace_ns;
+__shared__ unsigned trace_sm;
+
+__device__ __forceinline__ unsigned trace_smid() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
 
 __device__ __forceinline__ unsigned long long trace_globaltimer() {
   unsigned long long t;
@@ -88,6 +96,7 @@ __device__ __forceinline__ unsigned long long trace_globaltimer() {
     if (threadIdx.x == 0) {                                                                                  \
       trace_start = clock64();                                                                               \
       trace_ns = trace_globaltimer();                                                                        \
+      trace_sm = trace_smid();                                                                               \
       for (int trace_i = 0; trace_i < TRACE_POINTS; trace_i++)                                               \
         trace_cycles[trace_i] = trace_i < TRACE_FIRST_SUM ? -1 : 0;                                          \
     }                                                                                                        \
@@ -128,11 +137,11 @@ __device__ __noinline__ void trace_print(int rank, uint64_t seq) {
   printf(
       "TRACE rank %d seq %llu block %u: valid %lld sides %lld early %lld sent %lld opened %lld barrier %lld "
       "task %lld piece %lld called %lld lines %lld arrived %lld run %lld closed %lld cycles; %llu ns; waited "
-      "%lld publishing %lld cycles; batches %lld lane %lld\n",
+      "%lld publishing %lld cycles; batches %lld lane %lld sm %u\n",
       rank, (unsigned long long)seq, blockIdx.x, c[TRACE_VALID], c[TRACE_SIDES], c[TRACE_EARLY],
       c[TRACE_SENT], c[TRACE_OPENED], c[TRACE_BARRIER], c[TRACE_TASK], c[TRACE_PIECE], c[TRACE_CALLED],
       c[TRACE_LINES], c[TRACE_ARRIVED], c[TRACE_RUN], c[TRACE_CLOSED], trace_globaltimer() - trace_ns,
-      c[TRACE_WAITED], c[TRACE_PUBLISH], c[TRACE_BATCHES], c[TRACE_LANE]);
+      c[TRACE_WAITED], c[TRACE_PUBLISH], c[TRACE_BATCHES], c[TRACE_LANE], trace_sm);
 }
 
 #define TRACE_END(rank, seq) trace_print(rank, seq)
