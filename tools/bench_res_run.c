@@ -226,10 +226,8 @@ static ncclResult_t every_coll(res_proc_t *p) {
  * thread drives every GPU, as a library's calls in a group do) and one launch of an empty kernel on its
  * stream (NaN on the host and in a build without the kernel). The two loops take turns, RES_ROUNDS times, and
  * each figure is the median of its rounds. */
-static ncclResult_t launch_empties(res_proc_t *p, drv_function_t *fns, int iters) {
+static ncclResult_t launch_empties(res_proc_t *p, drv_function_t *fns, int overlap, int iters) {
   floor_args_t args = {0};
-  int overlap = 0; /* launched as Braid launches eagerly where it can (drv_can_overlap; the GPUs are alike) */
-  if (p->n > 0) CHECK(drv_can_overlap(p->ranks[0].dev, 0, &overlap));
   for (int k = 0; k < iters; k++)
     for (int i = 0; i < p->n; i++) {
       CHECK(dev_enter(&p->ranks[i]));
@@ -238,11 +236,16 @@ static ncclResult_t launch_empties(res_proc_t *p, drv_function_t *fns, int iters
   return ncclSuccess;
 }
 
-/* The floor's kernel on every rank's device (fns[i]); *on stays 0 on the host and in a build without it. */
-static ncclResult_t floor_open(res_proc_t *p, drv_module_t *mods, drv_function_t *fns, int *on) {
+/* The floor's kernel on every rank's device (fns[i]); *on stays 0 on the host and in a build without it.
+ * *overlap: its launches overlap the stream's previous kernel, as Braid's eager ones do where they can
+ * (drv_can_overlap; the GPUs are alike). */
+static ncclResult_t floor_open(res_proc_t *p, drv_module_t *mods, drv_function_t *fns, int *on,
+                               int *overlap) {
   char why[160];
   *on = 0;
+  *overlap = 0;
   if (!p->run->gpu || !floor_available(why, sizeof why)) return ncclSuccess;
+  if (p->n > 0) CHECK(drv_can_overlap(p->ranks[0].dev, 0, overlap));
   for (int i = 0; i < p->n; i++) {
     CHECK(dev_enter(&p->ranks[i]));
     CHECK(drv_module_load(bench_floor_fatbin, &mods[i]));
@@ -257,10 +260,10 @@ static ncclResult_t host_loops(res_proc_t *p, drv_module_t *mods, drv_function_t
   prepare(p, coll, RES_SMALL_BYTES, 0);
   for (int i = 0; i < RES_WARMUP; i++) CHECK(group_call(p, coll));
   CHECK(sync_all(p));
-  int floor;
-  CHECK(floor_open(p, mods, fns, &floor));
+  int floor, overlap;
+  CHECK(floor_open(p, mods, fns, &floor, &overlap));
   if (floor) {
-    CHECK(launch_empties(p, fns, RES_WARMUP));
+    CHECK(launch_empties(p, fns, overlap, RES_WARMUP));
     CHECK(sync_all(p));
   }
   double enq[RES_ROUNDS], iter[RES_ROUNDS], flr[RES_ROUNDS];
@@ -274,7 +277,7 @@ static ncclResult_t host_loops(res_proc_t *p, drv_module_t *mods, drv_function_t
     iter[r] = (t2 - t0) * 1e6 / RES_LOOP;
     if (!floor) continue;
     t0 = now_s();
-    CHECK(launch_empties(p, fns, RES_LOOP));
+    CHECK(launch_empties(p, fns, overlap, RES_LOOP));
     t1 = now_s();
     CHECK(sync_all(p));
     flr[r] = (t1 - t0) * 1e6 / ((double)RES_LOOP * p->n);

@@ -28,7 +28,6 @@ ncclResult_t gpu_current_device(int *dev_p) {
 ncclResult_t gpu_device_count(int *count_p) {
   return no_cuda("gpu_device_count");
 }
-
 ncclResult_t gpu_device_sms(int dev, int *sms_p) {
   return no_cuda("gpu_device_sms");
 }
