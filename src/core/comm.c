@@ -118,6 +118,8 @@ enum {
   TUNE_CH_BYTES,
   TUNE_AR_SPLIT,
   TUNE_WIDE,
+  TUNE_DEALT,
+  TUNE_DEALT_MAX,
   TUNE_COUNT
 };
 static const char *const tune_knobs[TUNE_COUNT] = {
@@ -132,6 +134,8 @@ static const char *const tune_knobs[TUNE_COUNT] = {
     [TUNE_CH_BYTES] = "BRAID_CHANNEL_BYTES",
     [TUNE_AR_SPLIT] = "BRAID_AR_SPLIT_BYTES",
     [TUNE_WIDE] = "BRAID_WIDE_STEPS",
+    [TUNE_DEALT] = "BRAID_DEALT_MIN_BYTES",
+    [TUNE_DEALT_MAX] = "BRAID_DEALT_MAX_BYTES",
 };
 
 static void tune_values(uint64_t v[TUNE_COUNT]) {
@@ -150,6 +154,10 @@ static void tune_values(uint64_t v[TUNE_COUNT]) {
   v[TUNE_CH_BYTES] = t->ch_bytes;
   v[TUNE_AR_SPLIT] = t->ar_split;
   v[TUNE_WIDE] = (uint64_t)param_int(P_BRAID_WIDE_STEPS);
+  const int64_t dealt = param_int(P_BRAID_DEALT_MIN_BYTES);
+  v[TUNE_DEALT] = dealt > 0 ? (uint64_t)dealt : 0;
+  const int64_t dealt_max = param_int(P_BRAID_DEALT_MAX_BYTES);
+  v[TUNE_DEALT_MAX] = dealt_max > 0 ? (uint64_t)dealt_max : 0;
 }
 
 /* What each rank tells the others at init, in one allgather: its peer entry and its tuning knobs. */

@@ -118,6 +118,8 @@ struct gx {
   int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
   int wave_fence;            /* BRAID_WAVE_FENCE: which bulk launches send in waves (wave_fence) */
   int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
+  uint64_t dealt_min;        /* BRAID_DEALT_MIN_BYTES: the smallest dealt transfer (dealt_mark; 0: none) */
+  uint64_t dealt_max;        /* BRAID_DEALT_MAX_BYTES: the largest (0: no bound) */
   int one_way;               /* the launch being built has one-way steps only (one_way_kind) */
   ce_t *ce;                  /* moves the steps marked for the copy engines (gx_set_ce); owned */
   int spread;                /* lanes of the widest step (BRAID_SPREAD): narrower launches spread their blocks
@@ -280,7 +282,7 @@ static layout_t layout(int nranks, int nch) {
   l.ll_recvd = l.ll_sent + ll_rings * sizeof(uint64_t);
   l.ll_heads = l.ll_recvd + ll_rings * sizeof(uint64_t);
   l.barrier = l.ll_heads + ll_rings * sizeof(uint64_t);
-  l.guards = l.barrier + 2 * sizeof(uint32_t);
+  l.guards = l.barrier + (2 + DEV_DEALT_COUNTERS) * sizeof(uint32_t);
   l.total = l.guards + (nranks == 2 ? rings * DEV_MARKS_BYTES : 0); /* split lanes take two ranks (flush) */
   return l;
 }
@@ -437,6 +439,8 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->wave_fence = (int)param_int(P_BRAID_WAVE_FENCE);
   gx->wide = (int)param_int(P_BRAID_WIDE_STEPS);
   gx->batch_pieces = batch_pieces();
+  gx->dealt_min = (uint64_t)(param_int(P_BRAID_DEALT_MIN_BYTES) > 0 ? param_int(P_BRAID_DEALT_MIN_BYTES) : 0);
+  gx->dealt_max = (uint64_t)(param_int(P_BRAID_DEALT_MAX_BYTES) > 0 ? param_int(P_BRAID_DEALT_MAX_BYTES) : 0);
   gx->spread = spread_lanes(nranks);
   gx->ll_nch = nch < GX_LL_NCH ? nch : GX_LL_NCH;
   gx->ll128_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
@@ -464,7 +468,15 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
                              : gx->overlap == 1 ? "eager"
                              : !can_eager       ? "none (the device has no programmatic dependent launch)"
                                                 : "none";
-  char wide[256], join[48];
+  char wide[256], join[48], dealt[112];
+  if (gx->dealt_min == 0 || nranks != 2)
+    snprintf(dealt, sizeof dealt, "never%s", gx->dealt_min == 0 ? "" : " (two ranks only)");
+  else if (gx->dealt_max == 0)
+    snprintf(dealt, sizeof dealt, "in ring collectives' transfers from %llu bytes",
+             (unsigned long long)gx->dealt_min);
+  else
+    snprintf(dealt, sizeof dealt, "in ring collectives' transfers of %llu to %llu bytes",
+             (unsigned long long)gx->dealt_min, (unsigned long long)gx->dealt_max);
   if (gx->pair_join < 0)
     snprintf(join, sizeof join, "never");
   else if (gx->pair_join == 0)
@@ -476,13 +488,14 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
        "transfers alone through %s (BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s "
        "(BRAID_PAIR_KERNEL; an in-place all-reduce in one pass through %s and its LL128 twin, "
        "BRAID_PAIR_AR_KERNEL, and so an out-of-place one %s, BRAID_PAIR_JOIN_BYTES), of "
-       "one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL); %s (BRAID_WIDE_STEPS); launches "
-       "that overlap the stream's previous kernel: %s (BRAID_LAUNCH_PDL)",
+       "one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL); %s (BRAID_WIDE_STEPS); pieces "
+       "dealt to the channels as they find room %s (BRAID_DEALT_MIN_BYTES); launches that overlap the "
+       "stream's previous kernel: %s (BRAID_LAUNCH_PDL)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap,
        gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
        gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same",
        gx->pair_kernel && gx->pair_ar_kernel ? DEV_KERNEL_PAIR_AR_NAME : "the same", join,
-       gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel", wide_what(gx, wide, sizeof wide),
+       gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel", wide_what(gx, wide, sizeof wide), dealt,
        overlap_what);
   INFO(LOG_INIT | LOG_TUNING,
        "%s rank %d: LL protocol for transfers of at most %llu bytes (%llu in broadcast, reduce, gather and "
@@ -1128,14 +1141,14 @@ static int wave_fence(const gx_t *gx, const dev_work_t *w) {
 }
 
 /* Whether the work (one step, its list in the parameters) can take braid_kernel_bulk (dev.h): every transfer
- * Simple and in one slice, each side that has a peer on a connection whose rings have chunk marks, and no
- * ring carrying more than DEV_SLOTS of the launch's pieces, so that room to send only waits for earlier
- * launches; and a duplex launch (duplex) or a split lane (split_pair). */
+ * Simple, not dealt and in one slice, each side that has a peer on a connection whose rings have chunk marks,
+ * and no ring carrying more than DEV_SLOTS of the launch's pieces, so that room to send only waits for
+ * earlier launches; and a duplex launch (duplex) or a split lane (split_pair). */
 static int bulk_only(const gx_t *gx, const dev_work_t *w, int dup) {
   if (!gx->bulk_kernel || !dup || w->nxfers > DEV_SMALL_XFERS) return 0;
   for (int i = 0; i < w->nxfers; i++) {
     const dev_xfer_t *x = &w->xfers[i];
-    if ((x->flags & DEV_XF_LL) || dev_nslices(x->bytes, x->nch) > 1) return 0;
+    if ((x->flags & DEV_XF_LL) || x->dealt || dev_nslices(x->bytes, x->nch) > 1) return 0;
     if (x->send_peer >= 0 &&
         (!(gx->peer_caps[x->send_peer] & PEER_MARKS_TO) || ring_pieces(w, i, 1) > DEV_SLOTS))
       return 0;
@@ -1408,6 +1421,37 @@ static int step_has_wide(const plan_t *plan, const step_t *st, int peers) {
   return 0;
 }
 
+/* Marks the step's dealt transfers (dev.h, "Dealt transfers"): on two ranks, in a ring all-reduce,
+ * reduce-scatter, all-gather, broadcast or reduce, each Simple transfer of BRAID_DEALT_MIN_BYTES to
+ * BRAID_DEALT_MAX_BYTES that only sends or only receives, over a connection whose rings have chunk marks
+ * (p2p), and has no other transfer with a peer in its lane (x, sorted by lane). Both ends of a connection
+ * must agree, and do: the step serves the same call on both ranks, the algorithm follows from the call and
+ * the knobs, and a ring's step on two ranks holds one send and one receive of the same size on each rank,
+ * however either rank's buffers lie (a local copy, which one rank may have and the other not, has no peer and
+ * changes nothing here), each alone in its lane unless a transfer both receives and sends (the fused
+ * all-reduce: none is dealt then, on either rank). One-shot steps, all-to-all, gather, scatter and
+ * point-to-point are left out: their ranks' steps may differ in which transfers share a lane. Two ranks have
+ * one connection each way, so a step has at most one dealt send, which the step's counters serve. */
+static void dealt_mark(const gx_t *gx, const step_t *st, dev_xfer_t *x, int n) {
+  const op_kind_t k = st->task->kind;
+  if (gx->dealt_min == 0 || gx->nranks != 2 ||
+      (k != OP_ALLREDUCE && k != OP_REDUCESCATTER && k != OP_ALLGATHER && k != OP_BROADCAST &&
+       k != OP_REDUCE) ||
+      plan_pick(st->task, gx->nranks, plan_tuning(), NULL) != ALGO_RING)
+    return;
+  for (int i = 0; i < n; i++) {
+    const int send = x[i].send_peer >= 0, peer = send ? x[i].send_peer : x[i].recv_peer;
+    if (send == (x[i].recv_peer >= 0) || (x[i].flags & DEV_XF_LL) || x[i].bytes < gx->dealt_min ||
+        (gx->dealt_max != 0 && x[i].bytes > gx->dealt_max) ||
+        !(gx->peer_caps[peer] & (send ? PEER_MARKS_TO : PEER_MARKS_FROM)))
+      continue;
+    int alone = 1;
+    for (int j = 0; j < n; j++)
+      alone &= j == i || x[j].lane != x[i].lane || (x[j].send_peer < 0 && x[j].recv_peer < 0);
+    x[i].dealt = (uint8_t)alone;
+  }
+}
+
 /* Whether the step's transfers take up to gx->rings channels instead of gx->nch (gx_rings): on two ranks a
  * one-way collective's, and with BRAID_WIDE_STEPS=2 or more (3 by default) an all-reduce's or a
  * reduce-scatter's whose largest transfer moves at least GX_WIDE_MIN. On two ranks those have no local copy,
@@ -1536,6 +1580,7 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
   }
   int parent[2 * GX_MAX_RANKS + 1], lane_of[2 * GX_MAX_RANKS + 1], mark[4 * GX_MAX_RANKS];
   const int lanes = assign_lanes(x, st->count, gx->nranks, p2p, parent, lane_of);
+  dealt_mark(gx, st, x, st->count);
   CHECK(lanes_check(gx, x, st->count, mark, st->task->seq));
   const unsigned widest = (unsigned)widest_step(w, lanes);
   if (w->nsteps > 0 && widest * (nch > w->nch ? nch : w->nch) > gx->grid_max) {

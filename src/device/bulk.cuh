@@ -132,7 +132,7 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
                                  (uint64_t *)bulk_load(&rp->marks)};
   uint64_t *head_home = &comm->heads[idx];
   const uint64_t first_count = bulk_load(home), first_head = send ? bulk_load(head_home) : 0;
-  bool bad = have && (!xfer_valid(x, w) | ((x.flags & DEV_XF_LL) != 0) |
+  bool bad = have && (!xfer_valid(x, w) | ((x.flags & DEV_XF_LL) != 0) | (x.dealt != 0) |
                       (dev_nslices(x.bytes, x.nch > 0 ? x.nch : 1) > 1));
   const bool used = mine && peer >= 0 && !bad;
   dev_ring_t ring = {NULL, NULL, NULL};

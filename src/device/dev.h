@@ -64,7 +64,7 @@ typedef struct {
   uint64_t pad1[15];
   volatile uint64_t
       sizes[DEV_SLOTS]; /* bytes in each slot, written by the producer before tail (for proxies) */
-  uint64_t pad2[16 - DEV_SLOTS];
+  volatile uint64_t pieces[DEV_SLOTS]; /* a dealt transfer's piece in each slot (below), written with sizes */
 } dev_ctrl_t;
 
 /* Bytes of one ring in memory: its control block then its slots. */
@@ -98,6 +98,27 @@ typedef struct {
  * stores. Values only grow, as the ring's count does, so a guard of an earlier launch is never taken for
  * this one's; the sending half reads the ring's count before it stores its first guard, and the receiving
  * half moves the count on only after its last one, so both halves see the same count. */
+
+/* Dealt transfers: on two ranks, a collective's transfer that only sends or only receives and is the only
+ * transfer of its lane with a peer (a ring algorithm's send or receive, as both ranks' steps hold one alike
+ * however their buffers lie), Simple, of BRAID_DEALT_MIN_BYTES to BRAID_DEALT_MAX_BYTES, over p2p, may be
+ * marked dealt (dev_xfer_t.dealt; the host decides from the transfer's collective, algorithm, size and
+ * connection, which both ends know alike). Its pieces (DEV_SLOT_BYTES each, piece i at byte
+ * i * DEV_SLOT_BYTES) are not cut into a fixed part per channel: the sending blocks of its channels take them
+ * from a counter they share, as each finds room on its ring, so a block that moves faster (where it sits on
+ * the chip, and the blocks beside it, set its pace: docs/perf-notes.md, 132) moves more, and all end
+ * together. The sender writes each slot's piece index to pieces[slot] beside its size, both before tail; the
+ * receiving block of the same channel combines the slot at the piece's place. A sending block that finds no
+ * piece left sends an end slot, of size 0, after its last; its receiver stops there. So each ring carries a
+ * number of pieces that neither end knows beforehand, then one end slot, and both ends count them alike.
+ *
+ * The counter of step s of a launch is dev_comm_t.barrier[2 + 2 s] (pieces taken), beside it the sending
+ * blocks that took their last ([3 + 2 s]); the last of those resets both to 0 for the next launch, eager or
+ * replayed from a graph (a launch that fails part way leaves them, as it leaves its rings' counts, and the
+ * error it recorded stays: dev_error_t). A step has at most one dealt send (two ranks: one connection each
+ * way, and a lane per connection). A dealt transfer's receiver takes no chunk marks: its senders write none
+ * (marks only grow, so skipping some misses nothing later), and it never takes braid_kernel_bulk. */
+#define DEV_DEALT_COUNTERS (2 * DEV_MAX_STEPS) /* words of dev_comm_t.barrier after the grid barrier's 2 */
 
 /* The low-latency (LL) protocol, for small transfers on connections whose receiver's memory the sender maps
  * (p2p). A connection has DEV_LL_CHANNELS LL rings besides its `nch_max` rings, back to back
@@ -222,7 +243,8 @@ typedef struct {
   uint64_t *ll_sent;   /* [nranks * DEV_LL_CHANNELS] pieces this rank produced on each LL send ring */
   uint64_t *ll_recvd;  /* [nranks * DEV_LL_CHANNELS] pieces this rank consumed on each LL receive ring */
   uint64_t *ll_heads;  /* [nranks * DEV_LL_CHANNELS] the consumer's LL head as last read */
-  uint32_t *barrier;   /* [2] grid barrier: arrivals, and blocks finished (reset at kernel end) */
+  uint32_t *barrier; /* [2 + DEV_DEALT_COUNTERS] grid barrier: arrivals, and blocks finished (reset at kernel
+                      * end); then the dealt transfers' counters (above) */
   const volatile int32_t *abort_flag; /* host-mapped; nonzero: stop every wait */
   dev_error_t *error;                 /* host-mapped */
   uint64_t timeout_ns;                /* a wait longer than this fails with DEV_ERR_TIMEOUT (0: never) */
@@ -262,7 +284,8 @@ typedef struct {
   uint16_t lane;     /* lane within its step */
   uint16_t task;     /* index of its call in the group, for messages */
   uint8_t proto;     /* DEV_PROTO_* of an LL transfer (DEV_XF_LL); DEV_PROTO_LL otherwise */
-  uint8_t pad[3];
+  uint8_t dealt;     /* 1: its pieces are dealt to its channels as they find room (above) */
+  uint8_t pad[2];
   union {
     double f;  /* PREMULSUM factor on a float type */
     int64_t i; /* PREMULSUM factor on an integer type; SUM_POSTDIV divisor */

@@ -88,6 +88,11 @@ struct block_state {
   uint32_t step;          /* the current step */
   uint32_t first, end;    /* the lane's transfers in the current step */
   uint32_t batch;         /* pieces of the current batch; 0: stop */
+  /* a dealt transfer (dev.h): the batch's pieces, whether its last slot is the end slot, and where the
+   * shared counter stood at the block's last take (a guess at how many pieces are left) */
+  uint32_t dealt[DEV_SLOTS];
+  uint32_t dealt_seen;
+  uint8_t ended, dealt_over; /* dealt_over: the block took its last piece */
 };
 
 /* ---- Grid barrier ---- */
@@ -392,6 +397,160 @@ __device__ bool part_run(const W &w, uint32_t k, uint64_t off, uint32_t len, blo
   return true;
 }
 
+/* ---- Dealt transfers (dev.h) ---- */
+
+/* A sending block takes one of the last pieces of a dealt transfer only once its ring holds at most this
+ * many pieces its receiver has not yet read. */
+#define DEALT_BACKLOG 1
+
+/* Bytes of piece i of a transfer of `bytes`. */
+__device__ __forceinline__ uint32_t dealt_bytes(uint64_t bytes, uint32_t i) {
+  const uint64_t at = (uint64_t)i * DEV_SLOT_BYTES;
+  return bytes - at < DEV_SLOT_BYTES ? (uint32_t)(bytes - at) : DEV_SLOT_BYTES;
+}
+
+/* Thread 0 of a sending block: waits for room on its ring, then takes as many pieces as it found room for
+ * from the step's counter, but no more than one per two channels of what is left (a guess from the
+ * counter's value at its last take): towards the end the pieces go one by one to whichever block is free
+ * and whose ring is nearly drained (DEALT_BACKLOG), so the channels end within a piece of each other. A take
+ * that reaches the end is the block's last: it adds the end slot (in this batch where there is room, else
+ * alone in the next) and counts itself done; the last of the channels to do so resets the counters. Sets
+ * st.batch (slots, the end slot included; 0: the wait failed), st.dealt and st.ended. */
+template <class W>
+__device__ void dealt_take(const W &w, const dev_xfer_t &x, uint32_t xi, uint32_t total, block_state &st) {
+  const uint32_t left = st.dealt_seen < total ? total - st.dealt_seen : 0;
+  const uint32_t room = batch_wait(w, x, xi, st.dealt_over ? 1 : left + 1, st);
+  st.ended = 0;
+  st.batch = room;
+  if (room == 0) return;
+  if (st.dealt_over) { /* the end slot that did not fit the last batch */
+    st.batch = 1;
+    st.ended = 1;
+    return;
+  }
+  const uint32_t per = 2 * (uint32_t)x.nch;
+  uint32_t want = left / per > room ? room : left / per;
+  if (want < 1) {
+    /* among the last pieces: one, and only once the ring holds at most DEALT_BACKLOG unread, so that it
+     * goes to a channel whose receiver is about to be free rather than behind a full ring */
+    want = 1;
+    ring_use &r = st.rings[st.send_ring[xi]];
+    if (r.head_seen + DEALT_BACKLOG < r.count) {
+      const wait_what what = {x.send_peer, (int)st.channel, 1, w.seq + x.task};
+      uint64_t v;
+      if (!wait_at_least(&w.comm, &r.ctrl->head, r.count - DEALT_BACKLOG, what, &v)) {
+        st.batch = 0;
+        return;
+      }
+      r.head_seen = v;
+    }
+  }
+  uint32_t *counters = w.comm.barrier + 2 + 2 * st.step;
+  const uint32_t first = atomicAdd(&counters[0], want);
+  st.dealt_seen = first + want;
+  const uint32_t got = first >= total ? 0 : total - first < want ? total - first : want;
+  for (uint32_t i = 0; i < got; i++) st.dealt[i] = first + i;
+  st.batch = got;
+  if (first + want < total) return;
+  /* no piece left for this block after these: it takes no more, and its end slot follows its last piece,
+   * in this batch if there is room */
+  st.dealt_over = 1;
+  if (got < room) {
+    st.batch = got + 1;
+    st.ended = 1;
+  }
+  if (atomicAdd(&counters[1], 1u) == (uint32_t)x.nch - 1) {
+    atomicExch(&counters[0], 0u);
+    atomicExch(&counters[1], 0u);
+  }
+}
+
+/* Thread 0 of a receiving block: waits for slots, then reads each one's size and piece, up to and including
+ * an end slot. A size or piece that does not fit the transfer is a bug, reported as DEV_ERR_INVALID. Sets
+ * st.batch (0: the wait failed or a slot was wrong), st.dealt and st.ended. */
+template <class W>
+__device__ void dealt_arrivals(const W &w, const dev_xfer_t &x, uint32_t xi, uint32_t total,
+                               block_state &st) {
+  const uint32_t n = batch_wait(w, x, xi, DEV_SLOTS, st);
+  const ring_use &r = st.rings[st.recv_ring[xi]];
+  st.ended = 0;
+  st.batch = n;
+  for (uint32_t i = 0; i < n; i++) {
+    const uint32_t slot = (uint32_t)((r.count + i) % DEV_SLOTS);
+    const uint64_t size = r.ctrl->sizes[slot], piece = r.ctrl->pieces[slot];
+    if (size == 0) {
+      st.batch = i + 1;
+      st.ended = 1;
+      return;
+    }
+    if (piece >= total || size != dealt_bytes(x.bytes, (uint32_t)piece)) {
+      error_record(&w.comm, DEV_ERR_INVALID, x.recv_peer, (int)st.channel, 0, w.seq + x.task, 0);
+      st.batch = 0;
+      return;
+    }
+    st.dealt[i] = (uint32_t)piece;
+  }
+}
+
+/* Thread 0, after the block barrier that ends a batch of a dealt transfer: a send stores each slot's size
+ * (0 for the end slot) and piece, fences, then stores tail (no chunk marks: dev.h); a receive stores head. */
+__device__ void dealt_publish(const dev_xfer_t &x, uint32_t xi, block_state &st) {
+  const uint32_t nb = st.batch;
+  if (x.send_peer >= 0) {
+    ring_use &r = st.rings[st.send_ring[xi]];
+    for (uint32_t i = 0; i < nb; i++) {
+      const uint32_t slot = (uint32_t)((r.count + i) % DEV_SLOTS);
+      const bool end = st.ended && i == nb - 1;
+      r.ctrl->sizes[slot] = end ? 0 : dealt_bytes(x.bytes, st.dealt[i]);
+      r.ctrl->pieces[slot] = end ? 0 : st.dealt[i];
+    }
+    fence_acq_rel_sys();
+    r.count += nb;
+    r.ctrl->tail = r.count;
+  } else {
+    ring_use &r = st.rings[st.recv_ring[xi]];
+    r.count += nb;
+    r.ctrl->head = r.count;
+  }
+}
+
+/* Every thread: runs the block's share of dealt transfer k (dev.h) on its channel, batch by batch, until
+ * its end slot. Returns false (in every thread) when a wait failed or a slot was wrong. */
+template <class W> __device__ bool dealt_run(const W &w, uint32_t k, block_state &st) {
+  const dev_xfer_t &x = xfer_at(w, k);
+  const uint32_t xi = k - st.first, total = dev_npieces(x.bytes);
+  if (threadIdx.x == 0) {
+    st.dealt_seen = 0;
+    st.dealt_over = 0;
+  }
+  for (;;) {
+    TRACE_SPAN(waiting);
+    if (threadIdx.x == 0) {
+      if (x.send_peer >= 0)
+        dealt_take(w, x, xi, total, st);
+      else
+        dealt_arrivals(w, x, xi, total, st);
+    }
+    TRACE_SPAN_ADD(TRACE_WAITED, waiting);
+    TRACE_FIRST(TRACE_EARLY);
+    __syncthreads();
+    const uint32_t nb = st.batch, ended = st.ended;
+    if (nb == 0) return false;
+    for (uint32_t i = 0; i < nb - ended; i++) {
+      const uint32_t piece = st.dealt[i];
+      piece_run(x, xi, i, (uint64_t)piece * DEV_SLOT_BYTES, dealt_bytes(x.bytes, piece), st);
+    }
+    __syncthreads();
+    TRACE_SPAN(publishing);
+    if (threadIdx.x == 0) dealt_publish(x, xi, st);
+    TRACE_SPAN_ADD(TRACE_PUBLISH, publishing);
+    TRACE_ADD(TRACE_BATCHES, 1);
+    TRACE_FIRST(TRACE_SENT);
+    TRACE_AT(TRACE_PIECE);
+    if (ended) return true;
+  }
+}
+
 /* ---- The LL protocol (dev.h) ---- */
 
 /* Staging of an LL piece in shared memory: what arrived (decoded from the lines) and what goes out (before
@@ -541,6 +700,11 @@ template <class W> __device__ bool lane_run(const W &w, block_state &st, ll_stag
     bool more = false; /* a transfer has bytes past slice j */
     for (uint32_t k = st.first; k < st.end && ok; k++) {
       const dev_xfer_t &x = xfer_at(w, k);
+      if (x.dealt) { /* all of it in slice 0 */
+        if (j == 0 && c < x.nch) ok = dealt_run(w, k, st);
+        synced = false;
+        continue;
+      }
       const uint64_t stride = dev_slice_stride(x.nch);
       if (j * stride >= x.bytes) continue;
       more |= (j + 1) * stride < x.bytes;

@@ -10,7 +10,8 @@
 #include "nccl.h"
 
 /* A transfer is well formed: channels (within the launch's blocks per lane, so every part has a block),
- * type, operation and peers in range, and something to move; a local reduction has both operands. W is the
+ * type, operation and peers in range, and something to move; a local reduction has both operands; a dealt
+ * one (dev.h) Simple with one peer, a send or a receive. W is the
  * work (dev_work_t or dev_work_small_t). */
 template <class W> __device__ bool xfer_valid(const dev_xfer_t &x, const W &w) {
   /* every field read at once, the conditions combined without short cuts (as work_valid does, kernels.cu) */
@@ -20,7 +21,9 @@ template <class W> __device__ bool xfer_valid(const dev_xfer_t &x, const W &w) {
                    (recv_peer < -1) | (recv_peer >= nranks) | (send_peer < -1) | (send_peer >= nranks) |
                    (local_reduce & (x.dst == NULL)) | ((recv_peer < 0) & (x.src == NULL)) |
                    (((x.flags & DEV_XF_LL) != 0) & (x.nch > DEV_LL_CHANNELS)) | (x.proto > DEV_PROTO_LL128) |
-                   ((x.proto == DEV_PROTO_LL128) & (((x.flags & DEV_XF_LL) == 0) | !dev_ll128_fits(&x)));
+                   ((x.proto == DEV_PROTO_LL128) & (((x.flags & DEV_XF_LL) == 0) | !dev_ll128_fits(&x))) |
+                   (x.dealt > 1) |
+                   ((x.dealt != 0) & (((recv_peer >= 0) == (send_peer >= 0)) | ((x.flags & DEV_XF_LL) != 0)));
   return !bad;
 }
 

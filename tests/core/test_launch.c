@@ -591,6 +591,111 @@ static void p2p_channels(int rank, ncclComm_t comm, const mock_cuda_stats_t *s, 
   EXPECT(p2p_launch(s, wide, lanes), "rank %d: an all-gather of 8 MiB blocks on %d channels", rank, wide);
 }
 
+/* The dealt transfers of the last launch's step s, one bit per transfer in list order; 0xff: no such step. */
+static unsigned dealt_bits(const mock_cuda_stats_t *s, int step) {
+  const dev_work_t *w = (const dev_work_t *)s->last_work;
+  if (step >= w->nsteps) return 0xff;
+  unsigned bits = 0;
+  for (unsigned i = step > 0 ? w->step_end[step - 1] : 0, b = 0; i < w->step_end[step]; i++, b++)
+    bits |= (unsigned)(w->xfers[i].dealt != 0) << b;
+  return bits;
+}
+
+/* Which transfers are dealt (dev.h, "Dealt transfers"; BRAID_DEALT_MIN_BYTES=1 MiB and
+ * BRAID_DEALT_MAX_BYTES=32 MiB here): on two ranks, a ring collective's transfers with one peer, each alone
+ * in its lane, of 1 to 32 MiB, whatever either rank's
+ * buffers do; not a local copy, a fused all-reduce's chain, a one-shot step, a point-to-point step, an LL
+ * transfer or a smaller one; and a launch with one never takes the bulk kernel. */
+static void dealt_rank(int rank, int nranks, void *arg) {
+  const shared_t *sh = arg;
+  setenv("BRAID_DEALT_MIN_BYTES", "1048576", 1);
+  setenv("BRAID_DEALT_MAX_BYTES", "33554432", 1);
+  param_reload();
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  mock_cuda_stats_t *s = mock_stats();
+  char *b = (char *)(uintptr_t)0x10000000;
+  const size_t mib = 1 << 18; /* floats in 1 MiB */
+  /* 32 MiB + 4 is above BRAID_DEALT_MAX_BYTES */
+  EXPECT_OK(ncclReduceScatter(b, b + (256 << 20), 32 * mib + 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 0, "rank %d: a reduce-scatter of 32 MiB + 4 blocks is not dealt", rank);
+  /* reduce-scatter of 2 MiB blocks, rank 0 in place and rank 1 not: its send and its receive */
+  EXPECT_OK(ncclReduceScatter(b, rank == 0 ? b + rank * 8 * mib : b + (64 << 20), 2 * mib, ncclFloat, ncclSum,
+                              comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 3 && dealt_bits(s, 1) == 0xff && last_entry(s) != 'b',
+         "rank %d: a reduce-scatter's send and receive of 2 MiB are dealt (%x), on the general kernel (%c)",
+         rank, dealt_bits(s, 0), last_entry(s));
+  /* 1 MiB - 4 is below the threshold */
+  EXPECT_OK(ncclReduceScatter(b, b + (64 << 20), mib - 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 0, "rank %d: a reduce-scatter of 1 MiB - 4 blocks is not dealt", rank);
+  /* all-gather of 2 MiB blocks, rank 0 out of place (a local copy beside its send and receive), rank 1 in
+   * place: the transfers with a peer on both */
+  EXPECT_OK(ncclAllGather(rank == 0 ? b + (64 << 20) : b + 8 * mib, b, 2 * mib, ncclFloat, comm, NULL));
+  const dev_work_t *w = (const dev_work_t *)s->last_work;
+  unsigned want = 0;
+  for (unsigned i = 0; i < w->nxfers; i++)
+    want |= (unsigned)(w->xfers[i].send_peer >= 0 || w->xfers[i].recv_peer >= 0) << i;
+  EXPECT(w->nxfers == (rank == 0 ? 3 : 2) && dealt_bits(s, 0) == want,
+         "rank %d: an all-gather's transfers with a peer are dealt, its copy not (%x of %u transfers)", rank,
+         dealt_bits(s, 0), w->nxfers);
+  /* broadcast and reduce of 4 MiB: the root's send, the other's receive */
+  EXPECT_OK(ncclBroadcast(b, b, 4 * mib, ncclFloat, 0, comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 1, "rank %d: a broadcast's transfer is dealt (%x)", rank, dealt_bits(s, 0));
+  EXPECT_OK(ncclReduce(b, b + (64 << 20), 4 * mib, ncclFloat, ncclSum, 1, comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 1, "rank %d: a reduce's transfer is dealt (%x)", rank, dealt_bits(s, 0));
+  /* all-reduce of 64 MiB in two steps (BRAID_AR_SPLIT_BYTES): each step's send and receive */
+  EXPECT_OK(ncclAllReduce(b, b, 64 * mib, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 3 && dealt_bits(s, 1) == 3,
+         "rank %d: a split all-reduce's steps are dealt (%x, %x)", rank, dealt_bits(s, 0), dealt_bits(s, 1));
+  /* 24 MiB: one fused ring step, whose combine receives and forwards: nothing dealt */
+  EXPECT_OK(ncclAllReduce(b, b, 24 * mib, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 0 && dealt_bits(s, 1) == 0xff, "rank %d: a fused all-reduce is not dealt", rank);
+  /* 8 MiB: one-shot */
+  EXPECT_OK(ncclAllReduce(b, b, 8 * mib, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 0, "rank %d: a one-shot all-reduce is not dealt", rank);
+  /* point-to-point of 8 MiB */
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(b, 2 * mib, ncclFloat, 1 - rank, comm, NULL));
+  EXPECT_OK(ncclRecv(b + (64 << 20), 2 * mib, ncclFloat, 1 - rank, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  EXPECT(dealt_bits(s, 0) == 0, "rank %d: send/receive is not dealt", rank);
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+/* BRAID_DEALT_MIN_BYTES=0: nothing is dealt. */
+static void undealt_rank(int rank, int nranks, void *arg) {
+  const shared_t *sh = arg;
+  setenv("BRAID_DEALT_MIN_BYTES", "0", 1);
+  param_reload();
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  mock_cuda_stats_t *s = mock_stats();
+  char *b = (char *)(uintptr_t)0x10000000;
+  EXPECT_OK(ncclReduceScatter(b, b + (64 << 20), 1 << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 0, "rank %d: BRAID_DEALT_MIN_BYTES=0 deals nothing", rank);
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+static void dealt_marks(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  setenv("BRAID_PAIR_KERNEL", "0", 1);
+  setenv("BRAID_CE_MIN_BYTES", "0", 1); /* every step on the kernels */
+  setenv("BRAID_CE_PUSH_MIN_BYTES", "0", 1);
+  setenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES", "0", 1);
+  unsetenv("MOCK_CUDA_STUCK");
+  shared_t sh;
+  EXPECT_OK(ncclGetUniqueId(&sh.id));
+  EXPECT(run_ranks(2, 60, dealt_rank, &sh) == 0, "a rank failed");
+  EXPECT_OK(ncclGetUniqueId(&sh.id));
+  EXPECT(run_ranks(2, 60, undealt_rank, &sh) == 0, "a rank failed (BRAID_DEALT_MIN_BYTES=0)");
+  unsetenv("BRAID_PAIR_KERNEL");
+  unsetenv("BRAID_CE_MIN_BYTES");
+  unsetenv("BRAID_CE_PUSH_MIN_BYTES");
+  unsetenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES");
+  unsetenv("BRAID_DEALT_MIN_BYTES");
+  unsetenv("BRAID_DEALT_MAX_BYTES");
+}
+
 /* Ranks asking for different channel counts settle on the fewest: both ends of a connection need the same
  * rings (the work's communicator view says how many); on two ranks a connection has half as many rings
  * again, which one-way collectives use. */
@@ -678,6 +783,8 @@ static const char *const knob_cases[][3] = {
     {"NCCL_ALGO", "allreduce:ring", "NCCL_ALGO"},
     {"BRAID_WIDE_STEPS", "1", "BRAID_WIDE_STEPS"},
     {"BRAID_AR_SPLIT_BYTES", "0", "BRAID_AR_SPLIT_BYTES"},
+    {"BRAID_DEALT_MIN_BYTES", "1048576", "BRAID_DEALT_MIN_BYTES"},
+    {"BRAID_DEALT_MAX_BYTES", "0", "BRAID_DEALT_MAX_BYTES"},
     {"NCCL_PROTO", "LL,LL128,Simple", NULL},
 };
 static int knob_case;
@@ -2103,6 +2210,7 @@ int main(int argc, char **argv) {
   TEST(channel_budget, 10);
   TEST(channels_agree, 60);
   TEST(knobs_agree, 60);
+  TEST(dealt_marks, 60);
   TEST(protocol_marks, 60);
   TEST(pair_shapes, 60);
   TEST(full_queue_wait, 90);

@@ -18,6 +18,7 @@ static void test_struct_sizes(void) {
   EXPECT(offsetof(dev_ctrl_t, tail) == 0);
   EXPECT(offsetof(dev_ctrl_t, head) == 128, "head shares no cache line with tail");
   EXPECT(offsetof(dev_ctrl_t, sizes) == 256);
+  EXPECT(offsetof(dev_ctrl_t, pieces) == 256 + DEV_SLOTS * 8, "a dealt slot's piece beside its size");
   EXPECT(sizeof(dev_ring_t) == 24);
   EXPECT(offsetof(dev_ring_t, marks) == 16);
   EXPECT(sizeof(dev_error_t) == 32, "dev_error_t is %zu bytes", sizeof(dev_error_t));

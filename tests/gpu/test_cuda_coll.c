@@ -18,6 +18,8 @@
  *   *_push    procs_push and single_push: steps that only copy pushed by one kernel from 4 KiB a transfer
  *             (BRAID_CE_PUSH_MIN_BYTES and BRAID_CE_PUSH_EXCHANGE_MIN_BYTES 4096), below the copy engines'
  *             default threshold; procs_push also with the ranks' buffers aligned differently;
+ *   *_dealt   procs_dealt and single_dealt: every Simple ring transfer with a peer dealt, from 1 byte
+ *             (dealt_env); procs_dealt also with the ranks' buffers aligned differently;
  *   shm_*     one process per GPU with NCCL_P2P_DISABLE=1: host shared memory between the GPUs;
  *   tcp_*     one process per GPU with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: TCP sockets.
  * The transport modes run a quick sweep (every collective, four types, three operations); with --full they
@@ -265,6 +267,39 @@ static void procs_push(void) {
   push_env(0);
 }
 
+/* Dealt transfers (device/dev.h) at every size the kernels move (procs_dealt, single_dealt): ring
+ * algorithms only (NCCL_ALGO=Ring), Simple only (NCCL_PROTO=Simple), every transfer from 1 byte
+ * (BRAID_DEALT_MIN_BYTES, no BRAID_DEALT_MAX_BYTES), every all-reduce as two steps (BRAID_AR_SPLIT_BYTES),
+ * and nothing on the copy engines or the push kernel, so that every transfer with a peer of a
+ * reduce-scatter, all-gather, broadcast, reduce and all-reduce is dealt, down to a count of 1. With no LL
+ * transfer the pair kernel never runs a send/receive, so one in place is not checked (sweep_one). */
+static void dealt_env(int on) {
+  ll_rings = !on;
+  const char *names[] = {"NCCL_ALGO",
+                         "NCCL_PROTO",
+                         "BRAID_DEALT_MIN_BYTES",
+                         "BRAID_AR_SPLIT_BYTES",
+                         "BRAID_CE_MIN_BYTES",
+                         "BRAID_CE_PUSH_MIN_BYTES",
+                         "BRAID_CE_PUSH_EXCHANGE_MIN_BYTES",
+                         "BRAID_DEALT_MAX_BYTES"};
+  const char *values[] = {"Ring", "Simple", "1", "1", "0", "0", "0", "0"};
+  for (int i = 0; i < 8; i++)
+    if (on)
+      setenv(names[i], values[i], 1);
+    else
+      unsetenv(names[i]);
+}
+
+static void procs_dealt(void) {
+  dealt_env(1);
+  run_procs(TIER_QUICK, "procs/dealt", 300);
+  run_procs(TIER_LARGE_SINGLE, "procs/dealt", 300);
+  /* from a peer whose buffers are aligned unlike this rank's */
+  run_procs_skewed(TIER_QUICK, "procs/dealt-skewed", 1, 300);
+  dealt_env(0);
+}
+
 /* ---- One process and thread for every GPU ---- */
 
 typedef struct {
@@ -325,6 +360,13 @@ static void single_ce(void) {
   ce_env(0);
 }
 
+static void single_dealt(void) {
+  dealt_env(1);
+  run_single(TIER_QUICK);
+  run_single(TIER_LARGE_SINGLE);
+  dealt_env(0);
+}
+
 static void single_push(void) {
   push_env(1);
   run_single(TIER_QUICK);
@@ -365,6 +407,8 @@ int main(int argc, char **argv) {
   TEST(single_ce, 620);
   TEST(procs_push, 620);
   TEST(single_push, 620);
+  TEST(procs_dealt, 620);
+  TEST(single_dealt, 620);
   TEST(shm_quick, 320);
   TEST(tcp_quick, 320);
   return test_summary();

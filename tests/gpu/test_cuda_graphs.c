@@ -14,6 +14,8 @@
  *   graphs_ce        two_graphs and several_graphs with the copy engines from 4 KiB (BRAID_CE_MIN_BYTES);
  *   graphs_push      the same with steps that only copy pushed by one kernel from 4 KiB
  *                    (BRAID_CE_PUSH_MIN_BYTES, BRAID_CE_PUSH_EXCHANGE_MIN_BYTES);
+ *   graphs_dealt     the same with every Simple ring transfer with a peer dealt (BRAID_DEALT_MIN_BYTES=1,
+ *                    with ring algorithms and the Simple protocol only);
  *   groups_repro     the reproduction with every eager and captured call a group (an all-reduce, an
  *                    all-gather and a send/recv exchange), 20,000 iterations, a replay every 500;
  *   one_thread       the reproduction with one thread driving every GPU (ncclCommInitAll): each call is a
@@ -296,6 +298,25 @@ static void graphs_push(void) {
   unsetenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES");
 }
 
+/* The same with every Simple ring transfer with a peer dealt (device/dev.h), from 1 byte: the counters
+ * that the sending blocks share must be back at zero after every launch, replayed or eager, or the next
+ * one would find no pieces left. */
+static void graphs_dealt(void) {
+  const char *names[] = {"NCCL_ALGO",
+                         "NCCL_PROTO",
+                         "BRAID_DEALT_MIN_BYTES",
+                         "BRAID_AR_SPLIT_BYTES",
+                         "BRAID_CE_MIN_BYTES",
+                         "BRAID_CE_PUSH_MIN_BYTES",
+                         "BRAID_CE_PUSH_EXCHANGE_MIN_BYTES",
+                         "BRAID_DEALT_MAX_BYTES"};
+  const char *values[] = {"Ring", "Simple", "1", "1", "0", "0", "0", "0"};
+  for (int i = 0; i < 8; i++) setenv(names[i], values[i], 1);
+  EXPECT(cuda_run_ranks(cuda_nranks, 200, two_graphs_rank, NULL) == 0, "a rank failed (two graphs)");
+  EXPECT(cuda_run_ranks(cuda_nranks, 200, several_rank, NULL) == 0, "a rank failed (several graphs)");
+  for (int i = 0; i < 8; i++) unsetenv(names[i]);
+}
+
 /* ---- groups_repro ---- */
 
 enum { GR_ITERS = 20000, GR_REPLAY_EVERY = 500, GR_CHECK_EVERY = 1000 };
@@ -407,6 +428,7 @@ int main(int argc, char **argv) {
   TEST(several_graphs, 220);
   TEST(graphs_ce, 420);
   TEST(graphs_push, 420);
+  TEST(graphs_dealt, 420);
   TEST(groups_repro, 220);
   TEST(one_thread, 220);
   return test_summary();
