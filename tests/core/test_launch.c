@@ -601,18 +601,24 @@ static unsigned dealt_bits(const mock_cuda_stats_t *s, int step) {
   return bits;
 }
 
+/* A communicator of this rank process with BRAID_DEALT_MIN_BYTES=min (in its environment, reloaded). */
+static ncclComm_t dealt_open(const shared_t *sh, int rank, int nranks, const char *min) {
+  setenv("BRAID_DEALT_MIN_BYTES", min, 1);
+  param_reload();
+  ncclComm_t comm = NULL;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  return comm;
+}
+
 /* Which transfers are dealt (dev.h, "Dealt transfers"; BRAID_DEALT_MIN_BYTES=1 MiB and
  * BRAID_DEALT_MAX_BYTES=32 MiB here): on two ranks, a ring collective's transfers with one peer, each alone
- * in its lane, of 1 to 32 MiB, whatever either rank's
- * buffers do; not a local copy, a fused all-reduce's chain, a one-shot step, a point-to-point step, an LL
- * transfer or a smaller one; and a launch with one never takes the bulk kernel. */
+ * in its lane, of 1 to 32 MiB, whatever either rank's buffers do; not a local copy, a fused all-reduce's
+ * chain, a one-shot step, a point-to-point step, an LL transfer or a smaller one; and a launch with one never
+ * takes the bulk kernel. */
 static void dealt_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
-  setenv("BRAID_DEALT_MIN_BYTES", "1048576", 1);
   setenv("BRAID_DEALT_MAX_BYTES", "33554432", 1);
-  param_reload();
-  ncclComm_t comm;
-  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  ncclComm_t comm = dealt_open(sh, rank, nranks, "1048576");
   mock_cuda_stats_t *s = mock_stats();
   char *b = (char *)(uintptr_t)0x10000000;
   const size_t mib = 1 << 18; /* floats in 1 MiB */
@@ -664,11 +670,7 @@ static void dealt_rank(int rank, int nranks, void *arg) {
 
 /* BRAID_DEALT_MIN_BYTES=0: nothing is dealt. */
 static void undealt_rank(int rank, int nranks, void *arg) {
-  const shared_t *sh = arg;
-  setenv("BRAID_DEALT_MIN_BYTES", "0", 1);
-  param_reload();
-  ncclComm_t comm;
-  EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
+  ncclComm_t comm = dealt_open(arg, rank, nranks, "0");
   mock_cuda_stats_t *s = mock_stats();
   char *b = (char *)(uintptr_t)0x10000000;
   EXPECT_OK(ncclReduceScatter(b, b + (64 << 20), 1 << 20, ncclFloat, ncclSum, comm, NULL));

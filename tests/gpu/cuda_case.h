@@ -138,6 +138,12 @@ void cuda_case_check(cuda_case_t *k);
 /* The three in a row, under a watchdog of timeout_s, then resets r's pools. */
 void cuda_case_run(ncclComm_t comm, cuda_rank_t *r, const coll_case_t *c, const char *mode, int timeout_s);
 
+/* Sets (on: 1) or unsets the knobs under which every transfer with a peer of a reduce-scatter, all-gather,
+ * broadcast, reduce and all-reduce on two GPU ranks is dealt (device/dev.h, "Dealt transfers"), down to one
+ * byte: ring algorithms and the Simple protocol only, BRAID_DEALT_MIN_BYTES=1 without an upper bound, every
+ * all-reduce as two steps, nothing on the copy engines or the push kernel. */
+void cuda_dealt_env(int on);
+
 /* Runs fn over [0, n) in slices on several threads (one when n is small): fn(lo, hi, arg, slot) with slot <
  * CUDA_MAX_THREADS distinct per thread. */
 #define CUDA_MAX_THREADS 16

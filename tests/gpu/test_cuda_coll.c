@@ -267,28 +267,12 @@ static void procs_push(void) {
   push_env(0);
 }
 
-/* Dealt transfers (device/dev.h) at every size the kernels move (procs_dealt, single_dealt): ring
- * algorithms only (NCCL_ALGO=Ring), Simple only (NCCL_PROTO=Simple), every transfer from 1 byte
- * (BRAID_DEALT_MIN_BYTES, no BRAID_DEALT_MAX_BYTES), every all-reduce as two steps (BRAID_AR_SPLIT_BYTES),
- * and nothing on the copy engines or the push kernel, so that every transfer with a peer of a
- * reduce-scatter, all-gather, broadcast, reduce and all-reduce is dealt, down to a count of 1. With no LL
- * transfer the pair kernel never runs a send/receive, so one in place is not checked (sweep_one). */
+/* Dealt transfers (device/dev.h) at every size the kernels move (procs_dealt, single_dealt: cuda_dealt_env).
+ * With no LL transfer the pair kernel never runs a send/receive, so one in place is not checked
+ * (sweep_one). */
 static void dealt_env(int on) {
   ll_rings = !on;
-  const char *names[] = {"NCCL_ALGO",
-                         "NCCL_PROTO",
-                         "BRAID_DEALT_MIN_BYTES",
-                         "BRAID_AR_SPLIT_BYTES",
-                         "BRAID_CE_MIN_BYTES",
-                         "BRAID_CE_PUSH_MIN_BYTES",
-                         "BRAID_CE_PUSH_EXCHANGE_MIN_BYTES",
-                         "BRAID_DEALT_MAX_BYTES"};
-  const char *values[] = {"Ring", "Simple", "1", "1", "0", "0", "0", "0"};
-  for (int i = 0; i < 8; i++)
-    if (on)
-      setenv(names[i], values[i], 1);
-    else
-      unsetenv(names[i]);
+  cuda_dealt_env(on);
 }
 
 static void procs_dealt(void) {

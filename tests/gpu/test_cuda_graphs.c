@@ -298,23 +298,14 @@ static void graphs_push(void) {
   unsetenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES");
 }
 
-/* The same with every Simple ring transfer with a peer dealt (device/dev.h), from 1 byte: the counters
+/* The same with every Simple ring transfer with a peer dealt (cuda_dealt_env), from 1 byte: the counters
  * that the sending blocks share must be back at zero after every launch, replayed or eager, or the next
  * one would find no pieces left. */
 static void graphs_dealt(void) {
-  const char *names[] = {"NCCL_ALGO",
-                         "NCCL_PROTO",
-                         "BRAID_DEALT_MIN_BYTES",
-                         "BRAID_AR_SPLIT_BYTES",
-                         "BRAID_CE_MIN_BYTES",
-                         "BRAID_CE_PUSH_MIN_BYTES",
-                         "BRAID_CE_PUSH_EXCHANGE_MIN_BYTES",
-                         "BRAID_DEALT_MAX_BYTES"};
-  const char *values[] = {"Ring", "Simple", "1", "1", "0", "0", "0", "0"};
-  for (int i = 0; i < 8; i++) setenv(names[i], values[i], 1);
+  cuda_dealt_env(1);
   EXPECT(cuda_run_ranks(cuda_nranks, 200, two_graphs_rank, NULL) == 0, "a rank failed (two graphs)");
   EXPECT(cuda_run_ranks(cuda_nranks, 200, several_rank, NULL) == 0, "a rank failed (several graphs)");
-  for (int i = 0; i < 8; i++) unsetenv(names[i]);
+  cuda_dealt_env(0);
 }
 
 /* ---- groups_repro ---- */
