@@ -489,8 +489,8 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
        "(BRAID_PAIR_KERNEL; an in-place all-reduce in one pass through %s and its LL128 twin, "
        "BRAID_PAIR_AR_KERNEL, and so an out-of-place one %s, BRAID_PAIR_JOIN_BYTES), of "
        "one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL); %s (BRAID_WIDE_STEPS); pieces "
-       "dealt to the channels as they find room %s (BRAID_DEALT_MIN_BYTES); launches that overlap the "
-       "stream's previous kernel: %s (BRAID_LAUNCH_PDL)",
+       "dealt to the channels as they find room %s (BRAID_DEALT_MIN_BYTES, BRAID_DEALT_MAX_BYTES); launches "
+       "that overlap the stream's previous kernel: %s (BRAID_LAUNCH_PDL)",
        name, rank, dev, nch, (unsigned long long)gx->wq.cap,
        gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
        gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same",

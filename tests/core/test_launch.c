@@ -1258,6 +1258,9 @@ static void tuning_rank(int rank, int nranks, void *arg) {
                                    "and send/receive, all-to-all and all-gather transfers of that size "
                                    "(BRAID_WIDE_STEPS)") == 1,
          "rank %d: init says which steps take 60 channels", rank);
+  EXPECT(test_file_lines(log_path, "pieces dealt to the channels as they find room in ring collectives' "
+                                   "transfers of 67108864 to 134217728 bytes") == 1,
+         "rank %d: init says which transfers are dealt", rank);
   for (int i = 0; i < 2; i++) EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
   EXPECT_OK(ncclBroadcast(buf, out, 4u << 20, ncclFloat, 0, comm, NULL));
   EXPECT(test_file_lines(log_path, "the largest 67108864 bytes over 60 channels") == 1 &&
