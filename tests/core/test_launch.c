@@ -675,6 +675,25 @@ static void undealt_rank(int rank, int nranks, void *arg) {
   char *b = (char *)(uintptr_t)0x10000000;
   EXPECT_OK(ncclReduceScatter(b, b + (64 << 20), 1 << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(dealt_bits(s, 0) == 0, "rank %d: BRAID_DEALT_MIN_BYTES=0 deals nothing", rank);
+  /* transfers of more than 128 MiB move in batches as large as the ring allows */
+  EXPECT_OK(ncclReduceScatter(b, b + (1ull << 30), 40 << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 0 && last_batch(s) == 0, "rank %d: 160 MiB blocks, not dealt, in batches of %d",
+         rank, last_batch(s));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+/* The defaults: from 64 MiB with no upper bound; a dealt transfer of more than 128 MiB moves in batches of 2
+ * pieces (launch_batch). */
+static void dealt_default_rank(int rank, int nranks, void *arg) {
+  unsetenv("BRAID_DEALT_MAX_BYTES");
+  ncclComm_t comm = dealt_open(arg, rank, nranks, "67108864");
+  mock_cuda_stats_t *s = mock_stats();
+  char *b = (char *)(uintptr_t)0x10000000;
+  EXPECT_OK(ncclReduceScatter(b, b + (1ull << 30), 40 << 20, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 3 && last_batch(s) == 2, "rank %d: 160 MiB blocks dealt (%x), in batches of %d",
+         rank, dealt_bits(s, 0), last_batch(s));
+  EXPECT_OK(ncclReduceScatter(b, b + (1ull << 30), (16 << 20) - 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 0, "rank %d: 64 MiB - 4 blocks are not dealt", rank);
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
@@ -690,6 +709,8 @@ static void dealt_marks(void) {
   EXPECT(run_ranks(2, 60, dealt_rank, &sh) == 0, "a rank failed");
   EXPECT_OK(ncclGetUniqueId(&sh.id));
   EXPECT(run_ranks(2, 60, undealt_rank, &sh) == 0, "a rank failed (BRAID_DEALT_MIN_BYTES=0)");
+  EXPECT_OK(ncclGetUniqueId(&sh.id));
+  EXPECT(run_ranks(2, 60, dealt_default_rank, &sh) == 0, "a rank failed (the defaults)");
   unsetenv("BRAID_PAIR_KERNEL");
   unsetenv("BRAID_CE_MIN_BYTES");
   unsetenv("BRAID_CE_PUSH_MIN_BYTES");
@@ -786,7 +807,7 @@ static const char *const knob_cases[][3] = {
     {"BRAID_WIDE_STEPS", "1", "BRAID_WIDE_STEPS"},
     {"BRAID_AR_SPLIT_BYTES", "0", "BRAID_AR_SPLIT_BYTES"},
     {"BRAID_DEALT_MIN_BYTES", "1048576", "BRAID_DEALT_MIN_BYTES"},
-    {"BRAID_DEALT_MAX_BYTES", "0", "BRAID_DEALT_MAX_BYTES"},
+    {"BRAID_DEALT_MAX_BYTES", "268435456", "BRAID_DEALT_MAX_BYTES"},
     {"NCCL_PROTO", "LL,LL128,Simple", NULL},
 };
 static int knob_case;
@@ -1259,7 +1280,7 @@ static void tuning_rank(int rank, int nranks, void *arg) {
                                    "(BRAID_WIDE_STEPS)") == 1,
          "rank %d: init says which steps take 60 channels", rank);
   EXPECT(test_file_lines(log_path, "pieces dealt to the channels as they find room in ring collectives' "
-                                   "transfers of 67108864 to 134217728 bytes") == 1,
+                                   "transfers from 67108864 bytes") == 1,
          "rank %d: init says which transfers are dealt", rank);
   for (int i = 0; i < 2; i++) EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
   EXPECT_OK(ncclBroadcast(buf, out, 4u << 20, ncclFloat, 0, comm, NULL));
