@@ -439,8 +439,10 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->wave_fence = (int)param_int(P_BRAID_WAVE_FENCE);
   gx->wide = (int)param_int(P_BRAID_WIDE_STEPS);
   gx->batch_pieces = batch_pieces();
-  gx->dealt_min = (uint64_t)(param_int(P_BRAID_DEALT_MIN_BYTES) > 0 ? param_int(P_BRAID_DEALT_MIN_BYTES) : 0);
-  gx->dealt_max = (uint64_t)(param_int(P_BRAID_DEALT_MAX_BYTES) > 0 ? param_int(P_BRAID_DEALT_MAX_BYTES) : 0);
+  const int64_t dealt_min = param_int(P_BRAID_DEALT_MIN_BYTES),
+                dealt_max = param_int(P_BRAID_DEALT_MAX_BYTES);
+  gx->dealt_min = dealt_min > 0 ? (uint64_t)dealt_min : 0;
+  gx->dealt_max = dealt_max > 0 ? (uint64_t)dealt_max : 0;
   gx->spread = spread_lanes(nranks);
   gx->ll_nch = nch < GX_LL_NCH ? nch : GX_LL_NCH;
   gx->ll128_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
@@ -1428,18 +1430,18 @@ static int step_has_wide(const plan_t *plan, const step_t *st, int peers) {
  * BRAID_DEALT_MAX_BYTES that only sends or only receives, over a connection whose rings have chunk marks
  * (p2p), and has no other transfer with a peer in its lane (x, sorted by lane). Both ends of a connection
  * must agree, and do: the step serves the same call on both ranks, the algorithm follows from the call and
- * the knobs, and a ring's step on two ranks holds one send and one receive of the same size on each rank,
- * however either rank's buffers lie (a local copy, which one rank may have and the other not, has no peer and
- * changes nothing here), each alone in its lane unless a transfer both receives and sends (the fused
- * all-reduce: none is dealt then, on either rank). One-shot steps, all-to-all, gather, scatter and
- * point-to-point are left out: their ranks' steps may differ in which transfers share a lane. Two ranks have
- * one connection each way, so a step has at most one dealt send, which the step's counters serve. */
+ * the knobs (step_t.oneshot, as the planner chose it), and a ring's step on two ranks holds one send and one
+ * receive of the same size on each rank, however either rank's buffers lie (a local copy, which one rank may
+ * have and the other not, has no peer and changes nothing here), each alone in its lane unless a transfer
+ * both receives and sends (the fused all-reduce: none is dealt then, on either rank). One-shot steps,
+ * all-to-all, gather, scatter and point-to-point are left out: their ranks' steps may differ in which
+ * transfers share a lane. Two ranks have one connection each way, so a step has at most one dealt send, which
+ * the step's counters serve. */
 static void dealt_mark(const gx_t *gx, const step_t *st, dev_xfer_t *x, int n) {
   const op_kind_t k = st->task->kind;
-  if (gx->dealt_min == 0 || gx->nranks != 2 ||
+  if (gx->dealt_min == 0 || gx->nranks != 2 || st->oneshot ||
       (k != OP_ALLREDUCE && k != OP_REDUCESCATTER && k != OP_ALLGATHER && k != OP_BROADCAST &&
-       k != OP_REDUCE) ||
-      plan_pick(st->task, gx->nranks, plan_tuning(), NULL) != ALGO_RING)
+       k != OP_REDUCE))
     return;
   for (int i = 0; i < n; i++) {
     const int send = x[i].send_peer >= 0, peer = send ? x[i].send_peer : x[i].recv_peer;
