@@ -10,7 +10,12 @@
  *             with memory to spare);
  *   pull S/N  the receiver's copy engine reads the peer's part, S-MiB chunks into N slots;
  *   push S/N  the sender's copy engine writes into the receiver's slots (a slot's reuse waits for the
- *             receiver's combine through an event of the other GPU).
+ *             receiver's combine through an event of the other GPU);
+ *   P% pulled a push S/N whose last P% of each part the receiver's kernel reads across the link and adds
+ *             into the output itself (one block per SM, on a stream of its own, from the start), so that
+ *             the kernel's reads fill the link while the engines wait between chunks.
+ * Each variant runs both ways at once (the reduce-scatter) and one way, GPU 1 to GPU 0 only (a reduce whose
+ * root, GPU 0, holds its operand in its output).
  * The chunks are S MiB, and the last S of the part is cut in halves down to 1 MiB (so that the combine left
  * after the last copy is short). Every run refills both buffers, and a kernel then counts the output words
  * that are not the sum (float, integer values: exact). Not part of the build:
@@ -18,7 +23,8 @@
  *   nvcc -O2 -std=c++17 -arch=sm_90 -o ce_stage tools/probes/ce_stage.cu -lcuda && ./ce_stage
  *
  * Prints per variant the median time of 9 runs (from GPU 0's start, which GPU 1 waits for, to the end of
- * both), the reduce-scatter's bus bandwidth (H / t), the chunks, and the wrong words.
+ * both), H / t (the reduce-scatter's bus bandwidth; one way, GPU 0's rate), the chunks on the engines, and
+ * the wrong words (one way, GPU 0's only).
  */
 #include <string.h>
 
@@ -59,11 +65,11 @@ __global__ void verify(const float *x, size_t first, size_t n, unsigned *wrong) 
 
 struct gpu {
   int dev;
-  cudaStream_t s, side;
+  cudaStream_t s, side, pull;
   float *buf; /* 2 H bytes: the user's buffer */
   char *land; /* H bytes: the full variant's landing area, and the slots at its start */
   unsigned *wrong;
-  cudaEvent_t t0, t1, start, end, landed[MAX_CHUNKS], freed[MAX_CHUNKS];
+  cudaEvent_t t0, t1, start, end, pulled, landed[MAX_CHUNKS], freed[MAX_CHUNKS];
 };
 
 static void setup(gpu &g, int dev) {
@@ -72,6 +78,7 @@ static void setup(gpu &g, int dev) {
   CK(cudaDeviceEnablePeerAccess(1 - dev, 0));
   CK(cudaStreamCreateWithFlags(&g.s, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&g.side, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&g.pull, cudaStreamNonBlocking));
   CK(cudaMalloc(&g.buf, 2 * kHalf));
   CK(cudaMalloc(&g.land, kHalf));
   CK(cudaMalloc(&g.wrong, sizeof(unsigned)));
@@ -79,16 +86,17 @@ static void setup(gpu &g, int dev) {
   CK(cudaEventCreate(&g.t1));
   CK(cudaEventCreateWithFlags(&g.start, cudaEventDisableTiming));
   CK(cudaEventCreateWithFlags(&g.end, cudaEventDisableTiming));
+  CK(cudaEventCreateWithFlags(&g.pulled, cudaEventDisableTiming));
   for (int i = 0; i < MAX_CHUNKS; i++) {
     CK(cudaEventCreateWithFlags(&g.landed[i], cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&g.freed[i], cudaEventDisableTiming));
   }
 }
 
-/* Chunk sizes of H: S-byte chunks, the last S cut in halves down to 1 MiB. */
-static std::vector<size_t> chunks(size_t s) {
+/* Chunk sizes of `total` bytes: S-byte chunks, the last S cut in halves down to 1 MiB. */
+static std::vector<size_t> chunks(size_t s, size_t total = kHalf) {
   std::vector<size_t> v;
-  size_t left = kHalf;
+  size_t left = total;
   while (left > s) {
     v.push_back(s);
     left -= s;
@@ -105,9 +113,10 @@ static void launch_combine(float *out, const void *in, size_t bytes, cudaStream_
   combine<<<132 * 4, 512, 0, on>>>((float4 *)out, (const float4 *)in, bytes / 16);
 }
 
-/* Issues one reduce-scatter. mode 0: full, 1: pull, 2: push. */
-static void issue(gpu *g, int mode, size_t s, int nslots) {
-  const std::vector<size_t> cs = chunks(s);
+/* Issues one reduce-scatter (dirs 2) or its half towards GPU 0 (dirs 1). mode 0: full, 1: pull, 2: push;
+ * `pulled` bytes at the end of each part go by the receiver's kernel instead. */
+static void issue(gpu *g, int mode, size_t s, int nslots, int dirs, size_t pulled) {
+  const std::vector<size_t> cs = chunks(s, kHalf - pulled);
   CK(cudaSetDevice(0));
   CK(cudaEventRecord(g[0].t0, g[0].s));
   CK(cudaEventRecord(g[0].start, g[0].s));
@@ -117,10 +126,19 @@ static void issue(gpu *g, int mode, size_t s, int nslots) {
     CK(cudaSetDevice(d));
     CK(cudaEventRecord(g[d].start, g[d].s));
     CK(cudaStreamWaitEvent(g[d].side, g[d].start, 0));
+    CK(cudaStreamWaitEvent(g[d].pull, g[d].start, 0));
+  }
+  for (int d = 0; d < dirs && pulled > 0; d++) {
+    const size_t at = kHalf - pulled;
+    CK(cudaSetDevice(d));
+    combine<<<132, 512, 0, g[d].pull>>>((float4 *)((char *)g[d].buf + d * kHalf + at),
+                                        (const float4 *)((const char *)g[1 - d].buf + d * kHalf + at),
+                                        pulled / 16);
+    CK(cudaEventRecord(g[d].pulled, g[d].pull));
   }
   /* GPU d's output starts at d * H bytes; the peer's part of it lies at the same place in its buffer */
   if (mode == 0) {
-    for (int d = 0; d < 2; d++) {
+    for (int d = 0; d < dirs; d++) {
       gpu &me = g[d], &peer = g[1 - d];
       CK(cudaSetDevice(d));
       CK(cudaMemcpyAsync(me.land, (const char *)peer.buf + d * kHalf, kHalf, cudaMemcpyDefault, me.s));
@@ -130,7 +148,7 @@ static void issue(gpu *g, int mode, size_t s, int nslots) {
     size_t at = 0;
     for (size_t k = 0; k < cs.size(); k++) {
       const int slot = (int)(k % nslots);
-      for (int d = 0; d < 2; d++) {
+      for (int d = 0; d < dirs; d++) {
         gpu &me = g[d], &peer = g[1 - d];
         char *out = (char *)me.buf + d * kHalf + at;
         const char *theirs = (const char *)peer.buf + d * kHalf + at;
@@ -147,11 +165,15 @@ static void issue(gpu *g, int mode, size_t s, int nslots) {
       }
       at += cs[k];
     }
-    for (int d = 0; d < 2; d++) {
+    for (int d = 0; d < dirs; d++) {
       CK(cudaSetDevice(d));
       CK(cudaEventRecord(g[d].end, g[d].side));
       CK(cudaStreamWaitEvent(g[d].s, g[d].end, 0));
     }
+  }
+  for (int d = 0; d < dirs && pulled > 0; d++) { /* the kernel's share joined at the end */
+    CK(cudaSetDevice(d));
+    CK(cudaStreamWaitEvent(g[d].s, g[d].pulled, 0));
   }
   CK(cudaSetDevice(1));
   CK(cudaEventRecord(g[1].end, g[1].s));
@@ -168,39 +190,55 @@ int main() {
   struct {
     int mode;
     size_t s;
-    int slots;
-  } vs[] = {{0, kHalf, 1},     {1, 8 * kMiB, 2},  {1, 16 * kMiB, 2}, {1, 32 * kMiB, 2}, {1, 32 * kMiB, 3},
-            {1, 64 * kMiB, 2}, {2, 16 * kMiB, 2}, {2, 32 * kMiB, 2}, {2, 64 * kMiB, 2}};
-  printf("in-place reduce-scatter of %zu MiB on two GPUs (each receives %zu MiB); medians of %d runs\n",
-         2 * kHalf >> 20, kHalf >> 20, RUNS);
-  for (auto &v : vs) {
-    std::vector<double> ts;
-    unsigned wrong_total = 0;
-    for (int r = 0; r < RUNS + 1; r++) {
-      for (int d = 0; d < 2; d++) {
-        CK(cudaSetDevice(d));
-        fill<<<132 * 4, 512>>>(g[d].buf, 2 * kHalf / 4, d);
-        CK(cudaMemset(g[d].wrong, 0, sizeof(unsigned)));
-        CK(cudaDeviceSynchronize());
+    int slots, pct; /* pct: the part's share pulled by the receiver's kernel */
+  } vs[] = {{0, kHalf, 1, 0},      {1, 8 * kMiB, 2, 0},   {1, 16 * kMiB, 2, 0},  {1, 32 * kMiB, 2, 0},
+            {1, 32 * kMiB, 3, 0},  {1, 64 * kMiB, 2, 0},  {2, 16 * kMiB, 2, 0},  {2, 32 * kMiB, 2, 0},
+            {2, 64 * kMiB, 2, 0},  {2, 16 * kMiB, 2, 25}, {2, 32 * kMiB, 2, 25}, {2, 64 * kMiB, 2, 25},
+            {2, 16 * kMiB, 2, 50}, {2, 32 * kMiB, 2, 50}, {2, 16 * kMiB, 2, 75}, {2, 16 * kMiB, 2, 100}};
+  for (int dirs = 2; dirs >= 1; dirs--) {
+    if (dirs == 2)
+      printf("in-place reduce-scatter of %zu MiB on two GPUs (each receives %zu MiB); medians of %d runs\n",
+             2 * kHalf >> 20, kHalf >> 20, RUNS);
+    else
+      printf("one way: GPU 0 receives %zu MiB and adds it into its own (a reduce in place); medians of %d "
+             "runs\n",
+             kHalf >> 20, RUNS);
+    for (auto &v : vs) {
+      if (v.pct > 0 && v.mode != 2) continue;
+      const size_t pulled = kHalf / 100 * v.pct / kMiB * kMiB;
+      std::vector<double> ts;
+      unsigned wrong_total = 0;
+      for (int r = 0; r < RUNS + 1; r++) {
+        for (int d = 0; d < 2; d++) {
+          CK(cudaSetDevice(d));
+          fill<<<132 * 4, 512>>>(g[d].buf, 2 * kHalf / 4, d);
+          CK(cudaMemset(g[d].wrong, 0, sizeof(unsigned)));
+          CK(cudaDeviceSynchronize());
+        }
+        issue(g, v.mode, v.s, v.slots, dirs, pulled);
+        for (int d = 0; d < 2; d++) {
+          CK(cudaSetDevice(d));
+          CK(cudaDeviceSynchronize());
+        }
+        for (int d = 0; d < dirs; d++) {
+          CK(cudaSetDevice(d));
+          verify<<<132 * 4, 512>>>(g[d].buf, d * kHalf / 4, kHalf / 4, g[d].wrong);
+          unsigned w = 0;
+          CK(cudaMemcpy(&w, g[d].wrong, sizeof w, cudaMemcpyDeviceToHost));
+          wrong_total += w;
+        }
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, g[0].t0, g[0].t1));
+        if (r > 0) ts.push_back(ms * 1e3); /* the first run warms up */
       }
-      issue(g, v.mode, v.s, v.slots);
-      for (int d = 0; d < 2; d++) {
-        CK(cudaSetDevice(d));
-        CK(cudaDeviceSynchronize());
-        verify<<<132 * 4, 512>>>(g[d].buf, d * kHalf / 4, kHalf / 4, g[d].wrong);
-        unsigned w = 0;
-        CK(cudaMemcpy(&w, g[d].wrong, sizeof w, cudaMemcpyDeviceToHost));
-        wrong_total += w;
-      }
-      float ms = 0;
-      CK(cudaEventElapsedTime(&ms, g[0].t0, g[0].t1));
-      if (r > 0) ts.push_back(ms * 1e3); /* the first run warms up */
+      std::sort(ts.begin(), ts.end());
+      const double t = ts[RUNS / 2];
+      const char *name = v.mode == 0 ? "full" : v.mode == 1 ? "pull" : "push";
+      printf("%-4s %3zu MiB x %d  %3d%% pulled  %3zu chunks  %9.2f us  %6.1f GB/s  wrong %u\n", name,
+             v.s >> 20, v.slots, v.pct, v.mode == 0 ? (size_t)1 : chunks(v.s, kHalf - pulled).size(), t,
+             kHalf / t / 1e3, wrong_total);
+      fflush(stdout);
     }
-    std::sort(ts.begin(), ts.end());
-    const double t = ts[RUNS / 2];
-    const char *name = v.mode == 0 ? "full" : v.mode == 1 ? "pull" : "push";
-    printf("%-4s %3zu MiB x %d  %3zu chunks  %9.2f us  %6.1f GB/s  wrong %u\n", name, v.s >> 20, v.slots,
-           v.mode == 0 ? (size_t)1 : chunks(v.s).size(), t, kHalf / t / 1e3, wrong_total);
   }
   return 0;
 }
