@@ -656,9 +656,14 @@ static void dealt_rank(int rank, int nranks, void *arg) {
   /* 24 MiB: one fused ring step, whose combine receives and forwards: nothing dealt */
   EXPECT_OK(ncclAllReduce(b, b, 24 * mib, ncclFloat, ncclSum, comm, NULL));
   EXPECT(dealt_bits(s, 0) == 0 && dealt_bits(s, 1) == 0xff, "rank %d: a fused all-reduce is not dealt", rank);
-  /* 8 MiB: one-shot */
+  /* 8 MiB: one-shot. In place its send and receive share a lane; out of place each has a lane of its own,
+   * and only the one-shot mark keeps them from being dealt (a one-shot step's lanes may differ between the
+   * ranks, one in place and one not, so the two ends of a connection could disagree) */
   EXPECT_OK(ncclAllReduce(b, b, 8 * mib, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(dealt_bits(s, 0) == 0, "rank %d: a one-shot all-reduce is not dealt", rank);
+  EXPECT(dealt_bits(s, 0) == 0, "rank %d: a one-shot all-reduce in place is not dealt", rank);
+  EXPECT_OK(ncclAllReduce(b, b + (64 << 20), 8 * mib, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(dealt_bits(s, 0) == 0 && dealt_bits(s, 1) == 0xff,
+         "rank %d: a one-shot all-reduce out of place is not dealt (%x)", rank, dealt_bits(s, 0));
   /* point-to-point of 8 MiB */
   EXPECT_OK(ncclGroupStart());
   EXPECT_OK(ncclSend(b, 2 * mib, ncclFloat, 1 - rank, comm, NULL));
