@@ -317,6 +317,13 @@ __device__ void batch_mark(const ring_use &r, uint32_t done, uint32_t nb, uint32
   }
 }
 
+/* Thread 0, after the block barrier that ends a batch in which the block read nb slots of receive ring r
+ * (every thread's reads have completed: their values were stored): frees them to the sender (head). */
+__device__ __forceinline__ void recv_free(ring_use &r, uint32_t nb) {
+  r.count += nb;
+  r.ctrl->head = r.count;
+}
+
 /* Thread 0, after the block barrier that ends a batch of nb pieces starting at byte `done` of a part of
  * `len` bytes. Send: the slots' sizes, a system fence (the whole block's slot stores, ordered before it by
  * the barrier, become visible first), then the chunk marks where the ring has them, and tail; an LL send
@@ -336,11 +343,7 @@ __device__ void batch_publish(const dev_xfer_t &x, uint32_t xi, uint32_t done, u
     r.count += nb;
     r.ctrl->tail = r.count;
   }
-  if (x.recv_peer >= 0) {
-    ring_use &r = st.rings[st.recv_ring[xi]];
-    r.count += nb;
-    r.ctrl->head = r.count;
-  }
+  if (x.recv_peer >= 0) recv_free(st.rings[st.recv_ring[xi]], nb);
 }
 
 /* Every thread: piece i of a batch, at byte `at` of the transfer. A local reduction takes its second operand
@@ -508,9 +511,7 @@ __device__ void dealt_publish(const dev_xfer_t &x, uint32_t xi, block_state &st)
     r.count += nb;
     r.ctrl->tail = r.count;
   } else {
-    ring_use &r = st.rings[st.recv_ring[xi]];
-    r.count += nb;
-    r.ctrl->head = r.count;
+    recv_free(st.rings[st.recv_ring[xi]], nb);
   }
 }
 
