@@ -11,8 +11,7 @@
 
 /* A transfer is well formed: channels (within the launch's blocks per lane, so every part has a block),
  * type, operation and peers in range, and something to move; a local reduction has both operands; a dealt
- * one (dev.h) Simple with one peer, a send or a receive. W is the
- * work (dev_work_t or dev_work_small_t). */
+ * one (dev.h) Simple with one peer, a send or a receive. W is the work (dev_work_t or dev_work_small_t). */
 template <class W> __device__ bool xfer_valid(const dev_xfer_t &x, const W &w) {
   /* every field read at once, the conditions combined without short cuts (as work_valid does, kernels.cu) */
   const int nranks = w.comm.nranks, recv_peer = x.recv_peer, send_peer = x.send_peer;
