@@ -219,7 +219,10 @@ static void cross_rank(int rank, int nranks, void *arg) {
   atomic_fetch_add(&x->published, 1); /* seq_cst: the pid and token above are visible to the other rank */
   wait_count(&x->published, 2);
   int other = 1 - rank, got = -1;
-  EXPECT_OK(fd_fetch(x->pid[other], x->token[other], NULL, &got));
+  /* a failure names the library's message: one seen once in CI printed the code alone */
+  const ncclResult_t res = fd_fetch(x->pid[other], x->token[other], NULL, &got);
+  EXPECT(res == ncclSuccess, "rank %d: fetching rank %d's descriptor returned %d: %s", rank, other, (int)res,
+         log_last_error());
   unsigned char buf[FILE_BYTES];
   EXPECT(pread(got, buf, FILE_BYTES, 0) == FILE_BYTES);
   EXPECT(memcmp(buf, x->content[other], FILE_BYTES) == 0);
