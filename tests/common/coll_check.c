@@ -131,15 +131,20 @@ ncclRedOp_t coll_make_op(ncclComm_t comm, const coll_case_t *c, void *scalar, in
   return op;
 }
 
-void coll_describe(const coll_case_t *c, int n, int rank, char *buf, size_t len) {
+void coll_key(const coll_case_t *c, char *buf, size_t len) {
   const char *op = !coll_reduces(c->kind) ? "-"
                    : c->op < ncclNumOps   ? data_op_name((ncclRedOp_t)c->op)
                    : c->op == ncclNumOps  ? "premulsum(host scalar)"
                                           : "premulsum(device scalar)";
-  snprintf(buf, len, "%s %s op %s count %zu %s root %d offset %d B seed %llu, rank %d of %d",
-           coll_kind_name(c->kind), data_type_name(c->type), op, c->count,
-           coll_inplace(c) ? "in-place" : "out-of-place", c->root, c->offset, (unsigned long long)c->seed,
-           rank, n);
+  snprintf(buf, len, "%s %s op %s count %zu %s", coll_kind_name(c->kind), data_type_name(c->type), op,
+           c->count, coll_inplace(c) ? "in-place" : "out-of-place");
+}
+
+void coll_describe(const coll_case_t *c, int n, int rank, char *buf, size_t len) {
+  char key[160];
+  coll_key(c, key, sizeof key);
+  snprintf(buf, len, "%s root %d offset %d B seed %llu, rank %d of %d", key, c->root, c->offset,
+           (unsigned long long)c->seed, rank, n);
 }
 
 static void verify(const coll_case_t *c, int n, int rank, const char *out, size_t elems) {

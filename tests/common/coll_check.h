@@ -76,7 +76,10 @@ ncclRedOp_t coll_make_op(ncclComm_t comm, const coll_case_t *c, void *scalar, in
 /* Issues the call (send/recv as a group of one send and one receive). */
 ncclResult_t coll_call(ncclComm_t comm, const coll_case_t *c, const void *send, void *recv, ncclRedOp_t op,
                        cudaStream_t stream);
-/* One line naming the case, for messages. */
+/* The case's collective, type, operation, count and placement, the same on every rank (its root, offset and
+ * seed are not in it: a skewed sweep gives ranks different offsets). */
+void coll_key(const coll_case_t *c, char *buf, size_t len);
+/* One line naming the case, for messages: its key, root, offset, seed and rank. */
 void coll_describe(const coll_case_t *c, int nranks, int rank, char *buf, size_t len);
 
 #endif

@@ -19,6 +19,7 @@ int cuda_host;
 int cuda_nranks = 2;
 int cuda_ndevs;
 size_t cuda_count_arg;
+const char *cuda_match;
 static int n_threads = 1;
 
 /* Poisoned bytes after every buffer, checked after each call. */
@@ -69,7 +70,7 @@ static int probe_devices(void) {
 }
 
 static void usage(const char *prog) {
-  fprintf(stderr, "usage: %s [--host] [--gpus N] [--devices D] [--count N] [case...]\n", prog);
+  fprintf(stderr, "usage: %s [--host] [--gpus N] [--devices D] [--count N] [--match TEXT] [case...]\n", prog);
   exit(2);
 }
 
@@ -84,6 +85,8 @@ void cuda_init(int argc, char **argv) {
       cuda_ndevs = atoi(argv[++i]);
     else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
       cuda_count_arg = strtoull(argv[++i], NULL, 0);
+    else if (strcmp(argv[i], "--match") == 0 && i + 1 < argc)
+      cuda_match = argv[++i];
     else
       usage(argv[0]);
   }
@@ -542,11 +545,17 @@ void cuda_case_check(cuda_case_t *k) {
 }
 
 void cuda_case_run(ncclComm_t comm, cuda_rank_t *r, const coll_case_t *c, const char *mode, int timeout_s) {
+  if (cuda_match != NULL) { /* every rank sees the same key, so every rank skips the same cases */
+    char key[160];
+    coll_key(c, key, sizeof key);
+    if (strstr(key, cuda_match) == NULL) return;
+  }
   int n, rank;
   EXPECT_OK(ncclCommCount(comm, &n));
   EXPECT_OK(ncclCommUserRank(comm, &rank));
   char what[320];
   describe(what, sizeof what, c, n, rank, mode);
+  if (cuda_match != NULL && rank == 0) printf("matched: %s\n", what); /* a --match that names no case shows */
   cuda_watch(what, timeout_s);
   cuda_case_t k;
   cuda_case_prepare(&k, comm, r, c, mode);

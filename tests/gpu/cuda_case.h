@@ -33,10 +33,11 @@
 #define CUDA_SKIP 77
 
 /* Options, set by cuda_init. */
-extern int cuda_host;         /* --host: host memory and the host backend */
-extern int cuda_nranks;       /* --gpus */
-extern int cuda_ndevs;        /* --devices: GPUs the ranks share (cuda_nranks unless given) */
-extern size_t cuda_count_arg; /* --count, 0 when not given */
+extern int cuda_host;          /* --host: host memory and the host backend */
+extern int cuda_nranks;        /* --gpus */
+extern int cuda_ndevs;         /* --devices: GPUs the ranks share (cuda_nranks unless given) */
+extern size_t cuda_count_arg;  /* --count, 0 when not given */
+extern const char *cuda_match; /* --match: only the cases whose key (coll_key) holds this text; NULL: all */
 
 /* Parses the options, selects the named cases, and exits with CUDA_SKIP when fewer than --devices (or --gpus)
  * devices are usable. It probes the devices in a child process, so the caller itself has touched no CUDA
