@@ -619,10 +619,14 @@ __device__ bool ll_run(const W &w, uint32_t k, block_state &st, ll_stage &sm, bo
     const uint32_t len = end - at < piece ? (uint32_t)(end - at) : piece;
     /* Thread 0 waits and says so at a barrier, unless nothing is to be waited for and every thread sees
      * that alike: both sides LL (a receive waits on its lines) and the head last read leaves the send room,
-     * read by every thread from the lane's rings while thread 0 has not moved them since a barrier. */
+     * read by every thread from the lane's rings while thread 0 has not moved them since a barrier. Thread
+     * 0's wait moves the head last read, so where `synced` let the rings decide, the block meets first:
+     * else a warp that read them after the wait would skip the barrier the others meet, and from there on
+     * every barrier of the launch would pair the warp with the wrong one of the others'. */
     const bool quick = synced && (rr == NULL || rr->ll) &&
                        (rs == NULL || (rs->ll && rs->head_seen + DEV_LL_SLOTS > rs->count));
     if (!quick) {
+      if (synced) __syncthreads(); /* every thread has read the rings */
       if (threadIdx.x == 0) st.batch = batch_wait(w, x, xi, 1, st);
       __syncthreads();
       if (st.batch == 0) return false;
