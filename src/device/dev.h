@@ -32,6 +32,7 @@
 #define BRAID_DEVICE_DEV_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define DEV_SLOTS                  8
