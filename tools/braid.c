@@ -10,7 +10,8 @@
 static void usage(FILE *out) {
   fprintf(out, "usage: braid <command> [options]\n"
                "  bench [options] [collective...]  measure collectives, nccl-tests style (braid bench -h)\n"
-               "  info [--params]                  backend, CUDA driver and every parameter\n"
+               "  info [--params [--markdown]]     backend, CUDA driver and every parameter\n"
+               "                                   (--markdown: the knob page, docs/knobs.md)\n"
                "  --version                        print the version\n");
 }
 
