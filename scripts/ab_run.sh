@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A kernel change checked and measured in one run on a machine with GPUs (docs/perf-notes.md):
+# A kernel change checked and measured in one run on a machine with GPUs:
 #   1. builds Braid with its GPU tests (BUILD, default build-gpu; reused when it holds a build);
 #   2. checks results with `braid bench -c 1`: every collective eagerly, under CUDA graphs and with one
 #      process for both GPUs over the sizes of SWEEP (default -b 8 -e 64M -f 4), and every type and

@@ -1,7 +1,7 @@
 /*
  * Probe: copy-engine transfers between two processes, one GPU each, straight into the peer's own buffer,
  * ordered by stream memory operations alone (no kernel, no host round trip per call). The feasibility
- * questions for a copy-engine path in the library (docs/perf-notes.md, "Next"):
+ * questions for a copy-engine path in the library:
  *   - does a legacy IPC handle of a cudaMalloc buffer, opened in the peer process, take copy-engine copies
  *     at the link's speed;
  *   - do cuStreamWriteValue32 into the peer's memory (an opened handle) and cuStreamWaitValue32 on local

@@ -1,7 +1,7 @@
 /*
  * Probe: an in-place reduce-scatter of two ranks on the copy engines, through a small landing area. In place,
  * the copy engines cannot land the peer's part in the receiver's output (src/core/ce.c: that is the operand),
- * so the kernels move it today (docs/performance.md, 346-354 GB/s at 512 MiB-1 GiB). Here each GPU's part
+ * so the kernels move it. Here each GPU's part
  * from the peer lands in chunks in a few slots of its own memory, and a combine kernel on a second stream
  * adds each chunk into the output as it lands; a slot is refilled once its combine has finished. One process
  * drives both GPUs with peer access; each holds 2 H bytes (H = 256 MiB, a 512 MiB reduce-scatter's half), in

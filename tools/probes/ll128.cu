@@ -25,7 +25,7 @@
  * some builds of this probe counted no wrong word in about 20,000 checked launches, another (the same code
  * with the options above compiled in, all off) 1.4 million in 47 of 68 checked rows. With PROBE_RELOAD=1
  * none, whatever the memory, the offset (0, 384, 4096) or PROBE_DIVERGE. Braid's kernels later showed what
- * most likely made those wrong words (docs/perf-notes.md, 77): a line stored by a split warp, in several
+ * most likely made those wrong words: a line stored by a split warp, in several
  * instructions, its flag before its data; this probe does not check that its warps store converged.
  */
 #include <stdint.h>

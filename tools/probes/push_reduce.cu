@@ -1,6 +1,6 @@
 /*
  * Probe: whether a two-GPU all-reduce out of place of 2-32 MiB gains from pushing, as the steps that only
- * copy did (docs/perf-notes.md, 96 and 99): each GPU stores its whole input straight into the other's
+ * copy did: each GPU stores its whole input straight into the other's
  * output, and combines its own input into its output tile by tile as the other's tiles land. Two GPUs
  * driven by one process, float sums, one kernel per GPU per all-reduce of G blocks (one per SM) of 512
  * threads:
