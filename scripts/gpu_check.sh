@@ -7,6 +7,7 @@
 #      Braid (swapped in with LD_LIBRARY_PATH), one binary after the other, in four modes: one process per GPU
 #      under mpirun up to a large size (the bandwidth table), CUDA graphs, every data type and operation for
 #      the reducing collectives, and one process driving all GPUs;
+#   3a. runs the PyTorch suite (tests/torch) on Braid with 1, 2 and 4 ranks, then on PyTorch's own NCCL;
 #   4. with time to spare (or REF_TESTS=1, which runs them right after step 2), runs the GPU tests on the
 #      reference NCCL too, which checks the tests themselves;
 #   5. writes $OUT/summary.md: the GPU tests (Braid | NCCL), nccl-tests' verdicts (binary x mode, NCCL | Braid:
@@ -20,7 +21,8 @@
 # 200), LARGE (largest size of the one-process-per-GPU runs, default 1G), REF_TESTS (1: always run the GPU
 # tests on NCCL, 0: never, default: with time to spare), NCCL_TESTS (0: skip nccl-tests), MODES (the
 # nccl-tests modes to run, of "procs graphs alltypes onegpu", default all four: a check that ran out of time
-# can finish in a second run), WORK (scratch folder for the builds of nccl-tests and the logs; default: a new
+# can finish in a second run), TORCH_SUITE (0: skip the PyTorch suite), TORCH_RANKS (its world sizes, default
+# 1,2,4), TORCH_SUITE_S (seconds for it on Braid, default 420), WORK (scratch folder for the builds of nccl-tests and the logs; default: a new
 # temporary one), REUSE_BUILD (1: use build-gpu as it is when its braid runs, e.g. bin/ and lib/ of a build
 # carried from another machine, instead of building).
 #
@@ -172,6 +174,29 @@ run_gpu_tests() {
 run_gpu_tests braid "$PWD/build-gpu/lib"
 if [ "$ref_tests" = 1 ]; then run_gpu_tests nccl "$ref/lib"; fi
 
+# ---- PyTorch ----
+
+# The PyTorch suite (tests/torch) on Braid under torch.distributed, with 1, 2 and 4 ranks (sharing GPUs where
+# there are fewer), then on PyTorch's own NCCL where it can run (a rank per GPU). TORCH_SUITE=0 skips it.
+torch_line="not run (TORCH_SUITE=0, or no PyTorch)"
+if [ "${TORCH_SUITE:-1}" = 1 ] && python3 -c 'import torch' 2>/dev/null; then
+  echo "== PyTorch suite"
+  mkdir -p "$work/logs/torch"
+  limit=$(min "${TORCH_SUITE_S:-420}" "$(left)")
+  timeout -k 10 "$limit" python3 tests/torch/run_torch_suite.py --lib build-gpu/lib/libnccl.so.2 \
+    --ranks "${TORCH_RANKS:-1,2,4}" --out "$work/logs/torch/braid" >"$work/logs/torch/braid.txt" 2>&1
+  torch_status=$?
+  tail -25 "$work/logs/torch/braid.txt"
+  torch_line="Braid: $(tail -1 "$work/logs/torch/braid.txt") (exit status $torch_status)"
+  limit=$(min 240 "$(left)")
+  if [ "$limit" -ge 60 ]; then
+    timeout -k 10 "$limit" python3 tests/torch/run_torch_suite.py --ranks "$ngpus" --scenarios main,lazy \
+      --out "$work/logs/torch/nccl" >"$work/logs/torch/nccl.txt" 2>&1
+    torch_line="$torch_line; PyTorch's own NCCL, $ngpus rank(s): $(tail -1 "$work/logs/torch/nccl.txt")"
+  fi
+  cp "$work/logs/torch/braid/torch-suite.tsv" "$out/torch-suite.tsv" 2>/dev/null
+fi
+
 # ---- nccl-tests ----
 
 # nt_run LIB MODE BINARY LIMIT ARGS...: one nccl-tests run, logged, and one row of $results. Sets nt_secs and
@@ -261,10 +286,13 @@ header="$(date -u '+%Y-%m-%d %H:%M UTC'), $(nvidia-smi --query-gpu=name --format
 reference NCCL from \`$ref\`. Largest size in the one-process-per-GPU runs: $large. The check took $((SECONDS - start)) s \
 of a budget of $budget s${skipped_stages:+; not run for lack of time: $skipped_stages}. NCCL_NVLS_ENABLE=0 throughout."
 write_summary "$gtests" "$results" "$header" >"$out/summary.md"
+printf '\n## PyTorch suite\n\n%s\n' "$torch_line" >>"$out/summary.md"
 tar czf "$out/gpu-tests-logs.tgz" -C "$work/logs/gpu-tests" .
 tar czf "$out/nccl-tests-logs.tgz" -C "$work/logs/nccl-tests" .
+[ -d "$work/logs/torch" ] && tar czf "$out/torch-logs.tgz" -C "$work/logs/torch" .
 [ -n "${WORK:-}" ] || rm -rf "$work"
 cat "$out/summary.md"
 # Success means Braid passed everything it ran.
-! awk -F'\t' '$1 == "braid" && $3 ~ /^FAIL/ { f = 1 } END { exit !f }' "$gtests" &&
+[ "${torch_status:-0}" = 0 ] &&
+  ! awk -F'\t' '$1 == "braid" && $3 ~ /^FAIL/ { f = 1 } END { exit !f }' "$gtests" &&
   ! awk -F'\t' '$1 == "braid" && $4 ~ /^FAIL/ { f = 1 } END { exit !f }' "$results"
