@@ -192,7 +192,6 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   CHECK(comm_check(comm, "ncclCommDestroy"));
-  CHECK(comm_graphs_check(comm, "ncclCommDestroy"));
   comm_destroy(comm);
   return ncclSuccess;
 }

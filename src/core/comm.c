@@ -63,6 +63,7 @@ ncclResult_t comm_alloc(int nranks, int rank, const ncclConfig_t *config, ncclCo
   comm->dev = -1;
   comm->config = cfg;
   comm->blocking = cfg.blocking;
+  pthread_mutex_init(&comm->cause_lock, NULL);
   atomic_store(&comm->state, COMM_INITIALIZING);
   atomic_store(&comm->async_error, ncclInProgress);
   *comm_p = comm;
@@ -391,7 +392,9 @@ ncclResult_t comm_check_ready(ncclComm_t comm, const char *func) {
   CHECK(comm_check(comm, func));
   switch (atomic_load_explicit(&comm->state, memory_order_acquire)) {
   case COMM_READY:
-    return ncclSuccess;
+    /* a kernel that gave up on a peer fails the communicator here (one load of a host-mapped word) */
+    if (comm->gx == NULL || comm_async_error(comm) == ncclSuccess) return ncclSuccess;
+    break;
   case COMM_INITIALIZING:
     return log_err(ncclInvalidUsage,
                    "%s: %s is still initialising; wait until ncclCommGetAsyncError gives ncclSuccess", func,
@@ -399,9 +402,11 @@ ncclResult_t comm_check_ready(ncclComm_t comm, const char *func) {
   case COMM_FINALIZED:
     return log_err(ncclInvalidUsage, "%s: %s was finalized", func, comm->name);
   default:
-    return log_err(ncclInvalidUsage, "%s: %s failed earlier (%s); it can only be destroyed or aborted", func,
-                   comm->name, log_result_name((ncclResult_t)atomic_load(&comm->async_error)));
+    break;
   }
+  return log_err(ncclInvalidUsage, "%s: %s failed earlier (%s: %s); it can only be destroyed or aborted",
+                 func, comm->name, log_result_name((ncclResult_t)atomic_load(&comm->async_error)),
+                 comm->cause);
 }
 
 ncclResult_t comm_async_error(ncclComm_t comm) {
@@ -413,6 +418,10 @@ ncclResult_t comm_async_error(ncclComm_t comm) {
 }
 
 void comm_set_error(ncclComm_t comm, ncclResult_t res) {
+  /* the first failure's message, which the failing call logged just before, for the calls that follow */
+  pthread_mutex_lock(&comm->cause_lock);
+  if (comm->cause[0] == '\0') snprintf(comm->cause, sizeof comm->cause, "%s", log_last_error());
+  pthread_mutex_unlock(&comm->cause_lock);
   int expected = ncclSuccess;
   if (!atomic_compare_exchange_strong(&comm->async_error, &expected, res)) {
     expected = ncclInProgress;
@@ -422,26 +431,11 @@ void comm_set_error(ncclComm_t comm, ncclResult_t res) {
   if (comm->links != NULL) links_fail(comm->links);
 }
 
-ncclResult_t comm_graphs_check(ncclComm_t comm, const char *func) {
-  double limit = time_now() + (double)param_int(P_BRAID_GRAPH_WAIT_S);
-  /* a graph destroyed just now is reported gone by the driver's thread shortly after */
-  while (gx_graphs(comm->gx) > 0 && time_now() < limit) time_sleep_us(1000);
-  int n = gx_graphs(comm->gx);
-  if (n == 0) return ncclSuccess;
-  return log_err(
-      ncclInvalidUsage,
-      "%s: %s rank %d is used by %d CUDA graph%s that still exist%s (captured work would run on a "
-      "destroyed communicator); destroy them (cudaGraphDestroy, and cudaGraphExecDestroy for every "
-      "instance) first, or call ncclCommAbort. The communicator is unchanged",
-      func, comm->name, comm->rank, n, n == 1 ? "" : "s", n == 1 ? "s" : "");
-}
-
 static void links_release(void *links) {
   links_destroy(links);
 }
 
 ncclResult_t comm_finalize(ncclComm_t comm) {
-  CHECK(comm_graphs_check(comm, "ncclCommFinalize"));
   ncclResult_t res = boot_barrier(comm->boot);
   if (res != ncclSuccess) {
     comm_set_error(comm, res);
@@ -457,8 +451,11 @@ void comm_destroy(ncclComm_t comm) {
     comm->init_thread_live = 0;
   }
   if (gx_graphs(comm->gx) > 0) {
-    /* only after ncclCommAbort (destroy and finalize refuse): replays may still reach the kernel view, the
-     * rings and the copy-engine path's words and mappings, so they stay until the last graph goes */
+    /* CUDA graphs outlive the communicator: its eager work ends first, a later replay leaves at once (the
+     * abort flag), and what a replay could reach (the kernel view, the rings, the copy-engine path's words
+     * and mappings) stays until the last graph goes */
+    gx_quiesce(comm->gx);
+    gx_abort(comm->gx);
     gx_retire(comm->gx, links_release, comm->links);
   } else if (gx_destroy(comm->gx) == ncclSuccess) { /* first: waits until no kernel or copy uses them; it
                                                      * frees the copy-engine path too (gx_set_ce) */

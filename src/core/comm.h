@@ -58,12 +58,9 @@ struct ncclComm {
   int init_thread_live;  /* init_thread must be joined */
   struct ncclComm *group_next; /* next communicator with calls in the calling thread's group */
   int in_group;                /* on the calling thread's group list */
+  char cause[256];             /* the message of the failure that failed the communicator, or "" */
+  pthread_mutex_t cause_lock;  /* comm_set_error may run on several threads at once */
 };
-
-/* ncclSuccess when no CUDA graph holds captured work of the communicator, after waiting at most
- * BRAID_GRAPH_WAIT_S for graphs being destroyed; otherwise ncclInvalidUsage naming how many (for `func`,
- * which must not destroy or finalize it then). */
-ncclResult_t comm_graphs_check(ncclComm_t comm, const char *func);
 
 /* Allocates a communicator for `rank` of `nranks` with a validated configuration (NULL: defaults). */
 ncclResult_t comm_alloc(int nranks, int rank, const ncclConfig_t *config, ncclComm_t *comm_p);

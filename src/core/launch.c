@@ -23,10 +23,10 @@
  * their launches are gone, and its memory is freed by the next call of this module.
  *
  * Communicator and graph lifetimes. While a graph holds a token of the communicator, gx_graphs reports it,
- * and ncclCommDestroy / ncclCommFinalize refuse (comm.c). ncclCommAbort retires the executor instead
- * (gx_retire): the kernels see the abort flag (a replay after the abort leaves at once), and everything a
- * replay could reach (the kernel view, the flags, the connections' rings) is kept until the last graph is
- * gone, then freed by the next call of this module (gx_sweep).
+ * and ncclCommDestroy and ncclCommAbort retire the executor instead of freeing it (gx_retire): once the last
+ * eager launch has finished the kernels see the abort flag (a replay after the destroy leaves at once), and
+ * everything a replay could reach (the kernel view, the flags, the connections' rings) is kept until the
+ * last graph is gone, then freed by the next call of this module (gx_sweep).
  */
 #include "launch.h"
 
@@ -1765,6 +1765,13 @@ void gx_sweep(void) {
     /* a stuck kernel keeps the connections too (gx_destroy said so) */
     if (gx_destroy(gx) == ncclSuccess && release != NULL) release(arg);
   }
+}
+
+void gx_quiesce(gx_t *gx) {
+  gpu_scope_t scope;
+  if (gx == NULL || gpu_enter(gx->dev, &scope) != ncclSuccess) return;
+  (void)wait_last(gx); /* a GPU that makes no progress was reported; the replays are stopped all the same */
+  gpu_leave(&scope);
 }
 
 void gx_abort(gx_t *gx) {

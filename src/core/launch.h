@@ -56,11 +56,13 @@ int gx_graphs(gx_t *gx);
  * use, gx_destroy says so at WARN, leaves the executor allocated and returns ncclSystemError (the caller must
  * then keep the connections too). */
 ncclResult_t gx_destroy(gx_t *gx);
-/* For an aborted communicator that graphs still hold: keeps the executor, and `arg` (the connections, which
- * a replay's kernel could still touch), until the last graph is gone; then gx_sweep frees the executor and
- * calls release(arg).
- * The communicator's struct outlives it (destroyed communicators stay as tombstones), so the executor keeps
- * using its name and account. */
+/* Waits, bounded as gx_destroy does, until the communicator's last eager launch has finished (for a
+ * communicator destroyed while graphs hold it: its eager work ends before replays are stopped). */
+void gx_quiesce(gx_t *gx);
+/* For a communicator destroyed or aborted while graphs still hold it: keeps the executor, and `arg` (the
+ * connections, which a replay's kernel could still touch), until the last graph is gone; then gx_sweep frees
+ * the executor and calls release(arg). The communicator's struct outlives it (destroyed communicators stay as
+ * tombstones), so the executor keeps using its name and account. */
 void gx_retire(gx_t *gx, void (*release)(void *), void *arg);
 /* Frees retired executors that no graph holds any more. Called by gx_init and gx_launch; cheap when there
  * is none. */

@@ -24,7 +24,8 @@ SCENARIOS = {
     "lazy": ([2], 120, {}),
     "nonblocking": ([2], 120, {"TORCH_NCCL_USE_COMM_NONBLOCKING": "1"}),
     "absent": ([2], 120, {"BRAID_BOOTSTRAP_TIMEOUT_S": "15", "TORCH_SUITE_ERROR_WITHIN_S": "40"}),
-    "stuck": ([2], 120, {"BRAID_TIMEOUT_S": "10", "TORCH_NCCL_BLOCKING_WAIT": "1",
+    # torch's watchdog would end the process on the error it reads too: here the calls must report it
+    "stuck": ([2], 120, {"BRAID_TIMEOUT_S": "10", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
                          "TORCH_SUITE_ERROR_WITHIN_S": "40", "TORCH_SUITE_STUCK_S": "60"}),
 }
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
