@@ -22,10 +22,14 @@ import time
 
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
             "PYTHONUNBUFFERED": "1"}
+# variant -> (environment, the libraries it runs on)
 VARIANTS = {
-    "default": {},
+    "default": ({}, ("braid", "nccl")),
     # torch's watchdog and heartbeat threads quiet: what they cost the calling thread
-    "no-watchdog": {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "TORCH_NCCL_ENABLE_MONITORING": "0"},
+    "no-watchdog": ({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "TORCH_NCCL_ENABLE_MONITORING": "0"},
+                    ("braid", "nccl")),
+    # Braid's launches without programmatic dependent launch: what the attribute costs the calls after them
+    "no-pdl": ({"BRAID_LAUNCH_PDL": "0"}, ("braid",)),
 }
 
 
@@ -86,10 +90,14 @@ def parent(args):
     libs = {"braid": os.path.abspath(args.braid), "nccl": ref}
     rows = []
     for rnd in range(args.rounds):
-        for variant, venv in VARIANTS.items():
+        for variant, (venv, vlibs) in VARIANTS.items():
             for lib, path in libs.items():
+                if lib not in vlibs:
+                    continue
                 calls = os.path.join(args.out, f"calls-{lib}-{variant}-{rnd}.tsv")
                 pre = ([os.path.abspath(args.probe)] if args.probe else []) + [path]
+                if os.path.exists(calls):
+                    os.remove(calls)
                 env = {**os.environ, **SAFE_ENV, **venv, "LD_PRELOAD": " ".join(pre), "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(29500 + rnd * 10 + len(rows) % 10)}
                 cmd = [sys.executable, __file__, "--child", "--iters", str(args.iters), "--runs", str(args.runs)]
@@ -117,6 +125,25 @@ def parent(args):
                   f"{cell['braid'][1]:10.2f} {cell['nccl'][1]:10.2f}")
     with open(os.path.join(args.out, "torch-bench.json"), "w") as f:
         json.dump({"rows": rows, "summary": summary}, f, indent=1)
+    if args.probe:
+        print_calls(args)
+
+
+def print_calls(args):
+    """Per loop and library, the calls torch made per iteration and the microseconds they took (round 0)."""
+    for variant, (_, vlibs) in VARIANTS.items():
+        for lib in vlibs:
+            path = os.path.join(args.out, f"calls-{lib}-{variant}-0.tsv")
+            if not os.path.exists(path):
+                continue
+            print(f"\n{lib} {variant}: calls per iteration, microseconds per call and per iteration")
+            with open(path) as f:
+                for line in f:
+                    label, fn, thread, calls, us = line.rstrip("\n").split("\t")
+                    loop, iters = label.rsplit("/", 1)
+                    per = int(calls) / int(iters)
+                    if per >= 0.01:
+                        print(f"  {loop:26s} {fn:26s} {thread:5s} {per:8.2f} {float(us):8.3f} {per * float(us):8.3f}")
 
 
 def main():
