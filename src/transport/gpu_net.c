@@ -5,9 +5,9 @@
  * the rings and the net connections (gpu_net.h).
  *
  * Setup follows the net transport's three phases, once per ring: the receiver's listen makes `nch` net
- * listens and packs them into one blob (they share the context's address, so only their tags differ), the
- * sender connects each ring, the receiver accepts each ring. Each end hands its rings to the proxy once its
- * net connections are up.
+ * listens and packs them into one blob (they differ only in the network's handle), the sender connects each
+ * ring, the receiver accepts each ring. Each end then hands its rings to the proxy; a sending ring whose
+ * network connection is still being made simply has no room until it is up.
  */
 #include "transport/gpu_net.h"
 
@@ -370,12 +370,12 @@ void tp_gpu_net_proxy_stop(tp_gpu_net_ring_t *rings, int n) {
 
 /* ---- Connections ---- */
 
-/* What the receiver sends the sender: ring 0's net blob and every ring's tag. */
+/* What the receiver sends the sender: ring 0's net blob and the other rings' network handles. */
 typedef struct {
-  tp_net_blob_t net;               /* ring 0's net listen; the other rings' differ only in their tag */
-  int32_t nch;                     /* rings; checked against the sender's own */
-  int32_t reserved;                /* zero */
-  uint32_t tags[DEV_MAX_CHANNELS]; /* the net listen of each ring */
+  tp_net_blob_t net; /* ring 0's net listen; the other rings' differ only in their handle */
+  int32_t nch;       /* rings; checked against the sender's own */
+  int32_t reserved;  /* zero */
+  char handles[DEV_MAX_CHANNELS - 1][NCCL_NET_HANDLE_MAXSIZE]; /* ring r's handle is handles[r - 1] */
 } gpu_net_blob_t;
 
 _Static_assert(sizeof(gpu_net_blob_t) <= TP_BLOB_BYTES, "the gpu_net blob fits in a transport blob");
@@ -447,19 +447,22 @@ static ncclResult_t start_rings(gpu_net_conn_t *c, const tp_config_t *cfg) {
   return ncclSuccess;
 }
 
-/* Adds ring r's net blob to the packed blob; all listens of one context differ only in their tag. */
+/* Adds ring r's net blob to the packed blob; the listens of one connection differ only in their handles. */
 static ncclResult_t pack_net_blob(gpu_net_blob_t *b, int r, const char *net_blob, const char *what) {
   tp_net_blob_t nb;
   memcpy(&nb, net_blob, sizeof nb);
-  b->tags[r] = nb.tag;
   if (r == 0) {
     b->net = nb;
     return ncclSuccess;
   }
-  nb.tag = b->net.tag;
+  memcpy(b->handles[r - 1], nb.handle, sizeof nb.handle);
+  memcpy(nb.handle, b->net.handle, sizeof nb.handle);
+  /* Rings on different devices may take different message sizes: the sender keeps to the smallest. */
+  if (nb.slot_bytes < b->net.slot_bytes) b->net.slot_bytes = nb.slot_bytes;
+  nb.slot_bytes = b->net.slot_bytes;
   if (memcmp(&nb, &b->net, sizeof nb) == 0) return ncclSuccess;
   return log_err(ncclInternalError,
-                 "%s: the net listen of ring %d differs from ring 0's in more than its tag", what, r);
+                 "%s: the net listen of ring %d differs from ring 0's in more than its handle", what, r);
 }
 
 static ncclResult_t gpu_net_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **conn_p) {
@@ -501,12 +504,14 @@ static ncclResult_t gpu_net_connect(tp_ctx_t *ctx, int peer, const void *blob, t
   for (int r = 0; r < c->nch; r++) {
     char net_blob[TP_BLOB_BYTES] = {0};
     tp_net_blob_t nb = b.net;
-    nb.tag = b.tags[r];
+    if (r > 0) memcpy(nb.handle, b.handles[r - 1], sizeof nb.handle);
     memcpy(net_blob, &nb, sizeof nb);
     CHECK_GOTO(tp_net_ops.connect(ctx, peer, net_blob, &c->net[r]), res, err_free_conn);
   }
   CHECK_GOTO(start_rings(c, cfg), res, err_free_conn);
-  tp_log_route(ctx, &c->base, LOG_NET, "NET/Socket");
+  char via[80];
+  snprintf(via, sizeof via, "NET/%s", np_name(tp_net_network(tp_ctx_net(ctx))));
+  tp_log_route(ctx, &c->base, LOG_NET, via);
   *conn_p = &c->base;
   return ncclSuccess;
 
