@@ -323,10 +323,11 @@ static ncclResult_t read_devices(np_net_t *n) {
       n->props = NULL;
       return ncclSystemError;
     }
-    INFO(LOG_INIT | LOG_NET, "NET/%s: device %d %s: %d Mbps, %s%s%s memory, %d receives per call", n->name, d,
-         p->name, p->speed, p->ptr_support & NCCL_PTR_HOST ? "host " : "",
-         p->ptr_support & NCCL_PTR_CUDA ? "GPU " : "", p->ptr_support & NCCL_PTR_DMABUF ? "dma-buf " : "",
-         p->max_recvs);
+    INFO(LOG_INIT | LOG_NET,
+         "NET/%s: device %d %s: %d Mbps, memory:%s%s%s, %d receives per call, %d requests", n->name, d,
+         p->name, p->speed, p->ptr_support & NCCL_PTR_HOST ? " host" : "",
+         p->ptr_support & NCCL_PTR_CUDA ? " GPU" : "", p->ptr_support & NCCL_PTR_DMABUF ? " dma-buf" : "",
+         p->max_recvs, p->max_requests);
   }
   n->ndevs = ndevs;
   return ncclSuccess;

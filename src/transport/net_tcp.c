@@ -152,6 +152,10 @@ const char *tp_tcp_why(const void *comm) {
   return comm != NULL ? ((const tcp_comm_t *)comm)->why : setup_why;
 }
 
+int tp_tcp_comm_fd(const void *comm) {
+  return ((const tcp_comm_t *)comm)->fd;
+}
+
 void tp_tcp_set_warn_errors(int on) {
   tcp.warn_errors = on;
 }

@@ -39,6 +39,8 @@ ncclResult_t tp_tcp_close(void *comm);
 ncclResult_t tp_tcp_close_listen(void *listen_comm);
 ncclResult_t tp_tcp_finalize(void *ctx);
 
+/* The socket of a send or receive comm, for stand-in plugins in the tests that build on this network. */
+int tp_tcp_comm_fd(const void *comm);
 /* Why the last call on `comm` (a send or receive comm) failed, in plain words ("" if none did). */
 const char *tp_tcp_why(const void *comm);
 /* Whether errors are logged at WARN (an exported plugin, whose caller cannot ask tp_tcp_why) or only at
