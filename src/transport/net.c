@@ -37,6 +37,8 @@
 #define NET_SLOTS 8
 /* Slot payloads are multiples of the executor's stream alignment, which no element exceeds. */
 #define ALIGN 16
+/* Registrations a message connection (tp_net_msg_*) may hold. */
+#define NET_MSG_REGS 4
 /* "NESM": first field of a message header. */
 #define MSG_MAGIC 0x4d53454eu
 
@@ -87,17 +89,19 @@ typedef struct {
 
 /* One end of a net connection. */
 typedef struct {
-  tp_conn_t base;     /* the generic part; first, so that a tp_conn_t * converts to this */
-  tp_net_ctx_t *net;  /* the context's net state */
-  const np_net_t *nw; /* its network */
-  int dev;            /* the network device this end uses */
-  void *listen;       /* receiver: the network's listen until accepted */
-  connector_t *cn;    /* sender: its connect until it is taken */
-  void *comm;         /* the network's send or receive comm (NULL until set up, and after fail) */
-  void *mh;           /* the registration of buf */
-  char *buf;          /* nslots slots of slot_bytes */
-  size_t slot_bytes;  /* header included */
-  int nslots;         /* slots */
+  tp_conn_t base;          /* the generic part; first, so that a tp_conn_t * converts to this */
+  tp_net_ctx_t *net;       /* the context's net state */
+  const np_net_t *nw;      /* its network */
+  int dev;                 /* the network device this end uses */
+  void *listen;            /* receiver: the network's listen until accepted */
+  connector_t *cn;         /* sender: its connect until it is taken */
+  void *comm;              /* the network's send or receive comm (NULL until set up, and after fail) */
+  void *mh;                /* the registration of buf */
+  void *mhs[NET_MSG_REGS]; /* message connections: the owner's registrations, undone before the comm closes */
+  int nmhs;                /* entries used in mhs */
+  char *buf;               /* nslots slots of slot_bytes */
+  size_t slot_bytes;       /* header included */
+  int nslots;              /* slots */
   slot_t slots[NET_SLOTS];
   uint64_t done;       /* sender: messages the network finished; receiver: messages the caller released */
   uint64_t moving;     /* sender: messages handed to isend; receiver: messages arrived */
@@ -169,7 +173,9 @@ static size_t choose_slot_bytes(const tp_config_t *cfg, const np_props_t *p, int
   return sizeof(msg_hdr_t) + payload;
 }
 
-static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, size_t limit, net_conn_t **conn_p) {
+/* A connection; `staged` 0 makes a message connection (tp_net_msg_*), without staging slots. */
+static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, int staged, size_t limit,
+                             net_conn_t **conn_p) {
   const tp_config_t *cfg = tp_ctx_config(ctx);
   tp_conn_t base;
   CHECK(tp_conn_init(ctx, &tp_net_ops, peer, is_send, &base));
@@ -187,6 +193,10 @@ static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, size_t limit,
   if (limit > 0 && limit < sizeof(msg_hdr_t) + ALIGN) {
     free(c);
     return log_err(ncclInternalError, "%s: the receiver takes messages of %zu bytes only", c->what, limit);
+  }
+  if (!staged) {
+    *conn_p = c;
+    return ncclSuccess;
   }
   size_t total = c->slot_bytes * (size_t)c->nslots;
   c->buf = malloc(total);
@@ -222,6 +232,7 @@ static ncclResult_t surface(net_conn_t *c) {
 /* Registers the staging slots once the network's comm exists. */
 static ncclResult_t register_slots(net_conn_t *c) {
   const np_props_t *p = np_props(c->nw, c->dev);
+  if (c->buf == NULL) return ncclSuccess; /* a message connection: its owner registers its own memory */
   if (!(p->ptr_support & NCCL_PTR_HOST))
     return c->broken =
                log_err(ncclInvalidUsage,
@@ -348,9 +359,9 @@ static void stop_connector(net_conn_t *c) {
 
 /* ---- Setup ---- */
 
-static ncclResult_t net_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **conn_p) {
+static ncclResult_t listen_as(tp_ctx_t *ctx, int peer, int staged, void *blob, tp_conn_t **conn_p) {
   net_conn_t *c;
-  CHECK(new_conn(ctx, peer, 0, 0, &c));
+  CHECK(new_conn(ctx, peer, 0, staged, 0, &c));
   const tp_config_t *cfg = tp_ctx_config(ctx);
   tp_net_blob_t b = {.magic = NET_BLOB_MAGIC,
                      .nonce = cfg->nonce,
@@ -370,7 +381,7 @@ static ncclResult_t net_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **
   return ncclSuccess;
 }
 
-static ncclResult_t net_connect(tp_ctx_t *ctx, int peer, const void *blob, tp_conn_t **conn_p) {
+static ncclResult_t connect_as(tp_ctx_t *ctx, int peer, int staged, const void *blob, tp_conn_t **conn_p) {
   tp_net_blob_t b;
   memcpy(&b, blob, sizeof b);
   const tp_config_t *cfg = tp_ctx_config(ctx);
@@ -381,7 +392,7 @@ static ncclResult_t net_connect(tp_ctx_t *ctx, int peer, const void *blob, tp_co
         (int)b.receiver_rank, (unsigned long long)b.nonce, (unsigned long long)cfg->nonce,
         (unsigned long long)b.magic);
   net_conn_t *c;
-  CHECK(new_conn(ctx, peer, 1, b.slot_bytes, &c));
+  CHECK(new_conn(ctx, peer, 1, staged, staged ? b.slot_bytes : 0, &c));
   ncclResult_t res = start_connector(c, &b);
   if (res != ncclSuccess) {
     free_conn(c);
@@ -389,6 +400,14 @@ static ncclResult_t net_connect(tp_ctx_t *ctx, int peer, const void *blob, tp_co
   }
   *conn_p = &c->base;
   return ncclSuccess;
+}
+
+static ncclResult_t net_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **conn_p) {
+  return listen_as(ctx, peer, 1, blob, conn_p);
+}
+
+static ncclResult_t net_connect(tp_ctx_t *ctx, int peer, const void *blob, tp_conn_t **conn_p) {
+  return connect_as(ctx, peer, 1, blob, conn_p);
 }
 
 static ncclResult_t recv_progress(net_conn_t *c);
@@ -415,6 +434,7 @@ static ncclResult_t net_accept(tp_ctx_t *ctx, tp_conn_t *conn) {
   np_close_listen(c->nw, c->listen);
   c->listen = NULL;
   CHECK(register_slots(c));
+  if (c->buf == NULL) return ncclSuccess;
   return recv_progress(c) == ncclSuccess ? ncclSuccess : surface(c);
 }
 
@@ -529,7 +549,8 @@ static ncclResult_t recv_arrivals(net_conn_t *c) {
     CHECK(check_message(c, c->moving, size));
     c->moving++;
   }
-  return c->broken;
+  /* After an error, receives posted before it may still complete: it counts once none is left. */
+  return c->comm != NULL && c->moving < c->queued ? ncclSuccess : c->broken;
 }
 
 /* Takes what arrived, then keeps a receive posted in every free slot. */
@@ -598,6 +619,8 @@ static void net_fail(tp_conn_t *conn) {
   if (c->comm != NULL) {
     if (c->mh != NULL) np_dereg(c->nw, c->comm, c->mh);
     c->mh = NULL;
+    for (int i = 0; i < c->nmhs; i++) np_dereg(c->nw, c->comm, c->mhs[i]);
+    c->nmhs = 0;
     if (c->base.is_send)
       np_close_send(c->nw, c->comm);
     else
@@ -618,6 +641,75 @@ static void free_conn(net_conn_t *c) {
 
 static void net_close(tp_conn_t *conn) {
   if (conn != NULL) free_conn((net_conn_t *)conn);
+}
+
+/* ---- Messages (gpu_net) ---- */
+
+ncclResult_t tp_net_msg_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **conn_p) {
+  return listen_as(ctx, peer, 0, blob, conn_p);
+}
+
+ncclResult_t tp_net_msg_connect(tp_ctx_t *ctx, int peer, const void *blob, tp_conn_t **conn_p) {
+  return connect_as(ctx, peer, 0, blob, conn_p);
+}
+
+const np_props_t *tp_net_msg_props(const tp_conn_t *conn) {
+  const net_conn_t *c = (const net_conn_t *)conn;
+  return np_props(c->nw, c->dev);
+}
+
+ncclResult_t tp_net_msg_ready(tp_conn_t *conn, int *ready_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  if (c->base.is_send) return send_ready(c, ready_p) == ncclSuccess ? ncclSuccess : surface(c);
+  *ready_p = c->comm != NULL;
+  return c->broken == ncclSuccess ? ncclSuccess : surface(c);
+}
+
+ncclResult_t tp_net_msg_reg(tp_conn_t *conn, void *base, size_t bytes, int type, void **mhandle_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  if (c->comm == NULL || c->nmhs == NET_MSG_REGS)
+    return log_err(ncclInternalError, "%s: registration %d of memory before the connection is up", c->what,
+                   c->nmhs);
+  ncclResult_t res = np_reg(c->nw, c->comm, base, bytes, type, mhandle_p);
+  if (res != ncclSuccess) {
+    net_failed(c, res, type == NCCL_PTR_CUDA ? "regMr of GPU memory" : "regMr of host memory");
+    return surface(c);
+  }
+  c->mhs[c->nmhs++] = *mhandle_p;
+  return ncclSuccess;
+}
+
+ncclResult_t tp_net_msg_send(tp_conn_t *conn, void *data, size_t size, int tag, void *mhandle, void **req_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  *req_p = NULL;
+  if (c->broken != ncclSuccess) return surface(c);
+  ncclResult_t res = np_isend(c->nw, c->comm, data, size, tag, mhandle, req_p);
+  return res == ncclSuccess ? ncclSuccess : (net_failed(c, res, "isend"), surface(c));
+}
+
+ncclResult_t tp_net_msg_recv(tp_conn_t *conn, void *data, size_t size, int tag, void *mhandle, void **req_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  *req_p = NULL;
+  if (c->broken != ncclSuccess) return surface(c);
+  ncclResult_t res = np_irecv(c->nw, c->comm, 1, &data, &size, &tag, &mhandle, req_p);
+  return res == ncclSuccess ? ncclSuccess : (net_failed(c, res, "irecv"), surface(c));
+}
+
+ncclResult_t tp_net_msg_flush(tp_conn_t *conn, void *data, size_t size, void *mhandle, void **req_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  *req_p = NULL;
+  /* Allowed after an error: what arrived before it is still delivered (and flushed). */
+  if (c->comm == NULL) return c->broken != ncclSuccess ? surface(c) : ncclInternalError;
+  ncclResult_t res = np_iflush(c->nw, c->comm, 1, &data, &size, &mhandle, req_p);
+  return res == ncclSuccess ? ncclSuccess : (net_failed(c, res, "iflush"), surface(c));
+}
+
+ncclResult_t tp_net_msg_test(tp_conn_t *conn, void *req, int *done_p, int *size_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  *done_p = 0;
+  if (c->comm == NULL) return c->broken != ncclSuccess ? surface(c) : ncclInternalError;
+  ncclResult_t res = np_test(c->nw, req, done_p, size_p);
+  return res == ncclSuccess ? ncclSuccess : (net_failed(c, res, "test"), surface(c));
 }
 
 const tp_ops_t tp_net_ops = {

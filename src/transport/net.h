@@ -44,6 +44,24 @@ const np_net_t *tp_net_network(const tp_net_ctx_t *net);
 void tp_net_quiet_close(tp_conn_t *conn);
 /* Whether the network reported net connection `conn` broken (its peer closed, failed or died). */
 int tp_net_peer_closed(const tp_conn_t *conn);
+/* Message connections, for gpu_net: a net connection without staging slots whose owner sends and receives
+ * whole messages from its own registered memory (the network's calls, with a net connection's setup,
+ * failure handling and quiet close). Setup: tp_net_msg_listen / tp_net_msg_connect, then tp_net_ops.accept;
+ * close and fail as any net connection. A sender's connection comes up in the background: tp_net_msg_ready
+ * says when. Registrations are undone when the connection fails or closes. Sizes of tp_net_msg_test: -1 when
+ * the network left them unset. A request NULL after send/recv means the network takes no more now. */
+ncclResult_t tp_net_msg_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **conn_p);
+ncclResult_t tp_net_msg_connect(tp_ctx_t *ctx, int peer, const void *blob, tp_conn_t **conn_p);
+/* The properties of the network device the connection uses. */
+const np_props_t *tp_net_msg_props(const tp_conn_t *conn);
+ncclResult_t tp_net_msg_ready(tp_conn_t *conn, int *ready_p);
+/* Registers memory of NCCL_PTR_HOST or NCCL_PTR_CUDA `type` (at most 4 registrations per connection). */
+ncclResult_t tp_net_msg_reg(tp_conn_t *conn, void *base, size_t bytes, int type, void **mhandle_p);
+ncclResult_t tp_net_msg_send(tp_conn_t *conn, void *data, size_t size, int tag, void *mhandle, void **req_p);
+ncclResult_t tp_net_msg_recv(tp_conn_t *conn, void *data, size_t size, int tag, void *mhandle, void **req_p);
+/* Makes a receive into GPU memory visible to the GPU; *req_p NULL: nothing to wait for. */
+ncclResult_t tp_net_msg_flush(tp_conn_t *conn, void *data, size_t size, void *mhandle, void **req_p);
+ncclResult_t tp_net_msg_test(tp_conn_t *conn, void *req, int *done_p, int *size_p);
 /* The net state of a transport context (defined in transport.c). */
 tp_net_ctx_t *tp_ctx_net(tp_ctx_t *ctx);
 

@@ -75,6 +75,10 @@ ncclResult_t tp_check_gpu_config(const tp_ctx_t *ctx, const char *transport, int
 /* GPU transports: points conn->rings at `nch` rings laid out back to back from `base` (ring c at
  * base + c * DEV_RING_BYTES: its dev_ctrl_t, then its slots), in a host array charged to the connection. */
 ncclResult_t tp_conn_set_rings(tp_conn_t *conn, int nch, char *base);
+/* Like tp_conn_set_rings, with control blocks and slots apart: ring c's dev_ctrl_t at ctrl + c * ctrl_stride,
+ * its slots at data + c * data_stride (device addresses both). */
+ncclResult_t tp_conn_set_rings_apart(tp_conn_t *conn, int nch, char *ctrl, size_t ctrl_stride, char *data,
+                                     size_t data_stride);
 /* GPU transports whose sender maps the receiver's memory: points conn->ll at the DEV_LL_CHANNELS LL rings
  * laid out back to back from `base` (ring c at base + c * DEV_LL_RING_BYTES: its dev_ctrl_t, then
  * DEV_LL_SLOTS slots; zeroed by the receiver). */

@@ -8,6 +8,8 @@
  *   sizes_unset       test never writes the size
  *   partial           isend/irecv refuse every other call (NULL request); test says "not done" twice first
  *   fail_after=N      once a send comm has sent N bytes, its isend and test fail (ncclSystemError)
+ *   cuda              says it takes GPU memory too (NCCL_PTR_CUDA; "GPU memory" is host memory here), and
+ *                     iflush gives a request that finishes at its second test; fake_net_flushes counts them
  * Built with FAKE_NET_OLD it exports only an ncclNetPlugin_v5 symbol, which no supported version reads.
  */
 #include <poll.h>
@@ -39,9 +41,12 @@ typedef struct {
 /* A request and how often it was tested. */
 typedef struct {
   fake_comm_t *comm;
-  void *inner;
+  void *inner; /* NULL: a flush */
   int tests;
 } fake_req_t;
+
+/* Flushes finished (cuda), for the tests to read through dlsym. */
+PUBLIC _Atomic int fake_net_flushes;
 
 static int has(const char *fault) {
   const char *v = getenv("BRAID_FAKE_NET");
@@ -128,7 +133,14 @@ static ncclResult_t fake_accept(void *listen_comm, void **recv_comm, ncclNetDevi
   return *recv_comm != NULL ? ncclSuccess : ncclSystemError;
 }
 
+static ncclResult_t fake_props(int dev, ncclNetProperties_v11_t *props) {
+  ncclResult_t res = tp_tcp_get_properties(dev, props);
+  if (res == ncclSuccess && has("cuda")) props->ptrSupport |= NCCL_PTR_CUDA;
+  return res;
+}
+
 static ncclResult_t fake_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
+  if (type == NCCL_PTR_CUDA && has("cuda")) type = NCCL_PTR_HOST;
   return tp_tcp_reg_mr(((fake_comm_t *)comm)->inner, data, size, type, mhandle);
 }
 
@@ -179,6 +191,14 @@ static ncclResult_t fake_test(void *request, int *done, int *size) {
   fake_req_t *r = request;
   int got = -1;
   *done = 0;
+  if (r->inner == NULL) { /* a flush: done at the second test */
+    *done = r->tests++ > 0;
+    if (*done) {
+      fake_net_flushes++;
+      free(r);
+    }
+    return ncclSuccess;
+  }
   if (r->comm->is_send && r->comm->sent >= fail_after()) return ncclSystemError;
   if (has("partial") && r->tests++ < 2) return ncclSuccess;
   ncclResult_t res = tp_tcp_test(r->inner, done, &got);
@@ -191,6 +211,11 @@ static ncclResult_t fake_test(void *request, int *done, int *size) {
 static ncclResult_t fake_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
                                 void **request) {
   *request = NULL;
+  if (!has("cuda")) return ncclSuccess;
+  fake_req_t *r = calloc(1, sizeof *r);
+  if (r == NULL) return ncclSystemError;
+  r->comm = recv_comm;
+  *request = r;
   return ncclSuccess;
 }
 
@@ -214,7 +239,7 @@ PUBLIC const ncclNet_v11_t ncclNetPlugin_v11 = {
     .name = "Fake",
     .init = fake_init,
     .devices = fake_devices,
-    .getProperties = tp_tcp_get_properties,
+    .getProperties = fake_props,
     .listen = fake_listen,
     .connect = fake_connect,
     .accept = fake_accept,
