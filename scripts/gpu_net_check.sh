@@ -100,7 +100,8 @@ fi
 {
   echo "# GPU ranks over a network plugin"
   echo
-  echo "$(date -u +%F), $(nvidia-smi -L 2>/dev/null | head -1 || echo 'no GPU'); two ranks on GPU 0,"
+  gpu_name=$(nvidia-smi -L 2>/dev/null | head -1)
+  echo "$(date -u +%F), ${gpu_name:-no GPU (host backend only)}; two ranks on GPU 0,"
   echo "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=libnccl-net-braid.so NCCL_NET=Braid."
   echo
   echo "| step | run | verdict | log |"
