@@ -141,6 +141,23 @@ static void test_no_devices(void) {
   unlink(log_path);
 }
 
+/* A file that is there but no library is one warning naming it and why; then the next network. */
+static void test_not_a_library(void) {
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/braid-notalib-%d.so", (int)getpid());
+  FILE *f = fopen(path, "w");
+  EXPECT(f != NULL && fputs("not an ELF file\n", f) >= 0 && fclose(f) == 0);
+  char spec[160];
+  snprintf(spec, sizeof spec, "%s,v11", path);
+  setup(spec, NULL);
+  np_ctx_t c = open_expect(NULL, "StandinV11", 11);
+  char line[200];
+  snprintf(line, sizeof line, "NET/Plugin: %s cannot be loaded:", path);
+  EXPECT(log_lines(line) == 1 && log_lines("NCCL WARN") == 1, "see %s", log_path);
+  unlink(path);
+  finish(&c);
+}
+
 /* A library exporting only versions below 6 is refused by name. */
 static void test_unsupported_version(void) {
   setup("fake-old", NULL);
@@ -231,6 +248,7 @@ int main(int argc, char **argv) {
   TEST(test_init_fails, 20);
   TEST(test_no_devices, 20);
   TEST(test_unsupported_version, 20);
+  TEST(test_not_a_library, 20);
   TEST(test_stream_v6, 60);
   TEST(test_stream_v9, 60);
   TEST(test_stream_v11, 60);
