@@ -35,6 +35,9 @@
 #define CONNECT_JOIN_S 5
 /* Messages a connection has under way at most (and no more than the network's request limit). */
 #define NET_SLOTS 8
+/* Largest slot payload: a message is delivered whole, so smaller ones let a receiver start on a transfer
+ * (and forward it) while the rest is still on the wire. */
+#define SLOT_MAX_PAYLOAD (32 * 1024)
 /* Slot payloads are multiples of the executor's stream alignment, which no element exceeds. */
 #define ALIGN 16
 /* Registrations a message connection (tp_net_msg_*) may hold. */
@@ -165,6 +168,7 @@ static char *slot_buf(net_conn_t *c, uint64_t msg) {
  * receiver's slot size, 0: none) bounds a sender's. */
 static size_t choose_slot_bytes(const tp_config_t *cfg, const np_props_t *p, int nslots, size_t limit) {
   size_t payload = cfg->ring_bytes / (size_t)nslots;
+  if (payload > SLOT_MAX_PAYLOAD) payload = SLOT_MAX_PAYLOAD;
   size_t cap = p->max_bytes - sizeof(msg_hdr_t);
   if (limit > 0 && limit - sizeof(msg_hdr_t) < cap) cap = limit - sizeof(msg_hdr_t);
   if (payload > cap) payload = cap;
@@ -486,6 +490,12 @@ static ncclResult_t net_send_peek(tp_conn_t *conn, void **ptr_p, size_t *bytes_p
   return ncclSuccess;
 }
 
+/* A send-side step whose failure is returned to the caller (logged once). */
+#define CHECK_SEND(call)                                                                                     \
+  do {                                                                                                       \
+    if ((call) != ncclSuccess) return surface(c);                                                            \
+  } while (0)
+
 static ncclResult_t net_send_commit(tp_conn_t *conn, size_t bytes) {
   net_conn_t *c = (net_conn_t *)conn;
   if (c->broken != ncclSuccess) return surface(c);
@@ -494,13 +504,19 @@ static ncclResult_t net_send_commit(tp_conn_t *conn, size_t bytes) {
                    c->peeked);
   c->peeked -= bytes;
   c->fill += bytes;
-  /* A slot with less room than one aligned piece goes: the executor could not fill it. */
-  if (c->slot_bytes - sizeof(msg_hdr_t) - c->fill < ALIGN) {
+  if (bytes == 0) return ncclSuccess;
+  /* A slot goes at once while nothing is under way (latency), else once it has less room than one aligned
+   * piece (the executor could not fill it) or at flush: what is committed meanwhile rides along. */
+  CHECK_SEND(send_progress(c));
+  if (c->done == c->queued || c->slot_bytes - sizeof(msg_hdr_t) - c->fill < ALIGN) {
     seal(c);
     c->peeked = 0;
   }
-  return bytes > 0 && send_progress(c) != ncclSuccess ? surface(c) : ncclSuccess;
+  CHECK_SEND(send_progress(c));
+  return ncclSuccess;
 }
+
+#undef CHECK_SEND
 
 static ncclResult_t net_flush(tp_conn_t *conn, int *done_p) {
   net_conn_t *c = (net_conn_t *)conn;
@@ -553,15 +569,14 @@ static ncclResult_t recv_arrivals(net_conn_t *c) {
   return c->comm != NULL && c->moving < c->queued ? ncclSuccess : c->broken;
 }
 
-/* Takes what arrived, then keeps a receive posted in every free slot. */
+/* Keeps a receive posted in every free slot, then takes what arrived. */
 static ncclResult_t recv_progress(net_conn_t *c) {
-  CHECK(recv_arrivals(c));
-  while (c->queued < c->done + (uint64_t)c->nslots) {
+  while (c->broken == ncclSuccess && c->queued < c->done + (uint64_t)c->nslots) {
     void *req = NULL, *data = slot_buf(c, c->queued);
     size_t size = c->slot_bytes;
     int tag = 0;
     ncclResult_t res = np_irecv(c->nw, c->comm, 1, &data, &size, &tag, &c->mh, &req);
-    if (res != ncclSuccess) return net_failed(c, res, "irecv");
+    if (res != ncclSuccess) net_failed(c, res, "irecv"); /* what was posted before may still arrive */
     if (req == NULL) break;
     slot(c, c->queued)->req = req;
     c->queued++;
@@ -575,8 +590,8 @@ static ncclResult_t net_recv_peek(tp_conn_t *conn, void **ptr_p, size_t *bytes_p
   net_conn_t *c = (net_conn_t *)conn;
   *bytes_p = 0;
   c->peeked = 0;
-  if (c->broken == ncclSuccess) (void)recv_progress(c); /* an error is remembered in c->broken */
-  ncclResult_t res = recv_arrivals(c);
+  /* The network is asked only when no message is in hand: a poll costs it a system call. */
+  ncclResult_t res = c->done == c->moving ? recv_progress(c) : ncclSuccess;
   while (c->done < c->moving && slot(c, c->done)->bytes == 0) c->done++; /* empty messages carry nothing */
   if (c->done == c->moving) return res == ncclSuccess ? ncclSuccess : surface(c);
   slot_t *s = slot(c, c->done);
@@ -598,8 +613,7 @@ static ncclResult_t net_recv_release(tp_conn_t *conn, size_t bytes) {
   if (s->used < s->bytes) return ncclSuccess;
   c->done++;
   c->peeked = 0;
-  if (c->broken == ncclSuccess) (void)recv_progress(c); /* an error shows at the next peek that needs it */
-  return ncclSuccess;
+  return ncclSuccess; /* the slot gets its next receive when a peek finds nothing in hand */
 }
 
 /* ---- Ending ---- */
