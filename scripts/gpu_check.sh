@@ -24,7 +24,8 @@
 # can finish in a second run), TORCH_SUITE (0: skip the PyTorch suite), TORCH_RANKS (its world sizes, default
 # 1,2,4), TORCH_SUITE_S (seconds for it on Braid, default 420), WORK (scratch folder for the builds of nccl-tests and the logs; default: a new
 # temporary one), REUSE_BUILD (1: use build-gpu as it is when its braid runs, e.g. bin/ and lib/ of a build
-# carried from another machine, instead of building).
+# carried from another machine, instead of building), NET_CHECK (1: also run scripts/gpu_net_check.sh, two ranks
+# on one GPU over Braid's network plugin, into $OUT/net).
 #
 # $OUT receives summary.md, results.tsv, gpu-tests.tsv, machine.txt, build.log and two tarballs of logs.
 # NVLink multicast stays off for every program started here.
@@ -277,6 +278,13 @@ if [ "$ref_tests" = auto ]; then
   else
     skipped_stages="the GPU tests on the reference NCCL (REF_TESTS=1 runs them)"
   fi
+fi
+
+# ---- GPU ranks over a network plugin, with NET_CHECK=1 (scripts/gpu_net_check.sh; results in $OUT/net) ----
+if [ "${NET_CHECK:-0}" = 1 ]; then
+  echo "== GPU ranks over a network plugin"
+  OUT=$out/net BUILD=build-gpu NCCL_TESTS_BIN=$work/tests REF_NCCL_HOME=$ref LIMIT_S=$(min 120 "$(left)") \
+    bash scripts/gpu_net_check.sh || echo "some runs over the network plugin failed: $out/net/net-summary.md"
 fi
 
 # ---- Summary ----

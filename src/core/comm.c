@@ -229,7 +229,8 @@ static ncclResult_t init_links(ncclComm_t comm) {
                     .abort_flag = &comm->abort_flag,
                     .ring_bytes = comm->ring_bytes,
                     .nch = gx_rings(comm->nranks, comm->nch),
-                    .acct = &comm->acct};
+                    .acct = &comm->acct,
+                    .net_name = comm->config.netName};
   return links_init(comm->boot, &tc, &comm->acct, &comm->links);
 }
 

@@ -1,27 +1,28 @@
 /*
- * The net transport: one TCP connection per (peer, direction), with a local staging ring on each side.
+ * The net transport: a byte stream per (peer, direction) over a network (net_plugin.h): Braid's built-in
+ * TCP or any plugin, driven through the plugin calls only.
  *
- * Setup: the receiver's listen writes its context's listening address and a fresh tag into the blob; the
- * sender connects there and sends a hello (magic, nonce, ranks, tag); the receiver's accept takes connections
- * off the listening socket until the one carrying its tag arrives, and keeps the others for their own accept.
+ * Setup: the receiver's listen asks the network for a handle and sends it in the blob; the sender's connect
+ * hands the handle to a thread of its own, which calls the network's connect until it gives a connection
+ * (a plugin's connect may wait for the peer's accept, and the peer may be this very thread); the receiver's
+ * accept calls the network's accept until it gives one. Every setup wait is bounded and sees the abort flag.
  *
- * Data: the sender's ring holds committed bytes until the socket takes them (send_commit pushes at once,
- * flush and a full send_peek push again). The receiver pulls from the socket into its ring only when the ring
- * is empty, so its readable region is always contiguous and a connection the sender closed is reported only
- * when the caller actually waits for more bytes. Sockets are non-blocking once set up; nothing here blocks
- * after accept. Only the rank's one executing thread touches a connection, so the rings need no atomics.
+ * Data: each end has `nslots` staging slots of `slot_bytes`, registered with the network. A slot is one
+ * message: a 16-byte header (magic, payload size, sequence number) and the payload, so a plugin that does
+ * not report received sizes, or reports them wrongly, is caught. The sender fills a slot (send_peek /
+ * send_commit) and hands it to isend when it is full or at flush; the receiver keeps an irecv posted in every
+ * free slot and offers a slot's payload once its receive completed. Requests are tested oldest first, and
+ * never more are outstanding than the network allows. Only the rank's one executing thread (or the gpu_net
+ * proxy) touches a connection's data path.
  */
 #include "transport/net.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/tcp.h>
-#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <time.h>
 
 #include "base/check.h"
 #include "base/log.h"
@@ -30,46 +31,90 @@
 
 /* Seconds connect and accept wait when BRAID_TIMEOUT_S is 0 (never): connection setup is always bounded. */
 #define SETUP_TIMEOUT_DEFAULT_S 120
-/* Seconds an accepted connection may take to deliver its hello. */
-#define HELLO_TIMEOUT_S 10
-/* Seconds between two checks, on a sender, that the receiver did not close or fail. */
-/* A received remainder shorter than this moves to the ring's start, and only then is the socket read
- * (see net_recv_peek). It is the executor's stream alignment, which no element exceeds. */
-#define COMPACT_BYTES     16
-#define LIVENESS_PERIOD_S 0.1
+/* Seconds a closing connection waits for its connect thread to leave the network's connect. */
+#define CONNECT_JOIN_S 5
+/* Messages a connection has under way at most (and no more than the network's request limit). */
+#define NET_SLOTS 8
+/* Largest slot payload: a message is delivered whole, so smaller ones let a receiver start on a transfer
+ * (and forward it) while the rest is still on the wire. */
+#define SLOT_MAX_PAYLOAD (32 * 1024)
+/* Slot payloads are multiples of the executor's stream alignment, which no element exceeds. */
+#define ALIGN 16
+/* Registrations a message connection (tp_net_msg_*) may hold. */
+#define NET_MSG_REGS 4
+/* "NESM": first field of a message header. */
+#define MSG_MAGIC 0x4d53454eu
 
-/* An accepted connection whose hello names a listen that has not been accepted yet. */
+/* What starts every message. */
 typedef struct {
-  int fd;         /* the connection */
-  uint32_t tag;   /* the tag its hello carries */
-  int32_t sender; /* the rank that sent the hello */
-} pending_t;
+  uint32_t magic; /* MSG_MAGIC */
+  uint32_t bytes; /* payload bytes that follow */
+  uint64_t seq;   /* the message's number on its connection */
+} msg_hdr_t;
+
+_Static_assert(sizeof(msg_hdr_t) == ALIGN, "the message header keeps payloads aligned");
 
 struct tp_net_ctx {
   const tp_config_t *config; /* the transport context's configuration */
-  int listen_fd;             /* listening socket, for the whole life of the context */
-  sock_addr_t addr;          /* its address, sent in every blob */
-  uint32_t next_tag;         /* tag of the next listen */
-  pending_t *pending;        /* connections waiting for their accept */
-  int npending;              /* entries used in pending */
-  int cap;                   /* entries allocated in pending */
+  np_ctx_t np;               /* the network and its context for this communicator */
+  unsigned next_dev;         /* device of the next connection (round robin) */
 };
+
+/* Where a connect thread stands. */
+enum { CN_CONNECTING, CN_CONNECTED, CN_FAILED };
+
+/* A sender's connect, run by a thread of its own. Shared by the connection and the thread; the last of
+ * the two to let go frees it. The thread writes comm, res and why, then state with a release store; the
+ * connection reads state with an acquire load before them. */
+typedef struct {
+  np_ctx_t np;                          /* the network */
+  int dev;                              /* the device to connect from */
+  char handle[NCCL_NET_HANDLE_MAXSIZE]; /* the receiver's handle (the network may keep state in it) */
+  const volatile int *abort_flag;       /* the communicator's */
+  double deadline;                      /* time_now() at which it gives up */
+  int peer;                             /* the receiving rank, for messages */
+  pthread_t thread;                     /* the thread */
+  int threaded;                         /* 0: no thread could be made; connect ran on the caller's */
+  _Atomic int state;                    /* CN_* */
+  _Atomic int refs;                     /* holders: the connection and the thread */
+  _Atomic int abandoned;                /* the connection closed: stop and close what connect gives */
+  void *comm;                           /* the send comm (CN_CONNECTED) until the connection takes it */
+  ncclResult_t res;                     /* why it failed (CN_FAILED) */
+  char why[256];                        /* in words */
+} connector_t;
+
+/* One staging slot: a message under way. */
+typedef struct {
+  void *req;      /* its outstanding request (NULL: none) */
+  uint32_t bytes; /* receiver: payload bytes it holds */
+  uint32_t used;  /* receiver: payload bytes the caller released */
+} slot_t;
 
 /* One end of a net connection. */
 typedef struct {
-  tp_conn_t base;      /* the generic part; first, so that a tp_conn_t * converts to this */
-  tp_net_ctx_t *net;   /* the context's net state */
-  int fd;              /* the connection's socket (-1 until connected or accepted) */
-  uint32_t tag;        /* receiver: the tag of its listen */
-  unsigned char *ring; /* staging ring */
-  size_t ring_bytes;   /* its size */
-  uint64_t head;       /* sender: bytes the socket took; receiver: bytes released by the caller */
-  uint64_t tail;       /* sender: bytes committed by the caller; receiver: bytes read from the socket */
+  tp_conn_t base;          /* the generic part; first, so that a tp_conn_t * converts to this */
+  tp_net_ctx_t *net;       /* the context's net state */
+  const np_net_t *nw;      /* its network */
+  int dev;                 /* the network device this end uses */
+  void *listen;            /* receiver: the network's listen until accepted */
+  connector_t *cn;         /* sender: its connect until it is taken */
+  void *comm;              /* the network's send or receive comm (NULL until set up, and after fail) */
+  void *mh;                /* the registration of buf */
+  void *mhs[NET_MSG_REGS]; /* message connections: the owner's registrations, undone before the comm closes */
+  int nmhs;                /* entries used in mhs */
+  char *buf;               /* nslots slots of slot_bytes */
+  size_t slot_bytes;       /* header included */
+  int nslots;              /* slots */
+  slot_t slots[NET_SLOTS];
+  uint64_t done;       /* sender: messages the network finished; receiver: messages the caller released */
+  uint64_t moving;     /* sender: messages handed to isend; receiver: messages arrived */
+  uint64_t queued;     /* sender: messages sealed; receiver: receives posted */
+  size_t fill;         /* sender: payload bytes in the slot being filled (message `queued`) */
   size_t peeked;       /* bytes offered by the last peek and not yet committed or released */
-  double next_check;   /* sender: time_now() after which a peek or flush checks the socket for EOF */
   ncclResult_t broken; /* the error already reported on this connection, returned again without logging */
-  int quiet_close;     /* 1: a close by the peer is not logged (tp_net_quiet_close) */
-  int peer_closed;     /* 1: the peer closed the connection (seen by a read) */
+  int quiet_close;     /* 1: network failures are not logged (tp_net_quiet_close) */
+  int peer_closed;     /* 1: the network reported the connection broken */
+  char err[256];       /* what the network reported, logged once a caller needs the bytes it stopped */
   char what[64];       /* "net connection from rank A to rank B", for messages */
 } net_conn_t;
 
@@ -78,330 +123,480 @@ static double setup_deadline(void) {
   return time_now() + (double)(t > 0 ? t : SETUP_TIMEOUT_DEFAULT_S);
 }
 
+static int aborted(const volatile int *abort_flag) {
+  return abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_RELAXED) != 0;
+}
+
+/* ---- Context ---- */
+
 ncclResult_t tp_net_ctx_create(const tp_config_t *config, tp_net_ctx_t **net_p) {
-  ncclResult_t res;
-  char ifname[64], addr[SOCK_ADDR_STRLEN];
   tp_net_ctx_t *n = calloc(1, sizeof *n);
   if (n == NULL) return log_err(ncclSystemError, "net transport on rank %d: out of memory", config->rank);
   n->config = config;
-  n->listen_fd = -1;
-  CHECK_GOTO(sock_find_interface(&n->addr, ifname, sizeof ifname), res, err_free_net);
-  CHECK_GOTO(sock_listen(&n->addr, &n->listen_fd), res, err_free_net);
-  INFO(LOG_NET | LOG_INIT, "net transport on rank %d listens on %s (%s)", config->rank,
-       sock_addr_str(&n->addr, addr), ifname);
+  const char *want = config->net_name != NULL ? config->net_name : param_str(P_NCCL_NET);
+  ncclResult_t res = np_open(want, config->nonce, &n->np);
+  if (res != ncclSuccess) {
+    free(n);
+    return res;
+  }
+  n->next_dev = (unsigned)config->rank;
   *net_p = n;
   return ncclSuccess;
-
-err_free_net:
-  free(n);
-  return res;
 }
 
 void tp_net_ctx_destroy(tp_net_ctx_t *n) {
   if (n == NULL) return;
-  for (int i = 0; i < n->npending; i++) {
-    WARN("net transport on rank %d: rank %d connected (tag %u) but was never accepted", n->config->rank,
-         (int)n->pending[i].sender, (unsigned)n->pending[i].tag);
-    sock_close(n->pending[i].fd);
-  }
-  free(n->pending);
-  sock_close(n->listen_fd);
+  np_close(&n->np);
   free(n);
 }
 
-static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, net_conn_t **conn_p) {
+const np_net_t *tp_net_network(const tp_net_ctx_t *n) {
+  return n->np.net;
+}
+
+/* ---- Connections ---- */
+
+static slot_t *slot(net_conn_t *c, uint64_t msg) {
+  return &c->slots[msg % (uint64_t)c->nslots];
+}
+
+static char *slot_buf(net_conn_t *c, uint64_t msg) {
+  return c->buf + (msg % (uint64_t)c->nslots) * c->slot_bytes;
+}
+
+/* Slot size from the ring size the communicator agreed on and what the device takes; `limit` (the
+ * receiver's slot size, 0: none) bounds a sender's. */
+static size_t choose_slot_bytes(const tp_config_t *cfg, const np_props_t *p, int nslots, size_t limit) {
+  size_t payload = cfg->ring_bytes / (size_t)nslots;
+  if (payload > SLOT_MAX_PAYLOAD) payload = SLOT_MAX_PAYLOAD;
+  size_t cap = p->max_bytes - sizeof(msg_hdr_t);
+  if (limit > 0 && limit - sizeof(msg_hdr_t) < cap) cap = limit - sizeof(msg_hdr_t);
+  if (payload > cap) payload = cap;
+  payload -= payload % ALIGN;
+  if (payload < ALIGN) payload = ALIGN;
+  return sizeof(msg_hdr_t) + payload;
+}
+
+/* A connection; `staged` 0 makes a message connection (tp_net_msg_*), without staging slots. */
+static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, int staged, size_t limit,
+                             net_conn_t **conn_p) {
   const tp_config_t *cfg = tp_ctx_config(ctx);
   tp_conn_t base;
   CHECK(tp_conn_init(ctx, &tp_net_ops, peer, is_send, &base));
   net_conn_t *c = calloc(1, sizeof *c);
   if (c == NULL) return log_err(ncclSystemError, "net connection with rank %d: out of memory", peer);
-  c->ring_bytes = cfg->ring_bytes;
-  c->ring = malloc(c->ring_bytes);
-  if (c->ring == NULL) {
-    free(c);
-    return log_err(ncclSystemError, "net connection with rank %d: out of memory for a ring of %zu bytes",
-                   peer, cfg->ring_bytes);
-  }
   c->base = base;
-  tp_charge(&c->base, c->ring_bytes, "net staging ring");
   c->net = tp_ctx_net(ctx);
-  c->fd = -1;
+  c->nw = tp_net_network(c->net);
+  c->dev = (int)(c->net->next_dev++ % (unsigned)np_ndevs(c->nw));
+  const np_props_t *p = np_props(c->nw, c->dev);
+  c->nslots = p->max_requests < NET_SLOTS ? p->max_requests : NET_SLOTS;
+  c->slot_bytes = choose_slot_bytes(cfg, p, c->nslots, limit);
   snprintf(c->what, sizeof c->what, "net connection from rank %d to rank %d", is_send ? cfg->rank : peer,
            is_send ? peer : cfg->rank);
+  if (limit > 0 && limit < sizeof(msg_hdr_t) + ALIGN) {
+    free(c);
+    return log_err(ncclInternalError, "%s: the receiver takes messages of %zu bytes only", c->what, limit);
+  }
+  if (!staged) {
+    *conn_p = c;
+    return ncclSuccess;
+  }
+  size_t total = c->slot_bytes * (size_t)c->nslots;
+  c->buf = malloc(total);
+  if (c->buf == NULL) {
+    free(c);
+    return log_err(ncclSystemError, "net connection with rank %d: out of memory for %zu bytes of staging",
+                   peer, total);
+  }
+  tp_charge(&c->base, total, "net staging");
   *conn_p = c;
   return ncclSuccess;
 }
 
-static void free_conn(net_conn_t *c) {
-  tp_uncharge(&c->base);
-  sock_close(c->fd);
-  free(c->ring);
-  free(c);
+/* Remembers a failed network call; later calls return the error again. It is logged (surface) only once a
+ * caller needs what the connection can no longer give: a receiver that already has everything it wanted
+ * never hears of a peer that closed after sending it. */
+static ncclResult_t net_failed(net_conn_t *c, ncclResult_t res, const char *call) {
+  if (c->broken != ncclSuccess) return c->broken;
+  c->peer_closed = 1;
+  const char *why = np_why(c->nw, c->comm);
+  snprintf(c->err, sizeof c->err, "%s on network %s failed (%s)%s%s", call, np_name(c->nw),
+           log_result_name(res), why[0] != '\0' ? ": " : "", why);
+  return c->broken = c->quiet_close ? ncclRemoteError : res;
 }
 
-/* Makes a set-up connection non-blocking and latency-friendly. */
-static ncclResult_t tune_socket(net_conn_t *c) {
-  int one = 1;
-  int flags = fcntl(c->fd, F_GETFL);
-  if (flags < 0 || fcntl(c->fd, F_SETFL, flags | O_NONBLOCK) != 0)
-    return log_err(ncclSystemError, "%s: setting O_NONBLOCK failed: %s", c->what, strerror(errno));
-  if (setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
-    return log_err(ncclSystemError, "%s: setting TCP_NODELAY failed: %s", c->what, strerror(errno));
+/* Returns the connection's error to a caller, logging a network failure the first time (unless quiet). */
+static ncclResult_t surface(net_conn_t *c) {
+  if (c->err[0] != '\0' && !c->quiet_close) log_err(c->broken, "%s: %s", c->what, c->err);
+  c->err[0] = '\0';
+  return c->broken;
+}
+
+/* Registers the staging slots once the network's comm exists. */
+static ncclResult_t register_slots(net_conn_t *c) {
+  const np_props_t *p = np_props(c->nw, c->dev);
+  if (c->buf == NULL) return ncclSuccess; /* a message connection: its owner registers its own memory */
+  if (!(p->ptr_support & NCCL_PTR_HOST))
+    return c->broken =
+               log_err(ncclInvalidUsage,
+                       "%s: network %s device %d takes no host memory (ptrSupport %#x), which the net "
+                       "transport stages through",
+                       c->what, np_name(c->nw), c->dev, (unsigned)p->ptr_support);
+  ncclResult_t res = np_reg(c->nw, c->comm, c->buf, c->slot_bytes * (size_t)c->nslots, NCCL_PTR_HOST, &c->mh);
+  if (res != ncclSuccess) {
+    net_failed(c, res, "regMr of the staging slots");
+    return surface(c);
+  }
+  INFO(LOG_NET, "%s: up on network %s device %d (%s), %d slots of %zu bytes", c->what, np_name(c->nw), c->dev,
+       np_props(c->nw, c->dev)->name, c->nslots, c->slot_bytes);
   return ncclSuccess;
 }
 
-static ncclResult_t net_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **conn_p) {
+static void free_conn(net_conn_t *c);
+
+/* ---- Connect thread ---- */
+
+static void connector_release(connector_t *cn) {
+  if (atomic_fetch_sub_explicit(&cn->refs, 1, memory_order_acq_rel) != 1) return;
+  if (cn->comm != NULL) np_close_send(cn->np.net, cn->comm); /* abandoned: nobody took it */
+  free(cn);
+}
+
+/* One attempt, or the reason to give up; *comm_p set once connected. */
+static ncclResult_t connect_step(connector_t *cn, void **comm_p) {
+  if (atomic_load_explicit(&cn->abandoned, memory_order_relaxed)) {
+    snprintf(cn->why, sizeof cn->why, "closed while connecting");
+    return ncclSystemError;
+  }
+  if (aborted(cn->abort_flag)) {
+    snprintf(cn->why, sizeof cn->why, "connect aborted");
+    return ncclSystemError;
+  }
+  if (time_now() > cn->deadline) {
+    snprintf(cn->why, sizeof cn->why, "rank %d did not accept in time (BRAID_TIMEOUT_S)", cn->peer);
+    return ncclRemoteError;
+  }
+  ncclResult_t res = np_connect(&cn->np, cn->dev, cn->handle, comm_p);
+  if (res != ncclSuccess) {
+    const char *why = np_why(cn->np.net, NULL);
+    snprintf(cn->why, sizeof cn->why, "connect on network %s failed (%s)%s%s", np_name(cn->np.net),
+             log_result_name(res), why[0] != '\0' ? ": " : "", why);
+  }
+  return res;
+}
+
+static void *connector_main(void *arg) {
+  connector_t *cn = arg;
+  ncclResult_t res;
+  void *comm = NULL;
+  for (uint64_t round = 0; (res = connect_step(cn, &comm)) == ncclSuccess && comm == NULL; round++)
+    time_backoff(round);
+  cn->comm = comm;
+  cn->res = res;
+  atomic_store_explicit(&cn->state, res == ncclSuccess ? CN_CONNECTED : CN_FAILED, memory_order_release);
+  connector_release(cn);
+  return NULL;
+}
+
+static ncclResult_t start_connector(net_conn_t *c, const tp_net_blob_t *b) {
+  connector_t *cn = calloc(1, sizeof *cn);
+  if (cn == NULL) return log_err(ncclSystemError, "%s: out of memory", c->what);
+  cn->np = c->net->np;
+  cn->dev = c->dev;
+  memcpy(cn->handle, b->handle, sizeof cn->handle);
+  cn->abort_flag = c->net->config->abort_flag;
+  cn->deadline = setup_deadline();
+  cn->peer = c->base.peer;
+  atomic_init(&cn->refs, 2);
+  c->cn = cn;
+  int err = pthread_create(&cn->thread, NULL, connector_main, cn);
+  cn->threaded = err == 0;
+  if (err != 0) {
+    INFO(LOG_NET, "%s: no thread to connect with (%s); connecting on this one", c->what, strerror(err));
+    connector_main(cn);
+  }
+  return ncclSuccess;
+}
+
+/* Sender: takes the connection once the connect thread has it; *ready_p = 0 while it is under way. */
+static ncclResult_t send_ready(net_conn_t *c, int *ready_p) {
+  *ready_p = c->comm != NULL;
+  if (*ready_p || c->broken != ncclSuccess) return c->broken;
+  connector_t *cn = c->cn;
+  int state = atomic_load_explicit(&cn->state, memory_order_acquire);
+  if (state == CN_CONNECTING) return ncclSuccess;
+  if (cn->threaded) pthread_join(cn->thread, NULL);
+  c->cn = NULL;
+  if (state == CN_FAILED) {
+    snprintf(c->err, sizeof c->err, "%s", cn->why);
+    c->broken = cn->res;
+    connector_release(cn);
+    return c->broken;
+  }
+  c->comm = cn->comm;
+  cn->comm = NULL;
+  connector_release(cn);
+  CHECK(register_slots(c));
+  *ready_p = 1;
+  return ncclSuccess;
+}
+
+/* Lets go of a connect thread that may still run: asks it to stop and waits a while for it. A thread stuck
+ * inside the network's connect is left to finish on its own (it frees what it holds). */
+static void stop_connector(net_conn_t *c) {
+  connector_t *cn = c->cn;
+  c->cn = NULL;
+  atomic_store_explicit(&cn->abandoned, 1, memory_order_relaxed);
+  if (cn->threaded) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += CONNECT_JOIN_S;
+    if (pthread_timedjoin_np(cn->thread, NULL, &until) != 0) {
+      WARN("%s: the connect thread is still inside network %s's connect after %d s; left to finish alone",
+           c->what, np_name(c->nw), CONNECT_JOIN_S);
+      pthread_detach(cn->thread);
+    }
+  }
+  connector_release(cn);
+}
+
+/* ---- Setup ---- */
+
+static ncclResult_t listen_as(tp_ctx_t *ctx, int peer, int staged, void *blob, tp_conn_t **conn_p) {
   net_conn_t *c;
-  CHECK(new_conn(ctx, peer, 0, &c));
-  c->tag = c->net->next_tag++;
-  tp_net_blob_t b;
-  memset(&b, 0, sizeof b);
-  b.addr = c->net->addr;
-  b.nonce = c->net->config->nonce;
-  b.receiver_rank = c->net->config->rank;
-  b.tag = c->tag;
+  CHECK(new_conn(ctx, peer, 0, staged, 0, &c));
+  const tp_config_t *cfg = tp_ctx_config(ctx);
+  tp_net_blob_t b = {.magic = NET_BLOB_MAGIC,
+                     .nonce = cfg->nonce,
+                     .receiver_rank = cfg->rank,
+                     .slot_bytes = (uint32_t)c->slot_bytes};
+  ncclResult_t res = np_listen(&c->net->np, c->dev, b.handle, &c->listen);
+  if (res != ncclSuccess) {
+    const char *why = np_why(c->nw, NULL);
+    log_err(res, "%s: listen on network %s device %d failed (%s)%s%s", c->what, np_name(c->nw), c->dev,
+            log_result_name(res), why[0] != '\0' ? ": " : "", why);
+    free_conn(c);
+    return res;
+  }
   memset(blob, 0, TP_BLOB_BYTES);
   memcpy(blob, &b, sizeof b);
   *conn_p = &c->base;
   return ncclSuccess;
 }
 
-static ncclResult_t net_connect(tp_ctx_t *ctx, int peer, const void *blob, tp_conn_t **conn_p) {
-  ncclResult_t res;
-  char addr[SOCK_ADDR_STRLEN];
+static ncclResult_t connect_as(tp_ctx_t *ctx, int peer, int staged, const void *blob, tp_conn_t **conn_p) {
   tp_net_blob_t b;
   memcpy(&b, blob, sizeof b);
   const tp_config_t *cfg = tp_ctx_config(ctx);
-  if (b.receiver_rank != peer || b.nonce != cfg->nonce)
-    return log_err(ncclInternalError,
-                   "net connection to rank %d: the blob comes from rank %d, nonce %llx (ours %llx)", peer,
-                   (int)b.receiver_rank, (unsigned long long)b.nonce, (unsigned long long)cfg->nonce);
+  if (b.magic != NET_BLOB_MAGIC || b.receiver_rank != peer || b.nonce != cfg->nonce)
+    return log_err(
+        ncclInternalError,
+        "net connection to rank %d: the blob comes from rank %d, nonce %llx (ours %llx, magic %llx)", peer,
+        (int)b.receiver_rank, (unsigned long long)b.nonce, (unsigned long long)cfg->nonce,
+        (unsigned long long)b.magic);
   net_conn_t *c;
-  CHECK(new_conn(ctx, peer, 1, &c));
-  double deadline = setup_deadline();
-  CHECK_GOTO(sock_connect(&b.addr, cfg->abort_flag, deadline, &c->fd), res, err_free_conn);
-  tp_net_hello_t h = {.magic = NET_HELLO_MAGIC,
-                      .nonce = cfg->nonce,
-                      .sender_rank = cfg->rank,
-                      .receiver_rank = peer,
-                      .tag = b.tag};
-  CHECK_GOTO(sock_send_all(c->fd, &h, sizeof h, cfg->abort_flag, deadline, c->what), res, err_free_conn);
-  CHECK_GOTO(tune_socket(c), res, err_free_conn);
-  INFO(LOG_NET, "%s: connected to %s (tag %u)", c->what, sock_addr_str(&b.addr, addr), (unsigned)b.tag);
+  CHECK(new_conn(ctx, peer, 1, staged, staged ? b.slot_bytes : 0, &c));
+  ncclResult_t res = start_connector(c, &b);
+  if (res != ncclSuccess) {
+    free_conn(c);
+    return res;
+  }
   *conn_p = &c->base;
   return ncclSuccess;
-
-err_free_conn:
-  free_conn(c);
-  return res;
 }
 
-/* Keeps an accepted connection for the accept of the listen its hello names. */
-static ncclResult_t stash(tp_net_ctx_t *n, int fd, const tp_net_hello_t *h) {
-  if (n->npending == n->cap) {
-    int cap = n->cap > 0 ? 2 * n->cap : 8;
-    pending_t *p = realloc(n->pending, sizeof *p * (size_t)cap);
-    if (p == NULL) {
-      sock_close(fd);
-      return log_err(ncclSystemError, "net transport on rank %d: out of memory for %d pending connections",
-                     n->config->rank, cap);
-    }
-    n->pending = p;
-    n->cap = cap;
-  }
-  n->pending[n->npending++] = (pending_t){.fd = fd, .tag = h->tag, .sender = h->sender_rank};
-  return ncclSuccess;
+static ncclResult_t net_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **conn_p) {
+  return listen_as(ctx, peer, 1, blob, conn_p);
 }
 
-/* Removes and returns the pending connection carrying `tag` (and its sender), or -1 when there is none. */
-static int take_pending(tp_net_ctx_t *n, uint32_t tag, int32_t *sender_p) {
-  for (int i = 0; i < n->npending; i++) {
-    if (n->pending[i].tag != tag) continue;
-    int fd = n->pending[i].fd;
-    *sender_p = n->pending[i].sender;
-    n->pending[i] = n->pending[--n->npending];
-    return fd;
-  }
-  return -1;
+static ncclResult_t net_connect(tp_ctx_t *ctx, int peer, const void *blob, tp_conn_t **conn_p) {
+  return connect_as(ctx, peer, 1, blob, conn_p);
 }
 
-/* Whether a hello belongs to a listen of this context; says why not at WARN. */
-static int hello_valid(const tp_net_ctx_t *n, const tp_net_hello_t *h) {
-  const tp_config_t *cfg = n->config;
-  if (h->magic == NET_HELLO_MAGIC && h->nonce == cfg->nonce && h->receiver_rank == cfg->rank &&
-      h->sender_rank >= 0 && h->sender_rank < cfg->nranks && h->tag < n->next_tag)
-    return 1;
-  WARN("net transport on rank %d: dropped a connection with a foreign hello (magic %llx, nonce %llx, ours "
-       "%llx, "
-       "from rank %d to rank %d, tag %u)",
-       cfg->rank, (unsigned long long)h->magic, (unsigned long long)h->nonce, (unsigned long long)cfg->nonce,
-       (int)h->sender_rank, (int)h->receiver_rank, (unsigned)h->tag);
-  return 0;
-}
-
-/* Takes at most one connection off the listening socket (waiting up to 100 ms for one) and stashes it when
- * its hello is valid. A connection that breaks or lies during the hello is dropped, not fatal. */
-static ncclResult_t accept_one(tp_net_ctx_t *n, double deadline) {
-  const volatile int *abort_flag = n->config->abort_flag;
-  struct pollfd p = {.fd = n->listen_fd, .events = POLLIN};
-  int r;
-  SYS_RETRY(r, poll(&p, 1, 100));
-  if (r < 0)
-    return log_err(ncclSystemError, "net transport on rank %d: poll on the listening socket failed: %s",
-                   n->config->rank, strerror(errno));
-  if (r == 0) return ncclSuccess;
-  int fd;
-  CHECK(sock_accept(n->listen_fd, abort_flag, deadline, &fd));
-  tp_net_hello_t h;
-  double hello_deadline = time_now() + HELLO_TIMEOUT_S;
-  if (hello_deadline > deadline) hello_deadline = deadline;
-  ncclResult_t res = sock_recv_all(fd, &h, sizeof h, abort_flag, hello_deadline, "net transport hello");
-  if (res != ncclSuccess || !hello_valid(n, &h)) {
-    sock_close(fd);
-    return abort_flag != NULL && *abort_flag ? res : ncclSuccess;
-  }
-  return stash(n, fd, &h);
-}
+static ncclResult_t recv_progress(net_conn_t *c);
 
 static ncclResult_t net_accept(tp_ctx_t *ctx, tp_conn_t *conn) {
   net_conn_t *c = (net_conn_t *)conn;
-  tp_net_ctx_t *n = c->net;
-  const volatile int *abort_flag = n->config->abort_flag;
+  const volatile int *abort_flag = c->net->config->abort_flag;
   double start = time_now(), deadline = setup_deadline();
-  int32_t sender = -1;
-  while ((c->fd = take_pending(n, c->tag, &sender)) < 0) {
-    if (abort_flag != NULL && *abort_flag)
+  for (uint64_t round = 0; c->comm == NULL; round++) {
+    if (aborted(abort_flag))
       return log_err(ncclSystemError, "%s: accept aborted after %.1f s", c->what, time_now() - start);
     if (time_now() > deadline)
       return log_err(ncclRemoteError, "%s: rank %d did not connect within %.0f s", c->what, conn->peer,
                      deadline - start);
-    CHECK(accept_one(n, deadline));
+    ncclResult_t res = np_accept(c->nw, c->listen, &c->comm);
+    if (res != ncclSuccess) {
+      c->comm = NULL;
+      const char *why = np_why(c->nw, NULL);
+      return log_err(res, "%s: accept on network %s failed (%s)%s%s", c->what, np_name(c->nw),
+                     log_result_name(res), why[0] != '\0' ? ": " : "", why);
+    }
+    if (c->comm == NULL) time_backoff(round);
   }
-  if (sender != conn->peer) {
-    sock_close(c->fd);
-    c->fd = -1;
-    return log_err(ncclInternalError, "%s: the connection for tag %u came from rank %d", c->what,
-                   (unsigned)c->tag, (int)sender);
+  np_close_listen(c->nw, c->listen);
+  c->listen = NULL;
+  CHECK(register_slots(c));
+  if (c->buf == NULL) return ncclSuccess;
+  return recv_progress(c) == ncclSuccess ? ncclSuccess : surface(c);
+}
+
+/* ---- Sending ---- */
+
+/* Seals the slot being filled: writes its header; it goes out at the next send_progress. */
+static void seal(net_conn_t *c) {
+  msg_hdr_t h = {.magic = MSG_MAGIC, .bytes = (uint32_t)c->fill, .seq = c->queued};
+  memcpy(slot_buf(c, c->queued), &h, sizeof h);
+  c->queued++;
+  c->fill = 0;
+}
+
+/* Tests the messages under way (oldest first) and hands sealed ones to isend while the network takes them. */
+static ncclResult_t send_progress(net_conn_t *c) {
+  while (c->done < c->moving) {
+    int done, size;
+    ncclResult_t res = np_test(c->nw, slot(c, c->done)->req, &done, &size);
+    if (res != ncclSuccess) return net_failed(c, res, "test of a send");
+    if (!done) break;
+    slot(c, c->done)->req = NULL;
+    c->done++;
   }
-  CHECK(tune_socket(c));
-  INFO(LOG_NET, "%s: accepted (tag %u)", c->what, (unsigned)c->tag);
-  return ncclSuccess;
-}
-
-/* Sender: hands the socket as many committed bytes as it takes. */
-static ncclResult_t push(net_conn_t *c) {
-  while (c->head != c->tail) {
-    size_t off = (size_t)(c->head % c->ring_bytes);
-    size_t n = (size_t)(c->tail - c->head);
-    if (n > c->ring_bytes - off) n = c->ring_bytes - off;
-    size_t moved = 0;
-    ncclResult_t res = sock_send_some(c->fd, c->ring + off, n, &moved, c->what);
-    if (res != ncclSuccess) return c->broken = res;
-    c->head += moved;
-    if (moved < n) break;
+  while (c->moving < c->queued) {
+    void *req = NULL;
+    msg_hdr_t h;
+    memcpy(&h, slot_buf(c, c->moving), sizeof h);
+    ncclResult_t res = np_isend(c->nw, c->comm, slot_buf(c, c->moving), sizeof h + h.bytes, 0, c->mh, &req);
+    if (res != ncclSuccess) return net_failed(c, res, "isend");
+    if (req == NULL) break; /* the network takes no more now */
+    slot(c, c->moving)->req = req;
+    c->moving++;
   }
-  return ncclSuccess;
-}
-
-/* Reads up to n bytes without waiting. A close by the peer is ncclRemoteError; it is logged unless the
- * connection is in quiet-close mode, whose owner judges it (tp_net_peer_closed). */
-static ncclResult_t read_some(net_conn_t *c, void *buf, size_t n, size_t *moved_p) {
-  if (!c->quiet_close) return sock_recv_some(c->fd, buf, n, moved_p, c->what);
-  ssize_t r;
-  SYS_RETRY(r, recv(c->fd, buf, n, MSG_DONTWAIT));
-  if (r == 0 && n > 0) {
-    c->peer_closed = 1;
-    return ncclRemoteError;
-  }
-  if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-    return log_err(errno == ECONNRESET ? ncclRemoteError : ncclSystemError, "%s: receive failed: %s", c->what,
-                   strerror(errno));
-  *moved_p = r > 0 ? (size_t)r : 0;
-  return ncclSuccess;
-}
-
-void tp_net_quiet_close(tp_conn_t *conn) {
-  ((net_conn_t *)conn)->quiet_close = 1;
-}
-
-int tp_net_peer_closed(const tp_conn_t *conn) {
-  return ((const net_conn_t *)conn)->peer_closed;
-}
-
-/* Sender: at most every LIVENESS_PERIOD_S, reads the socket to see whether the receiver closed or failed it
- * (a receiver never sends, so any byte is an error too). Writes alone would not tell: after the receiver's
- * shutdown the kernel may go on taking bytes. */
-static ncclResult_t check_receiver(net_conn_t *c) {
-  double now = time_now();
-  if (now < c->next_check) return ncclSuccess;
-  c->next_check = now + LIVENESS_PERIOD_S;
-  unsigned char byte;
-  size_t moved = 0;
-  ncclResult_t res = read_some(c, &byte, 1, &moved);
-  if (res != ncclSuccess) return c->broken = res;
-  if (moved != 0) return c->broken = log_err(ncclRemoteError, "%s: the receiver sent data", c->what);
   return ncclSuccess;
 }
 
 static ncclResult_t net_send_peek(tp_conn_t *conn, void **ptr_p, size_t *bytes_p) {
   net_conn_t *c = (net_conn_t *)conn;
-  if (c->broken != ncclSuccess) return c->broken;
-  if (c->head == c->tail) c->head = c->tail = 0; /* empty: start over at the ring's start, all contiguous */
-  if (c->tail != c->head) CHECK(push(c));        /* keep the socket busy */
-  CHECK(check_receiver(c));
-  size_t off = (size_t)(c->tail % c->ring_bytes);
-  size_t room = c->ring_bytes - (size_t)(c->tail - c->head);
-  if (room > c->ring_bytes - off) room = c->ring_bytes - off;
-  c->peeked = room;
-  *ptr_p = c->ring + off;
-  *bytes_p = room;
+  int ready;
+  *bytes_p = 0;
+  c->peeked = 0;
+  if (send_ready(c, &ready) != ncclSuccess || (ready && send_progress(c) != ncclSuccess)) return surface(c);
+  if (!ready) return ncclSuccess;
+  if (c->queued - c->done >= (uint64_t)c->nslots) return ncclSuccess; /* every slot is under way */
+  size_t payload = c->slot_bytes - sizeof(msg_hdr_t);
+  c->peeked = payload - c->fill;
+  *ptr_p = slot_buf(c, c->queued) + sizeof(msg_hdr_t) + c->fill;
+  *bytes_p = c->peeked;
   return ncclSuccess;
 }
 
+/* A send-side step whose failure is returned to the caller (logged once). */
+#define CHECK_SEND(call)                                                                                     \
+  do {                                                                                                       \
+    if ((call) != ncclSuccess) return surface(c);                                                            \
+  } while (0)
+
 static ncclResult_t net_send_commit(tp_conn_t *conn, size_t bytes) {
   net_conn_t *c = (net_conn_t *)conn;
-  if (c->broken != ncclSuccess) return c->broken;
+  if (c->broken != ncclSuccess) return surface(c);
   if (bytes > c->peeked)
     return log_err(ncclInternalError, "%s: commit of %zu bytes, only %zu were peeked", c->what, bytes,
                    c->peeked);
   c->peeked -= bytes;
-  c->tail += bytes;
-  return push(c);
-}
-
-static ncclResult_t net_flush(tp_conn_t *conn, int *done_p) {
-  net_conn_t *c = (net_conn_t *)conn;
-  if (c->broken != ncclSuccess) return c->broken;
-  CHECK(push(c));
-  *done_p = c->head == c->tail;
-  /* Only while bytes wait to go out: a receiver that took everything may already have closed. */
-  if (!*done_p) CHECK(check_receiver(c));
+  c->fill += bytes;
+  if (bytes == 0) return ncclSuccess;
+  /* A slot goes at once while nothing is under way (latency), else once it has less room than one aligned
+   * piece (the executor could not fill it) or at flush: what is committed meanwhile rides along. */
+  CHECK_SEND(send_progress(c));
+  if (c->done == c->queued || c->slot_bytes - sizeof(msg_hdr_t) - c->fill < ALIGN) {
+    seal(c);
+    c->peeked = 0;
+  }
+  CHECK_SEND(send_progress(c));
   return ncclSuccess;
 }
 
-/* Receiver: the ring is a linear buffer, [head, tail) read but not yet released. A short remainder (a part
- * of an element the caller cannot use yet) moves to the start so that the socket can append after it: a
- * caller that waits for whole elements always gets more. A closed socket is an error only once the bytes
- * that arrived before it are used up. */
+#undef CHECK_SEND
+
+static ncclResult_t net_flush(tp_conn_t *conn, int *done_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  int ready;
+  *done_p = 0;
+  if (send_ready(c, &ready) != ncclSuccess) return surface(c);
+  if (!ready) return ncclSuccess;
+  if (c->fill > 0) {
+    seal(c);
+    c->peeked = 0;
+  }
+  if (send_progress(c) != ncclSuccess) return surface(c);
+  *done_p = c->done == c->queued;
+  return ncclSuccess;
+}
+
+/* ---- Receiving ---- */
+
+/* Checks a message that arrived in the slot of message `msg`; `size` is what test reported (-1: nothing). */
+static ncclResult_t check_message(net_conn_t *c, uint64_t msg, int size) {
+  msg_hdr_t h;
+  memcpy(&h, slot_buf(c, msg), sizeof h);
+  int ok = h.magic == MSG_MAGIC && h.seq == msg && h.bytes <= c->slot_bytes - sizeof h &&
+           (size < 0 || (size_t)size == sizeof h + h.bytes);
+  if (ok) {
+    slot(c, msg)->bytes = h.bytes;
+    slot(c, msg)->used = 0;
+    return ncclSuccess;
+  }
+  return c->broken = log_err(ncclRemoteError,
+                             "%s: message %llu arrived malformed (magic %08x, %u bytes, number %llu; the "
+                             "network reported %d bytes, slots hold %zu)",
+                             c->what, (unsigned long long)msg, (unsigned)h.magic, (unsigned)h.bytes,
+                             (unsigned long long)h.seq, size, c->slot_bytes);
+}
+
+/* Takes the messages that arrived (oldest first). Requests the network finished before the connection
+ * broke still count, so that what arrived before an error is delivered first. */
+static ncclResult_t recv_arrivals(net_conn_t *c) {
+  while (c->comm != NULL && c->moving < c->queued) {
+    int done, size;
+    ncclResult_t res = np_test(c->nw, slot(c, c->moving)->req, &done, &size);
+    if (res != ncclSuccess) return net_failed(c, res, "test of a receive");
+    if (!done) break;
+    slot(c, c->moving)->req = NULL;
+    CHECK(check_message(c, c->moving, size));
+    c->moving++;
+  }
+  /* After an error, receives posted before it may still complete: it counts once none is left. */
+  return c->comm != NULL && c->moving < c->queued ? ncclSuccess : c->broken;
+}
+
+/* Keeps a receive posted in every free slot, then takes what arrived. */
+static ncclResult_t recv_progress(net_conn_t *c) {
+  while (c->broken == ncclSuccess && c->queued < c->done + (uint64_t)c->nslots) {
+    void *req = NULL, *data = slot_buf(c, c->queued);
+    size_t size = c->slot_bytes;
+    int tag = 0;
+    ncclResult_t res = np_irecv(c->nw, c->comm, 1, &data, &size, &tag, &c->mh, &req);
+    if (res != ncclSuccess) net_failed(c, res, "irecv"); /* what was posted before may still arrive */
+    if (req == NULL) break;
+    slot(c, c->queued)->req = req;
+    c->queued++;
+  }
+  return recv_arrivals(c);
+}
+
+/* The bytes that arrived are offered even after the connection broke: an error is returned only once they
+ * are used up. */
 static ncclResult_t net_recv_peek(tp_conn_t *conn, void **ptr_p, size_t *bytes_p) {
   net_conn_t *c = (net_conn_t *)conn;
-  size_t have = (size_t)(c->tail - c->head);
-  if (c->head > 0 && (have < COMPACT_BYTES || c->tail == c->ring_bytes)) {
-    memmove(c->ring, c->ring + c->head, have);
-    c->head = 0;
-    c->tail = have;
-  }
-  /* Read only when what is left is not enough for a caller that consumes all it can: so a peer that closed
-   * after sending everything this rank needs is never noticed, let alone reported. */
-  if (have < COMPACT_BYTES && c->tail < c->ring_bytes && c->broken == ncclSuccess) {
-    size_t moved = 0;
-    ncclResult_t res = read_some(c, c->ring + c->tail, c->ring_bytes - (size_t)c->tail, &moved);
-    if (res != ncclSuccess) c->broken = res;
-    c->tail += moved;
-  }
-  if (c->tail == c->head && c->broken != ncclSuccess) return c->broken;
-  c->peeked = (size_t)(c->tail - c->head);
-  *ptr_p = c->ring + c->head;
+  *bytes_p = 0;
+  c->peeked = 0;
+  /* The network is asked only when no message is in hand: a poll costs it a system call. */
+  ncclResult_t res = c->done == c->moving ? recv_progress(c) : ncclSuccess;
+  while (c->done < c->moving && slot(c, c->done)->bytes == 0) c->done++; /* empty messages carry nothing */
+  if (c->done == c->moving) return res == ncclSuccess ? ncclSuccess : surface(c);
+  slot_t *s = slot(c, c->done);
+  c->peeked = s->bytes - s->used;
+  *ptr_p = slot_buf(c, c->done) + sizeof(msg_hdr_t) + s->used;
   *bytes_p = c->peeked;
   return ncclSuccess;
 }
@@ -411,19 +606,124 @@ static ncclResult_t net_recv_release(tp_conn_t *conn, size_t bytes) {
   if (bytes > c->peeked)
     return log_err(ncclInternalError, "%s: release of %zu bytes, only %zu were peeked", c->what, bytes,
                    c->peeked);
+  if (bytes == 0) return ncclSuccess;
+  slot_t *s = slot(c, c->done);
   c->peeked -= bytes;
-  c->head += bytes;
-  return ncclSuccess;
+  s->used += (uint32_t)bytes;
+  if (s->used < s->bytes) return ncclSuccess;
+  c->done++;
+  c->peeked = 0;
+  return ncclSuccess; /* the slot gets its next receive when a peek finds nothing in hand */
 }
 
-/* Shuts both directions down: the peer's next read sees end-of-file, its next write an error. */
+/* ---- Ending ---- */
+
+void tp_net_quiet_close(tp_conn_t *conn) {
+  ((net_conn_t *)conn)->quiet_close = 1;
+}
+
+int tp_net_peer_closed(const tp_conn_t *conn) {
+  return ((const net_conn_t *)conn)->peer_closed;
+}
+
+/* Closes the network's comm at once, so that the peer's next test fails instead of waiting. */
 static void net_fail(tp_conn_t *conn) {
   net_conn_t *c = (net_conn_t *)conn;
-  if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
+  if (c->cn != NULL) stop_connector(c);
+  if (c->comm != NULL) {
+    if (c->mh != NULL) np_dereg(c->nw, c->comm, c->mh);
+    c->mh = NULL;
+    for (int i = 0; i < c->nmhs; i++) np_dereg(c->nw, c->comm, c->mhs[i]);
+    c->nmhs = 0;
+    if (c->base.is_send)
+      np_close_send(c->nw, c->comm);
+    else
+      np_close_recv(c->nw, c->comm);
+    c->comm = NULL;
+  }
+  np_close_listen(c->nw, c->listen);
+  c->listen = NULL;
+  if (c->broken == ncclSuccess) c->broken = ncclSystemError; /* reported where the failure started */
+}
+
+static void free_conn(net_conn_t *c) {
+  net_fail(&c->base);
+  tp_uncharge(&c->base);
+  free(c->buf);
+  free(c);
 }
 
 static void net_close(tp_conn_t *conn) {
   if (conn != NULL) free_conn((net_conn_t *)conn);
+}
+
+/* ---- Messages (gpu_net) ---- */
+
+ncclResult_t tp_net_msg_listen(tp_ctx_t *ctx, int peer, void *blob, tp_conn_t **conn_p) {
+  return listen_as(ctx, peer, 0, blob, conn_p);
+}
+
+ncclResult_t tp_net_msg_connect(tp_ctx_t *ctx, int peer, const void *blob, tp_conn_t **conn_p) {
+  return connect_as(ctx, peer, 0, blob, conn_p);
+}
+
+const np_props_t *tp_net_msg_props(const tp_conn_t *conn) {
+  const net_conn_t *c = (const net_conn_t *)conn;
+  return np_props(c->nw, c->dev);
+}
+
+ncclResult_t tp_net_msg_ready(tp_conn_t *conn, int *ready_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  if (c->base.is_send) return send_ready(c, ready_p) == ncclSuccess ? ncclSuccess : surface(c);
+  *ready_p = c->comm != NULL;
+  return c->broken == ncclSuccess ? ncclSuccess : surface(c);
+}
+
+ncclResult_t tp_net_msg_reg(tp_conn_t *conn, void *base, size_t bytes, int type, void **mhandle_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  if (c->comm == NULL || c->nmhs == NET_MSG_REGS)
+    return log_err(ncclInternalError, "%s: registration %d of memory before the connection is up", c->what,
+                   c->nmhs);
+  ncclResult_t res = np_reg(c->nw, c->comm, base, bytes, type, mhandle_p);
+  if (res != ncclSuccess) {
+    net_failed(c, res, type == NCCL_PTR_CUDA ? "regMr of GPU memory" : "regMr of host memory");
+    return surface(c);
+  }
+  c->mhs[c->nmhs++] = *mhandle_p;
+  return ncclSuccess;
+}
+
+ncclResult_t tp_net_msg_send(tp_conn_t *conn, void *data, size_t size, int tag, void *mhandle, void **req_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  *req_p = NULL;
+  if (c->broken != ncclSuccess) return surface(c);
+  ncclResult_t res = np_isend(c->nw, c->comm, data, size, tag, mhandle, req_p);
+  return res == ncclSuccess ? ncclSuccess : (net_failed(c, res, "isend"), surface(c));
+}
+
+ncclResult_t tp_net_msg_recv(tp_conn_t *conn, void *data, size_t size, int tag, void *mhandle, void **req_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  *req_p = NULL;
+  if (c->broken != ncclSuccess) return surface(c);
+  ncclResult_t res = np_irecv(c->nw, c->comm, 1, &data, &size, &tag, &mhandle, req_p);
+  return res == ncclSuccess ? ncclSuccess : (net_failed(c, res, "irecv"), surface(c));
+}
+
+ncclResult_t tp_net_msg_flush(tp_conn_t *conn, void *data, size_t size, void *mhandle, void **req_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  *req_p = NULL;
+  /* Allowed after an error: what arrived before it is still delivered (and flushed). */
+  if (c->comm == NULL) return c->broken != ncclSuccess ? surface(c) : ncclInternalError;
+  ncclResult_t res = np_iflush(c->nw, c->comm, 1, &data, &size, &mhandle, req_p);
+  return res == ncclSuccess ? ncclSuccess : (net_failed(c, res, "iflush"), surface(c));
+}
+
+ncclResult_t tp_net_msg_test(tp_conn_t *conn, void *req, int *done_p, int *size_p) {
+  net_conn_t *c = (net_conn_t *)conn;
+  *done_p = 0;
+  if (c->comm == NULL) return c->broken != ncclSuccess ? surface(c) : ncclInternalError;
+  ncclResult_t res = np_test(c->nw, req, done_p, size_p);
+  return res == ncclSuccess ? ncclSuccess : (net_failed(c, res, "test"), surface(c));
 }
 
 const tp_ops_t tp_net_ops = {

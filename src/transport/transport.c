@@ -136,6 +136,18 @@ ncclResult_t tp_conn_set_rings(tp_conn_t *conn, int nch, char *base) {
   return ncclSuccess;
 }
 
+ncclResult_t tp_conn_set_rings_apart(tp_conn_t *conn, int nch, char *ctrl, size_t ctrl_stride, char *data,
+                                     size_t data_stride) {
+  dev_ring_t *rings;
+  CHECK(MEM_CALLOC(conn->acct, rings, (size_t)nch, "ring table"));
+  for (int c = 0; c < nch; c++)
+    rings[c] = (dev_ring_t){.data = data + (size_t)c * data_stride,
+                            .ctrl = (dev_ctrl_t *)(ctrl + (size_t)c * ctrl_stride)};
+  conn->rings = rings;
+  conn->nrings = nch;
+  return ncclSuccess;
+}
+
 void tp_conn_set_ll(tp_conn_t *conn, char *base) {
   for (int c = 0; c < DEV_LL_CHANNELS; c++) {
     char *ring = base + (uint64_t)c * DEV_LL_RING_BYTES;

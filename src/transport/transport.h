@@ -1,8 +1,9 @@
 /*
  * Connections between two ranks of a communicator, one per (peer, direction), each behind an ops table.
  *
- * Host backend transports: shm (a byte ring in POSIX shared memory, for ranks of one machine) and net (a TCP
- * socket per connection, between machines or when shm is disabled).
+ * Host backend transports: shm (a byte ring in POSIX shared memory, for ranks of one machine) and net (a
+ * connection of a network per connection, between machines or when shm is disabled: Braid's built-in TCP or a
+ * network plugin, see net_plugin.h).
  *
  * GPU transports give each end of a connection `nch` rings (device/dev.h) that the kernels read and write
  * themselves; their ops tables have no data-path functions. p2p puts the receiver's rings in its GPU memory
@@ -30,8 +31,9 @@
 #include "base/alloc.h"
 #include "device/dev.h"
 
-/* Bytes of connect information a transport may put in its blob. */
-#define TP_BLOB_BYTES 512
+/* Bytes of connect information a transport may put in its blob: enough for gpu_net's, which carries a
+ * network handle (128 bytes at most) for each of up to DEV_MAX_CHANNELS rings. */
+#define TP_BLOB_BYTES (256 + DEV_MAX_CHANNELS * 128)
 
 /* What the transports know about each rank: gathered over the bootstrap at init. */
 typedef struct {
@@ -73,6 +75,10 @@ ncclResult_t tp_check_gpu_config(const tp_ctx_t *ctx, const char *transport, int
 /* GPU transports: points conn->rings at `nch` rings laid out back to back from `base` (ring c at
  * base + c * DEV_RING_BYTES: its dev_ctrl_t, then its slots), in a host array charged to the connection. */
 ncclResult_t tp_conn_set_rings(tp_conn_t *conn, int nch, char *base);
+/* Like tp_conn_set_rings, with control blocks and slots apart: ring c's dev_ctrl_t at ctrl + c * ctrl_stride,
+ * its slots at data + c * data_stride (device addresses both). */
+ncclResult_t tp_conn_set_rings_apart(tp_conn_t *conn, int nch, char *ctrl, size_t ctrl_stride, char *data,
+                                     size_t data_stride);
 /* GPU transports whose sender maps the receiver's memory: points conn->ll at the DEV_LL_CHANNELS LL rings
  * laid out back to back from `base` (ring c at base + c * DEV_LL_RING_BYTES: its dev_ctrl_t, then
  * DEV_LL_SLOTS slots; zeroed by the receiver). */
@@ -118,12 +124,13 @@ typedef struct {
   uint64_t nonce;         /* the communicator's id, carried in every handshake */
   const tp_peer_t *peers; /* nranks entries; copied */
   const volatile int *abort_flag;
-  size_t ring_bytes;  /* staging ring size per connection (BRAID_HOST_BUFFSIZE) */
-  int nch;            /* GPU connections: rings per connection (the same on all ranks) */
-  alloc_acct_t *acct; /* the communicator's memory account (may be NULL) */
+  size_t ring_bytes;    /* staging ring size per connection (BRAID_HOST_BUFFSIZE) */
+  int nch;              /* GPU connections: rings per connection (the same on all ranks) */
+  alloc_acct_t *acct;   /* the communicator's memory account (may be NULL) */
+  const char *net_name; /* network to use (the config's netName); NULL: NCCL_NET decides */
 } tp_config_t;
 
-/* Makes a transport context (opens the net listening socket). */
+/* Makes a transport context (chooses its network: net_plugin.h). */
 ncclResult_t tp_init(const tp_config_t *config, tp_ctx_t **ctx_p);
 /* The transport to use towards `peer`. Host backend: shm on the same host unless NCCL_SHM_DISABLE=1, else
  * net. GPU: p2p on the same host when the devices can map each other's memory and NCCL_P2P_DISABLE is 0,

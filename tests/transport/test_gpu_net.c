@@ -3,11 +3,14 @@
  * Its "kernel" writes slots of random sizes into malloc'd rings (device/dev.h's layout) and publishes tail;
  * on the other rank (a forked process) its "kernel" consumes slowly, so the receiving rings fill up and the
  * pumps must wait, and checks that every slot arrives whole and in order on every ring. The pumps run either
- * on the test's own thread or on the proxy thread. Faults: a sender killed mid-stream, a receiver that fails,
+ * on the test's own thread or on the proxy thread, over the built-in network or the stand-in plugins of
+ * tests/net (a v6 one, with its smaller request limit; a misbehaving one; one that takes "GPU memory", whose
+ * receives must be flushed). Faults: a sender killed mid-stream, a receiver that fails,
  * an abort, a kernel that publishes a slot too large. Also the choice of GPU transport.
  */
 #include "harness.h"
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -19,9 +22,13 @@
 #include "base/param.h"
 #include "base/timeutil.h"
 #include "transport/gpu_net.h"
+#include "transport/net.h"
 #include "transport/transport.h"
 
 #define MAX_RINGS 4
+
+/* Where the rings' slots are, as the pumps are told (NCCL_PTR_CUDA: "GPU memory", host memory here). */
+static int ring_data_type = NCCL_PTR_HOST;
 
 /* What both ranks of a case share, made before the fork. */
 typedef struct {
@@ -31,7 +38,6 @@ typedef struct {
   uint64_t nslots;   /* slots per ring */
   int use_proxy;     /* 1: the proxy thread pumps; 0: the test's thread does */
   int rounds;        /* stream cases: connections made, used and closed this many times in a row */
-  size_t net_bytes;  /* staging ring of each net connection */
   int expect_full;   /* stream cases: the slow consumer must have found a ring full (long streams only) */
   int victim;        /* fault cases: the rank that dies (1) or fails (0); -1: none */
   uint64_t fault_at; /* slots per ring after which the victim stops */
@@ -101,7 +107,6 @@ static void make_world(world_t *w, int nrings, uint64_t nslots, int use_proxy) {
   w->nslots = nslots;
   w->use_proxy = use_proxy;
   w->rounds = 1;
-  w->net_bytes = 64 * 1024 + 13; /* smaller than a slot: a slot goes out in pieces */
   w->victim = -1;
   EXPECT(socketpair(AF_UNIX, SOCK_STREAM, 0, w->fd) == 0);
 }
@@ -115,7 +120,7 @@ static tp_ctx_t *rank_ctx(const world_t *w, int rank, const volatile int *abort_
                      .nonce = w->nonce,
                      .peers = peers,
                      .abort_flag = abort_flag,
-                     .ring_bytes = w->net_bytes};
+                     .ring_bytes = 64 * 1024};
   tp_ctx_t *ctx = NULL;
   EXPECT_OK(tp_init(&cfg, &ctx));
   return ctx;
@@ -125,10 +130,10 @@ static tp_ctx_t *rank_ctx(const world_t *w, int rank, const volatile int *abort_
 static void open_nets(const world_t *w, tp_ctx_t *ctx, int rank, tp_conn_t **sends, tp_conn_t **recvs) {
   char blobs[MAX_RINGS][TP_BLOB_BYTES] = {{0}}, theirs[MAX_RINGS][TP_BLOB_BYTES];
   int peer = 1 - rank, n = w->nrings;
-  for (int i = 0; i < n; i++) EXPECT_OK(tp_net_ops.listen(ctx, peer, blobs[i], &recvs[i]));
+  for (int i = 0; i < n; i++) EXPECT_OK(tp_net_msg_listen(ctx, peer, blobs[i], &recvs[i]));
   xwrite(w->fd[rank], blobs, sizeof blobs[0] * (size_t)n);
   xread(w->fd[rank], theirs, sizeof theirs[0] * (size_t)n);
-  for (int i = 0; i < n; i++) EXPECT_OK(tp_net_ops.connect(ctx, peer, theirs[i], &sends[i]));
+  for (int i = 0; i < n; i++) EXPECT_OK(tp_net_msg_connect(ctx, peer, theirs[i], &sends[i]));
   for (int i = 0; i < n; i++) EXPECT_OK(tp_net_ops.accept(ctx, recvs[i]));
 }
 
@@ -138,7 +143,7 @@ static void ring_make(ring_t *r, tp_conn_t *net, int index, int rank, uint64_t s
   EXPECT(posix_memalign(&mem, 128, DEV_RING_BYTES) == 0);
   memset(mem, 0, DEV_RING_BYTES);
   *r = (ring_t){.ctrl = mem, .data = (char *)mem + sizeof(dev_ctrl_t), .seed = seed};
-  tp_gpu_net_ring_init(&r->pump, r->ctrl, r->data, net, index, rank, abort_flag);
+  tp_gpu_net_ring_init(&r->pump, r->ctrl, r->data, ring_data_type, net, index, rank, abort_flag);
 }
 
 /* The sending kernel: produces the next slot when the ring has room. */
@@ -293,12 +298,45 @@ static void test_stream_proxy(void) {
   EXPECT(run_ranks(2, 60, stream_rank, &w) == 0);
 }
 
-/* Net staging rings smaller than a header: every header and slot crosses in many pieces on both sides. */
-static void test_stream_tiny_net_ring(void) {
+/* Over a stand-in plugin (tests/net/plugins) and with its faults (BRAID_FAKE_NET). */
+static void stream_over(const char *plugin, const char *net, const char *faults) {
+  setenv("NCCL_NET_PLUGIN", plugin, 1);
+  setenv("NCCL_NET", net, 1);
+  setenv("BRAID_FAKE_NET", faults, 1);
+  param_reload();
   world_t w;
-  make_world(&w, 2, 60, 1);
-  w.net_bytes = 37;
+  make_world(&w, 2, 300, 1);
   EXPECT(run_ranks(2, 60, stream_rank, &w) == 0);
+}
+
+/* v6: 8 requests per connection, so 4 slots under way per ring. */
+static void test_stream_v6(void) {
+  stream_over(BRAID_NET_PLUGIN_DIR "/libnccl-net-v6.so", "StandinV6", "");
+}
+
+static void test_stream_misbehaving(void) {
+  stream_over(BRAID_NET_PLUGIN_DIR "/libnccl-net-fake.so", "Fake", "partial,sizes_unset,slow_accept");
+}
+
+/* Slots in "GPU memory": registered as such, and every received slot flushed before it is published. */
+static void flush_rank(int rank, int nranks, void *arg) {
+  stream_rank(rank, nranks, arg);
+  void *dl = dlopen(BRAID_NET_PLUGIN_DIR "/libnccl-net-fake.so", RTLD_NOW | RTLD_NOLOAD);
+  EXPECT(dl != NULL, "the plugin is not loaded");
+  _Atomic int *flushes = dlsym(dl, "fake_net_flushes");
+  EXPECT(flushes != NULL && *flushes >= 2 * 300, "%d flushes for 600 slots received",
+         flushes ? *flushes : -1);
+}
+
+static void test_stream_gpu_memory(void) {
+  setenv("NCCL_NET_PLUGIN", BRAID_NET_PLUGIN_DIR "/libnccl-net-fake.so", 1);
+  setenv("NCCL_NET", "Fake", 1);
+  setenv("BRAID_FAKE_NET", "cuda", 1);
+  param_reload();
+  ring_data_type = NCCL_PTR_CUDA;
+  world_t w;
+  make_world(&w, 2, 300, 1);
+  EXPECT(run_ranks(2, 60, flush_rank, &w) == 0);
 }
 
 /* One ring each way, several short rounds: the proxy thread ends with the last ring and starts again. */
@@ -377,8 +415,8 @@ static void loop_open(loop_t *l) {
   memset(l, 0, sizeof *l);
   for (int r = 0; r < 2; r++) l->ctx[r] = rank_ctx(&w, r, &l->abort_flag);
   char blob[TP_BLOB_BYTES];
-  EXPECT_OK(tp_net_ops.listen(l->ctx[1], 0, blob, &l->recv));
-  EXPECT_OK(tp_net_ops.connect(l->ctx[0], 1, blob, &l->send));
+  EXPECT_OK(tp_net_msg_listen(l->ctx[1], 0, blob, &l->recv));
+  EXPECT_OK(tp_net_msg_connect(l->ctx[0], 1, blob, &l->send));
   EXPECT_OK(tp_net_ops.accept(l->ctx[1], l->recv));
 }
 
@@ -398,7 +436,11 @@ static void test_bad_slot_size(void) {
   s.ctrl->sizes[0] = DEV_SLOT_BYTES + 1;
   store_release(&s.ctrl->tail, 1);
   int progress = 0;
-  EXPECT_RES(tp_gpu_net_pump(&s.pump, &progress), ncclInternalError);
+  ncclResult_t res;
+  double start = time_now(); /* the connection comes up in the background first */
+  while ((res = tp_gpu_net_pump(&s.pump, &progress)) == ncclSuccess && time_now() - start < 5)
+    time_sleep_us(1000);
+  EXPECT_RES(res, ncclInternalError);
   EXPECT(strstr(log_last_error(), "ring 2 from rank 0 to rank 1") != NULL, "message '%s'", log_last_error());
   EXPECT_RES(tp_gpu_net_pump(&s.pump, &progress), ncclInternalError);
   EXPECT(s.ctrl->head == 0, "the bad slot was released");
@@ -459,14 +501,17 @@ static void test_select_gpu(void) {
   tp_destroy(ctx);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
+  test_filter(argc - 1, argv + 1);
   TEST(test_select_gpu, 10);
   TEST(test_bad_slot_size, 10);
   TEST(test_proxy_abort, 20);
   TEST(test_stream_direct, 90);
   TEST(test_stream_proxy, 90);
-  TEST(test_stream_tiny_net_ring, 90);
+  TEST(test_stream_v6, 90);
+  TEST(test_stream_misbehaving, 90);
+  TEST(test_stream_gpu_memory, 90);
   TEST(test_proxy_restarts, 90);
   TEST(test_sender_killed, 60);
   TEST(test_receiver_fails, 60);
