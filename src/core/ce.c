@@ -29,6 +29,7 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/timeutil.h"
+#include "core/tune.h"
 #include "device/dev.h"
 #include "gpu/gpu.h"
 
@@ -340,7 +341,7 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   if (dev < 0 || nranks != 2) return ncclSuccess;
   const int peer = 1 - rank;
   /* the same answer on both ranks: both see the same peer table and pick the same transport */
-  if (peers[peer].host_hash != peers[rank].host_hash || tp_select(links->tp, peer) != &tp_p2p_ops)
+  if (peers[peer].host_hash != peers[rank].host_hash || tp_link(links->tp, peer) != TP_LINK_P2P)
     return ncclSuccess;
   const int local = peers[peer].pid == peers[rank].pid;
   ce_t *ce;
@@ -359,21 +360,19 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
   CHECK_GOTO(gpu_enter(dev, &scope), res, fail);
   /* The path is an optimisation: a rank that cannot set it up (logged) says so, and both go without it;
    * only a failed exchange with the peer fails init. */
-  int64_t min = param_int(P_BRAID_CE_MIN_BYTES), chunk = param_int(P_BRAID_CE_CHUNK_BYTES),
-          reduce_min = param_int(P_BRAID_CE_REDUCE_MIN_BYTES),
-          pull_min = param_int(P_BRAID_CE_PULL_MIN_BYTES), push_min = param_int(P_BRAID_CE_PUSH_MIN_BYTES),
-          push_xmin = param_int(P_BRAID_CE_PUSH_EXCHANGE_MIN_BYTES);
+  tune_direct_t d;
+  tune_direct(&d);
   init_msg_t mine = {.magic = CE_MAGIC,
                      .dev = dev,
-                     .min_bytes = min > 0 ? (uint64_t)min : 0,
-                     .reduce_min = reduce_min > 0 ? (uint64_t)reduce_min : UINT64_MAX,
-                     .pull_min = pull_min > 0 ? (uint64_t)pull_min : UINT64_MAX,
-                     .push_min = push_min > 0 ? (uint64_t)push_min : UINT64_MAX,
-                     .push_xmin = push_xmin > 0 ? (uint64_t)push_xmin : UINT64_MAX,
+                     .min_bytes = d.copy_min,
+                     .reduce_min = d.reduce_min,
+                     .pull_min = d.pull_min,
+                     .push_min = d.push_min,
+                     .push_xmin = d.push_xmin,
                      /* chunks end at multiples of CE_CHUNK_ALIGN, whatever was asked */
-                     .chunk_min = chunk > CE_CHUNK_ALIGN ? ((uint64_t)chunk + CE_CHUNK_ALIGN - 1) /
-                                                               CE_CHUNK_ALIGN * CE_CHUNK_ALIGN
-                                                         : CE_CHUNK_ALIGN},
+                     .chunk_min = d.chunk_min > CE_CHUNK_ALIGN
+                                      ? (d.chunk_min + CE_CHUNK_ALIGN - 1) / CE_CHUNK_ALIGN * CE_CHUNK_ALIGN
+                                      : CE_CHUNK_ALIGN},
              theirs;
   if (mine.min_bytes > 0 && (gpu_dev_alloc(dev, W_COUNT * sizeof(uint32_t), &ce->words) != ncclSuccess ||
                              (!local && gpu_mem_export(ce->words, &mine.words) != ncclSuccess)))

@@ -39,7 +39,7 @@ struct ncclComm {
   _Atomic int busy;        /* threads running work on this communicator (abort waits for 0) */
   int rank, nranks;
   int dev;               /* CUDA device, -1 on the host backend (set before init) */
-  int nch;               /* GPU: channels a transfer takes at most, the same on all ranks (gx_rings: rings) */
+  int nch;               /* GPU: channels a transfer takes at most, the same on all ranks (tune_rings: rings) */
   gx_t *gx;              /* GPU executor state; NULL on the host backend */
   ce_t *ce;              /* copy engines into the peer's buffer (core/ce.h); NULL where there are none */
   uint64_t nonce;        /* the unique id's nonce: the communicator's identity */

@@ -42,6 +42,7 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/timeutil.h"
+#include "core/tune.h"
 #include "core/workq.h"
 #include "device/dev.h"
 #include "gpu/gpu.h"
@@ -84,9 +85,9 @@ typedef struct {
 
 struct gx {
   int dev, rank, nranks;
-  int nch;   /* channels a transfer takes at most: what the widest step's lanes fit (gx_channels) */
-  int rings; /* rings per connection (gx_rings): the channels of one-way collectives' transfers (wide_step) */
-  int wide;  /* BRAID_WIDE_STEPS: which collectives' steps take `rings` channels (wide_step) */
+  int nch;        /* channels a transfer takes at most: what the widest step's lanes fit (tune_channels) */
+  int rings;      /* rings per connection (tune_rings): the channels of wide steps' transfers (wide_step) */
+  tp_link_t link; /* the slowest link to a peer (tune_call_t.link) */
   unsigned grid_max; /* blocks a launch takes at most: the widest step's lanes of nch channels */
   const char *name;
   alloc_acct_t *acct;
@@ -117,20 +118,13 @@ struct gx {
                               * launch_overlap) */
   int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
   int wave_fence;            /* BRAID_WAVE_FENCE: which bulk launches send in waves (wave_fence) */
-  int32_t batch_pieces;      /* BRAID_BATCH_PIECES (0: no cap), or -1: launch_batch decides */
-  uint64_t dealt_min;        /* BRAID_DEALT_MIN_BYTES: the smallest dealt transfer (dealt_mark; 0: none) */
-  uint64_t dealt_max;        /* BRAID_DEALT_MAX_BYTES: the largest (0: no bound) */
   int one_way;               /* the launch being built has one-way steps only (one_way_kind) */
+  const tune_shape_t *first; /* the shape of its first step's call (launch_batch) */
+  tune_shape_t *shapes;      /* [ntasks] each call's shape (gx_tune) */
+  int cap_shapes;
   ce_t *ce;                  /* moves the steps marked for the copy engines (gx_set_ce); owned */
   int spread;                /* lanes of the widest step (BRAID_SPREAD): narrower launches spread their blocks
                               * over a grid of that many lanes (dev_comm_t.interleave); 0: never */
-  uint64_t ll_max;           /* transfers of at most this many bytes are marked LL (0: none) */
-  uint64_t ll_max_one_way;   /* the same in one-way collectives (one_way_kind) */
-  uint64_t ll_part;          /* an LL transfer takes a channel per this many bytes (BRAID_LL_CHANNEL_BYTES) */
-  int ll_nch;                /* and at most this many: GX_LL_NCH, or fewer when nch is */
-  uint64_t ll128_max;        /* larger transfers of at most this many bytes with a peer are LL128 (0: none) */
-  int ll128_nch;             /* the channels of an LL128 transfer: nch, at most DEV_LL_CHANNELS */
-  uint64_t ch_bytes;         /* a Simple transfer takes a channel per this many bytes (BRAID_CHANNEL_BYTES) */
   uint8_t *peer_caps;        /* [nranks] PEER_* bits: what the connections to and from each peer have */
   gpu_mem_t *mem;            /* the ring tables, counters and barrier dcomm points at */
   dev_comm_t dcomm;          /* the kernels' view, passed by value in every launch's work */
@@ -172,9 +166,6 @@ struct gx {
  * (dev.h). A transport has all its LL rings or none, and marks on all its rings or none. */
 enum { PEER_LL_TO = 1, PEER_LL_FROM = 2, PEER_MARKS_TO = 4, PEER_MARKS_FROM = 8 };
 
-/* Channels per connection unless BRAID_CHANNELS says otherwise (fewer when many ranks share the SMs). */
-enum { GX_CHANNELS_DEFAULT = 40 };
-
 /* Ranks of one GPU communicator at most (lane assignment works on the stack). */
 enum { GX_MAX_RANKS = 1024 };
 /* Seconds past BRAID_TIMEOUT_S after which a launch that has not finished means the GPU is stuck. */
@@ -190,77 +181,11 @@ _Static_assert((int)DEV_XF_LL > (int)XF_PREPARED, "the LL mark takes a bit the p
 /* braid_kernel_small reads the head of the same dev_work_t. */
 _Static_assert(offsetof(dev_work_t, xfers) == offsetof(dev_work_small_t, xfers),
                "the small entry point's work is a prefix of the full one");
-/* An LL transfer runs in one slice: each channel's part within half of its LL ring, and of a Simple ring for
- * a side without LL (gx_init bounds ll_max and ll_part to keep it so). */
-enum { GX_LL_PART_MAX = DEV_LL_SLOTS / 2 * DEV_LL_PIECE };
-/* LL transfers take at most 32 of the DEV_LL_CHANNELS LL rings: 40 blocks moved them no faster, and in place
- * slower, on two H200s (docs/perf-notes.md, 73). */
-enum { GX_LL_NCH = 32 };
-_Static_assert(GX_LL_NCH <= DEV_LL_CHANNELS, "LL transfers have an LL ring per channel");
-_Static_assert(PLAN_LL_MAX <= (uint64_t)GX_LL_NCH * GX_LL_PART_MAX &&
-                   GX_LL_PART_MAX <= DEV_SLOTS / 2 * DEV_SLOT_BYTES,
-               "an LL transfer's part fits half a ring");
 /* The kernels run an LL transfer, LL128 included, in one slice (lane_run). */
 _Static_assert(DEV_LL128_PART_MAX <= DEV_SLICE_BYTES, "an LL128 transfer's part fits a slice");
-/* An all-reduce's or a reduce-scatter's step on two ranks is wide (wide_step) where its largest transfer
- * moves at least this many bytes: on two H200s 60 channels instead of 40 took an all-reduce of 16 MiB from
- * 67.3 to 61.1 us and of 32 MiB from 131.9 to 117.5 (CUDA graphs), a reduce-scatter of 32 MiB from 70.6 to
- * 63.1, and transfers of 8 MiB 1-7% faster; but transfers of 4 MiB 4-6% slower (docs/perf-notes.md, 79).
- * Send/receive, all-to-all and all-gather transfers take the same bound (wide_p2p): a send/receive of 16 MiB
- * went from 63.6-64.8 to 61.8 us, an all-to-all of 32 MiB from 65.0-65.5 to 63.8-64.4 (perf-notes, 85). */
-#define GX_WIDE_MIN_MIB 8
-#define GX_WIDE_MIN     ((uint64_t)GX_WIDE_MIN_MIB << 20)
 /* A one-shot reduction's lane receives from every peer and, in place, sends to every peer. */
 _Static_assert(2 * (PLAN_ONESHOT_MAX_RANKS - 1) <= DEV_LANE_RINGS,
                "one-shot lanes exceed the kernel's rings");
-
-/* The most lanes a step can have: a send to every peer, a receive from every peer and one local. */
-static int lanes_max(int nranks) {
-  return nranks > 1 ? 2 * nranks - 1 : 1;
-}
-
-/* The largest LL transfer where LL128 (ll128_max, set) takes the transfers above `ll128_min`: gx->ll_max as
- * the LL knobs and rings allow it, held to ll128_min. */
-static uint64_t ll_below(const gx_t *gx, uint64_t ll128_min) {
-  return gx->ll128_max > ll128_min && ll128_min < gx->ll_max ? ll128_min : gx->ll_max;
-}
-
-/* The largest LL128 transfer (dev.h): the knob's, held to half the LL128 slots on each of ll128_nch channels
- * (dev_ll128_fits), on a communicator of two ranks whose connections both ways have LL rings (both ranks see
- * the same two connections, so they agree); 0 elsewhere. Run after upload (peer_caps). */
-static uint64_t ll128_max(const gx_t *gx) {
-  const int peer = 1 - gx->rank;
-  if (gx->nranks != 2 || (gx->peer_caps[peer] & (PEER_LL_TO | PEER_LL_FROM)) != (PEER_LL_TO | PEER_LL_FROM))
-    return 0;
-  const uint64_t cap = (uint64_t)gx->ll128_nch * DEV_LL128_PART_MAX, want = plan_tuning()->ll128_max;
-  return want < cap ? want : cap;
-}
-
-int gx_channels(int nranks, int sms) {
-  int lanes = lanes_max(nranks);
-  /* a launch's blocks wait for each other, so they must all run at once, one per SM (the kernel takes a
-   * whole SM's registers): the widest launch stays within ten elevenths of the SMs (120 of 132) */
-  int fit = sms * 10 / 11 / lanes;
-  if (fit < 1) fit = 1;
-  if (fit > DEV_MAX_CHANNELS) fit = DEV_MAX_CHANNELS;
-  int64_t want = param_int(P_BRAID_CHANNELS);
-  if (want < 1) return fit < GX_CHANNELS_DEFAULT ? fit : GX_CHANNELS_DEFAULT;
-  if (want > fit)
-    INFO(LOG_INIT | LOG_TUNING, "BRAID_CHANNELS=%lld: %d ranks on %d SMs take at most %d channels",
-         (long long)want, nranks, sms, fit);
-  return want > fit ? fit : (int)want;
-}
-
-/* On two ranks a one-way collective's step (broadcast, reduce, gather, scatter: a transfer and at most a
- * local copy) has two lanes, not the three of the widest step, so its transfers take half as many channels
- * again in the same grid: on two H100s, 60 channels instead of 40 made reduce at 16 MiB 60.5 -> 57.0 us and
- * at 1 GiB 2,952-2,996 -> 2,936 us, broadcast in place at 16 MiB 60.0 -> 56.6 us (docs/perf-notes.md, 55).
- * A function of the ranks and of the channels every rank settled on, so both ends of a connection agree. */
-int gx_rings(int nranks, int nch) {
-  if (nranks != 2) return nch;
-  int rings = nch * 3 / 2;
-  return rings > DEV_MAX_CHANNELS ? DEV_MAX_CHANNELS : rings;
-}
 
 /* Byte offsets of the parts of the device allocation (dev_comm_t's tables). */
 typedef struct {
@@ -285,14 +210,6 @@ static layout_t layout(int nranks, int nch) {
   l.guards = l.barrier + (2 + DEV_DEALT_COUNTERS) * sizeof(uint32_t);
   l.total = l.guards + (nranks == 2 ? rings * DEV_MARKS_BYTES : 0); /* split lanes take two ranks (flush) */
   return l;
-}
-
-/* BRAID_BATCH_PIECES where it is set, held to what a ring has (DEV_SLOTS; 0 and the ring's size both mean no
- * cap); -1 where it is not: each launch then takes launch_batch's. */
-static int32_t batch_pieces(void) {
-  if (!param_is_set(P_BRAID_BATCH_PIECES)) return -1;
-  int64_t v = param_int(P_BRAID_BATCH_PIECES);
-  return v <= 0 || v >= DEV_SLOTS ? 0 : (int32_t)v;
 }
 
 /* The kernels' view of the communicator: its tables written once to device memory, the dev_comm_t that
@@ -359,33 +276,14 @@ static ncclResult_t queue_init(gx_t *gx) {
   return ncclSuccess;
 }
 
-/* How many channels a step takes at most and which steps take the rings' (wide_step), in words for the init
- * log. */
-static const char *wide_what(const gx_t *gx, char *buf, size_t size) {
-  if (gx->rings <= gx->nch || gx->wide < 1)
-    snprintf(buf, size, "up to %d channels for every step", gx->nch);
-  else if (gx->wide < 2)
-    snprintf(buf, size, "up to %d channels for broadcast, reduce, gather and scatter steps", gx->rings);
-  else
-    snprintf(buf, size,
-             "up to %d channels for broadcast, reduce, gather and scatter steps, all-reduce and "
-             "reduce-scatter steps with a transfer of at least %d MiB%s",
-             gx->rings, GX_WIDE_MIN_MIB,
-             gx->wide >= 3 && gx->nranks == 2
-                 ? ", and send/receive, all-to-all and all-gather transfers of that size"
-                 : "");
-  return buf;
-}
-
-/* The grid, in lanes, that launches narrower than it spread their blocks over: the most lanes a step can
- * have (gx_channels sized the channels so that this many lanes of them fit the GPU), at most BRAID_SPREAD
- * when that is 2 or more; 0 (no spreading) when BRAID_SPREAD is 0 or a step has one lane at most. */
-static int spread_lanes(int nranks) {
-  int lanes = lanes_max(nranks);
-  int64_t want = param_int(P_BRAID_SPREAD);
-  if (want <= 0) return 0;
-  if (want >= 2 && want < lanes) lanes = (int)want;
-  return lanes >= 2 ? lanes : 0;
+/* The slowest link to a peer: what the tuner's rows are keyed by. */
+static tp_link_t slowest_link(const links_t *links, int rank, int nranks) {
+  tp_link_t link = TP_LINK_P2P;
+  for (int p = 0; p < nranks; p++) {
+    const tp_link_t l = p == rank ? TP_LINK_P2P : tp_link(links->tp, p);
+    if (l > link) link = l;
+  }
+  return link;
 }
 
 ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, alloc_acct_t *acct,
@@ -401,8 +299,8 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
                .rank = rank,
                .nranks = nranks,
                .nch = nch,
-               .rings = gx_rings(nranks, nch),
-               .grid_max = (unsigned)(lanes_max(nranks) * nch),
+               .rings = tune_rings(nranks, nch),
+               .grid_max = (unsigned)(tune_lanes_max(nranks) * nch),
                .name = name,
                .acct = acct};
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_NAME, &gx->func), res, fail);
@@ -422,13 +320,11 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->overlap = !can_eager || overlap < 0 ? 0 : overlap > 2 ? 2 : (int)overlap;
   if (gx->overlap == 2 && !can_captured) gx->overlap = 1;
   gx->push_blocks = sms < 1 ? 1 : sms > 1024 ? 1024 : (unsigned)sms;
-  int64_t blocks = param_int(P_BRAID_CE_COMBINE_BLOCKS);
-  gx->combine_blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : (unsigned)blocks;
-  blocks = param_int(P_BRAID_CE_PULL_BLOCKS);
-  if (blocks < 1) blocks = sms;
-  gx->pull_blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : (unsigned)blocks;
-  int64_t tile = param_int(P_BRAID_CE_PULL_TILE);
-  gx->pull_tile = tile < 16 ? 0 : tile > (1 << 30) ? 1u << 30 : (uint32_t)(tile / 16 * 16);
+  tune_direct_t direct;
+  tune_direct(&direct);
+  gx->combine_blocks = direct.combine_blocks;
+  gx->pull_blocks = direct.pull_blocks > 0 ? direct.pull_blocks : gx->push_blocks;
+  gx->pull_tile = direct.pull_tile;
   gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
   gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
   gx->pair_kernel = param_int(P_BRAID_PAIR_KERNEL) != 0;
@@ -437,31 +333,12 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->pair_join = param_int(P_BRAID_PAIR_JOIN_BYTES);
   gx->split_lane = param_int(P_BRAID_SPLIT_LANE) != 0;
   gx->wave_fence = (int)param_int(P_BRAID_WAVE_FENCE);
-  gx->wide = (int)param_int(P_BRAID_WIDE_STEPS);
-  gx->batch_pieces = batch_pieces();
-  const int64_t dealt_min = param_int(P_BRAID_DEALT_MIN_BYTES),
-                dealt_max = param_int(P_BRAID_DEALT_MAX_BYTES);
-  gx->dealt_min = dealt_min > 0 ? (uint64_t)dealt_min : 0;
-  gx->dealt_max = dealt_max > 0 ? (uint64_t)dealt_max : 0;
-  gx->spread = spread_lanes(nranks);
-  gx->ll_nch = nch < GX_LL_NCH ? nch : GX_LL_NCH;
-  gx->ll128_nch = nch < DEV_LL_CHANNELS ? nch : DEV_LL_CHANNELS;
-  /* every channel's part within half a ring: at most GX_LL_PART_MAX per channel, on at most ll_nch */
-  uint64_t ll_cap = (uint64_t)gx->ll_nch * GX_LL_PART_MAX;
-  gx->ll_max = plan_tuning()->ll_max < ll_cap ? plan_tuning()->ll_max : ll_cap;
-  gx->ll_part = plan_tuning()->ll_part < GX_LL_PART_MAX ? plan_tuning()->ll_part : GX_LL_PART_MAX;
-  gx->ch_bytes = plan_tuning()->ch_bytes;
+  gx->spread = tune_spread(nranks);
+  gx->link = slowest_link(links, rank, nranks);
   CHECK_GOTO(MEM_CALLOC(acct, gx->peer_caps, (size_t)nranks, "GPU executor: rings per peer"), res, fail);
   CHECK_GOTO(gpu_dev_alloc(dev, layout(nranks, gx->rings).total, &gx->mem), res, fail);
   mem_charge(acct, gpu_mem_size(gx->mem), 1, "kernel view of the communicator");
   CHECK_GOTO(upload(gx, links), res, fail);
-  gx->ll128_max = ll128_max(gx);
-  /* where LL128 runs, it takes the transfers above BRAID_LL128_MIN_BYTES from LL, and a one-way
-   * collective's above BRAID_LL128_ONE_WAY_MIN_BYTES: on two H200s LL128 moved 512 KiB transfers 0.4-1.1 us
-   * faster than LL (docs/perf-notes.md, 77), and 256 KiB ones both ways at once (an all-reduce's, a
-   * send/receive's) 0.3-0.6 us faster, but one way 0.15-0.3 us slower (104) */
-  gx->ll_max_one_way = ll_below(gx, plan_tuning()->ll128_oneway);
-  gx->ll_max = ll_below(gx, plan_tuning()->ll128_min);
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
   CHECK_GOTO(queue_init(gx), res, fail);
   const char *overlap_what = gx->overlap == 2 ? "eager and captured"
@@ -470,45 +347,10 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
                              : gx->overlap == 1 ? "eager"
                              : !can_eager       ? "none (the device has no programmatic dependent launch)"
                                                 : "none";
-  char wide[256], join[48], dealt[112];
-  if (gx->dealt_min == 0 || nranks != 2)
-    snprintf(dealt, sizeof dealt, "never%s", gx->dealt_min == 0 ? "" : " (two ranks only)");
-  else if (gx->dealt_max == 0)
-    snprintf(dealt, sizeof dealt, "in ring collectives' transfers from %llu bytes",
-             (unsigned long long)gx->dealt_min);
-  else
-    snprintf(dealt, sizeof dealt, "in ring collectives' transfers of %llu to %llu bytes",
-             (unsigned long long)gx->dealt_min, (unsigned long long)gx->dealt_max);
-  if (gx->pair_join < 0)
-    snprintf(join, sizeof join, "never");
-  else if (gx->pair_join == 0)
-    snprintf(join, sizeof join, "at every size");
-  else
-    snprintf(join, sizeof join, "from %lld bytes a channel", (long long)gx->pair_join);
   INFO(LOG_INIT | LOG_TUNING,
-       "%s rank %d: GPU executor on device %d, %d channels, work queue of %llu bytes; launches of LL "
-       "transfers alone through %s (BRAID_LL_KERNEL), of one LL send, receive and copy at most through %s "
-       "(BRAID_PAIR_KERNEL; an in-place all-reduce in one pass through %s and its LL128 twin, "
-       "BRAID_PAIR_AR_KERNEL, and so an out-of-place one %s, BRAID_PAIR_JOIN_BYTES), of "
-       "one-slice Simple transfers on p2p through %s (BRAID_BULK_KERNEL); %s (BRAID_WIDE_STEPS); pieces "
-       "dealt to the channels as they find room %s (BRAID_DEALT_MIN_BYTES, BRAID_DEALT_MAX_BYTES); launches "
-       "that overlap the stream's previous kernel: %s (BRAID_LAUNCH_PDL)",
-       name, rank, dev, nch, (unsigned long long)gx->wq.cap,
-       gx->ll_kernel ? DEV_KERNEL_LL_NAME : "the general kernel",
-       gx->pair_kernel ? DEV_KERNEL_PAIR_NAME : "the same",
-       gx->pair_kernel && gx->pair_ar_kernel ? DEV_KERNEL_PAIR_AR_NAME : "the same", join,
-       gx->bulk_kernel ? DEV_KERNEL_BULK_NAME : "the general kernel", wide_what(gx, wide, sizeof wide), dealt,
-       overlap_what);
-  INFO(LOG_INIT | LOG_TUNING,
-       "%s rank %d: LL protocol for transfers of at most %llu bytes (%llu in broadcast, reduce, gather and "
-       "scatter) on p2p connections, a channel per %llu bytes of one, up to %d (NCCL_PROTO, "
-       "BRAID_LL_MAX_BYTES, BRAID_LL_CHANNEL_BYTES; BRAID_LL128_MIN_BYTES and BRAID_LL128_ONE_WAY_MIN_BYTES "
-       "where LL128 runs); LL128 for larger transfers with a peer of at most %llu bytes over %d channels "
-       "(NCCL_PROTO, BRAID_LL128_MAX_BYTES; two ranks on p2p both ways only); a Simple transfer takes a "
-       "channel per %llu bytes (BRAID_CHANNEL_BYTES)",
-       name, rank, (unsigned long long)gx->ll_max, (unsigned long long)gx->ll_max_one_way,
-       (unsigned long long)gx->ll_part, gx->ll_nch, (unsigned long long)gx->ll128_max, gx->ll128_nch,
-       (unsigned long long)gx->ch_bytes);
+       "%s rank %d: GPU executor on device %d, %d channels, %d rings a connection, work queue of %llu bytes; "
+       "launches that overlap the stream's previous kernel: %s (BRAID_LAUNCH_PDL)",
+       name, rank, dev, nch, gx->rings, (unsigned long long)gx->wq.cap, overlap_what);
   *gx_p = gx;
   return ncclSuccess;
 fail:
@@ -668,7 +510,7 @@ out:
 }
 
 ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks) {
-  size_t need = plan_scratch_need(plan, gx->rank, nranks, plan_tuning());
+  size_t need = plan_scratch_need(plan, gx->rank, nranks, 1);
   plan->ext_scratch = NULL;
   plan->ext_scratch_bytes = 0;
   if (need == 0) return ncclSuccess;
@@ -754,28 +596,25 @@ static int one_way_kind(op_kind_t k) {
 }
 
 /* The kernel's form of a planned transfer. A running result (XF_PREPARED) is combined as a plain sum where
- * PreMulSum would scale it again; the kernel never sees that flag's meaning. A transfer of at most ll_max
- * bytes (ll_max_one_way in a one-way collective: `one_way`, one_way_kind) is marked LL and runs on a channel
- * per ll_part bytes, at most ll_nch (dev.h); a larger one with a peer, of at most ll128_max bytes, is marked
- * LL with the LL128 protocol and runs on ll128_nch channels (at most `cap`), as long as that leaves each
- * channel at most half its LL128 slots (dev_ll128_fits); a plain local copy of at most one LL128 piece per
- * channel is marked LL (with the LL protocol, in pieces) on as many, so that the launches with one beside
- * one-piece LL128 transfers (an all-gather's own block out of place, a broadcast's root) stay LL launches, on
- * the pair kernel, instead of taking the general kernel for a Simple copy (larger LL128 transfers take the
- * general kernel, where a copy is Simple); a Simple one on a channel per ch_bytes, at most `cap` (wide_step).
- * The mark and the channels depend on the size, the knobs, the collective and the communicator's channels
- * only, so both ends of each of its connections agree. Each side of an LL transfer is also marked with its
+ * PreMulSum would scale it again; the kernel never sees that flag's meaning. The protocol and channels come
+ * from the transfer's bytes in the bands of its call's shape (tune.h): LL up to ll_max, on a channel per
+ * ll_part bytes up to ll_nch; LL128 above it with a peer up to ll128_max, on ll128_nch channels (at most
+ * `cap`) as long as each keeps within half its LL128 slots; Simple beyond, a channel per ch_bytes up to
+ * `cap` (wide_step). A plain local copy of at most one LL128 piece per channel beside LL128 transfers is
+ * marked LL (with the LL protocol, in pieces) on as many, so that such a launch (an all-gather's own block
+ * out of place, a broadcast's root) stays one of LL transfers alone. Every rank derives the same shape from
+ * the same call, so both ends of each connection agree. Each side of an LL transfer is also marked with its
  * protocol: LL when its connection has an LL ring, which both ends of the connection know alike (an LL128
- * transfer's sides always have one: ll128_max). */
-static void fill_xfer(const gx_t *gx, const xfer_t *in, int one_way, uint16_t task, int cap,
+ * transfer's sides always have one: its rows need p2p links). */
+static void fill_xfer(const gx_t *gx, const xfer_t *in, const tune_shape_t *sh, uint16_t task, int cap,
                       dev_xfer_t *out) {
   const red_t *red = in->red;
-  const int ll = in->bytes <= (one_way ? gx->ll_max_one_way : gx->ll_max);
-  const uint64_t ll128_nch = (uint64_t)(gx->ll128_nch < cap ? gx->ll128_nch : cap);
+  const int ll = in->bytes <= sh->ll_max;
+  const uint64_t ll128_nch = (uint64_t)(sh->ll128_nch < cap ? sh->ll128_nch : cap);
   const int peers = in->send_peer >= 0 || in->recv_peer >= 0;
-  const int ll128 = !ll && peers && in->bytes <= gx->ll128_max && in->bytes <= ll128_nch * DEV_LL128_PART_MAX;
+  const int ll128 = !ll && peers && in->bytes <= sh->ll128_max && in->bytes <= ll128_nch * DEV_LL128_PART_MAX;
   const int ll_copy = !ll && !peers && !(in->flags & (XF_REDUCE | XF_PREPARE)) &&
-                      in->bytes <= gx->ll128_max && in->bytes <= ll128_nch * DEV_LL128_PIECE;
+                      in->bytes <= sh->ll128_max && in->bytes <= ll128_nch * DEV_LL128_PIECE;
   int flags = (int)in->flags;
   if (ll || ll128 || ll_copy) {
     flags |= DEV_XF_LL;
@@ -783,9 +622,9 @@ static void fill_xfer(const gx_t *gx, const xfer_t *in, int one_way, uint16_t ta
     if (in->recv_peer >= 0 && (gx->peer_caps[in->recv_peer] & PEER_LL_FROM)) flags |= DEV_XF_LL_RECV;
   }
   uint64_t nch = ll128 || ll_copy ? ll128_nch
-                 : ll             ? (in->bytes + gx->ll_part - 1) / gx->ll_part
-                                  : (in->bytes + gx->ch_bytes - 1) / gx->ch_bytes;
-  if (ll && nch > (uint64_t)gx->ll_nch) nch = (uint64_t)gx->ll_nch;
+                 : ll             ? (in->bytes + sh->ll_part - 1) / sh->ll_part
+                                  : (in->bytes + sh->ch_bytes - 1) / sh->ch_bytes;
+  if (ll && nch > (uint64_t)sh->ll_nch) nch = (uint64_t)sh->ll_nch;
   red_kind_t kind = (in->flags & XF_PREPARED) && red->kind == RED_PREMULSUM ? RED_SUM : red->kind;
   *out = (dev_xfer_t){.src = in->src,
                       .dst = in->dst,
@@ -1084,38 +923,28 @@ static int duplex(const gx_t *gx, const dev_work_t *w) {
   return sends && recvs;
 }
 
-/* The largest batch (pieces between two signals to the peer, dev_comm_t.batch_pieces) of a duplex launch
- * whose transfers are at most GX_DUPLEX_BATCH_MAX bytes or dealt: the sender signals every 256 KiB instead of
- * once its share of the ring (1 MiB) is full, so the peer's receiving blocks work while it sends. Larger
- * transfers (1 GiB) ran 1-3% slower so, but dealt ones (dev.h) 2-4% faster: dealt in batches of up to 8
- * pieces, an in-place reduce-scatter of 512 MiB took 802.7-805.3 us against 787.9-790.0 not dealt, and in
- * batches of 2 755.5-756.4 (docs/perf-notes.md, 137). */
-#define GX_DUPLEX_BATCH     2
-#define GX_DUPLEX_BATCH_MAX (128ull << 20)
-
-/* A one-way launch (one_way_kind: its blocks only send or only receive) signals every GX_ONEWAY_BATCH pieces
- * where its largest transfer moves more than GX_ONEWAY_MIN and at most GX_ONEWAY_MAX pieces per channel
- * (32-64 MiB over 60 channels): on two H200s a broadcast, reduce, gather or scatter of such a size ran 1-3%
- * faster so, one of fewer pieces (16 MiB) 2-3% slower, and of more about alike (docs/perf-notes.md, 57). */
-#define GX_ONEWAY_BATCH 2
-#define GX_ONEWAY_MIN   3
-#define GX_ONEWAY_MAX   16
-
+/* The cap on Simple batches (pieces between two signals to the peer, dev_comm_t.batch_pieces), from the
+ * shape of the launch's first call (tune.h): a duplex launch whose transfers are at most duplex_max bytes
+ * or dealt signals every duplex_batch pieces, so the peer's receiving blocks work while it sends; a launch of
+ * one-way steps whose largest part per channel is more than oneway_lo and at most oneway_hi slots, every
+ * oneway_batch. */
 static int32_t launch_batch(const gx_t *gx, const dev_work_t *w, int dup) {
-  if (gx->batch_pieces >= 0) return gx->batch_pieces;
+  const tune_shape_t *sh = gx->first;
+  if (sh->batch >= 0) return sh->batch;
   if (!dup) {
-    if (!gx->one_way || gx->nranks != 2) return 0;
+    if (!gx->one_way || sh->oneway_batch == 0) return 0;
     uint64_t most = 0;
     for (int i = 0; i < w->nxfers; i++) {
       uint64_t per_ch = gx->xf[i].bytes / gx->xf[i].nch; /* fill_xfer gives every transfer a channel */
       if (per_ch > most) most = per_ch;
     }
-    return most > GX_ONEWAY_MIN * DEV_SLOT_BYTES && most <= GX_ONEWAY_MAX * DEV_SLOT_BYTES ? GX_ONEWAY_BATCH
-                                                                                           : 0;
+    return most > sh->oneway_lo * (uint64_t)DEV_SLOT_BYTES && most <= sh->oneway_hi * (uint64_t)DEV_SLOT_BYTES
+               ? sh->oneway_batch
+               : 0;
   }
   for (int i = 0; i < w->nxfers; i++)
-    if (gx->xf[i].bytes > GX_DUPLEX_BATCH_MAX && !gx->xf[i].dealt) return 0;
-  return GX_DUPLEX_BATCH;
+    if (gx->xf[i].bytes > sh->duplex_max && !gx->xf[i].dealt) return 0;
+  return sh->duplex_batch;
 }
 
 /* Whether the launch is one lane of a send to a peer and then a receive from it that overwrites what the
@@ -1415,38 +1244,30 @@ static ncclResult_t xf_reserve(gx_t *gx, uint32_t n) {
   return ncclSuccess;
 }
 
-/* Whether the step has a transfer of at least GX_WIDE_MIN bytes (with `peers`: between ranks, not a local
- * copy). */
-static int step_has_wide(const plan_t *plan, const step_t *st, int peers) {
+/* Whether the step has a transfer of at least `min` bytes (with `peers`: between ranks, not a local copy). */
+static int step_has_wide(const plan_t *plan, const step_t *st, int peers, uint64_t min) {
   for (int i = 0; i < st->count; i++) {
     const xfer_t *x = &plan->xfers[st->first + i];
-    if ((!peers || x->send_peer >= 0 || x->recv_peer >= 0) && x->bytes >= GX_WIDE_MIN) return 1;
+    if ((!peers || x->send_peer >= 0 || x->recv_peer >= 0) && x->bytes >= min) return 1;
   }
   return 0;
 }
 
-/* Marks the step's dealt transfers (dev.h, "Dealt transfers"): on two ranks, in a ring all-reduce,
- * reduce-scatter, all-gather, broadcast or reduce, each Simple transfer of BRAID_DEALT_MIN_BYTES to
- * BRAID_DEALT_MAX_BYTES that only sends or only receives, over a connection whose rings have chunk marks
- * (p2p), and has no other transfer with a peer in its lane (x, sorted by lane). Both ends of a connection
- * must agree, and do: the step serves the same call on both ranks, the algorithm follows from the call and
- * the knobs (step_t.oneshot, as the planner chose it), and a ring's step on two ranks holds one send and one
- * receive of the same size on each rank, however either rank's buffers lie (a local copy, which one rank may
- * have and the other not, has no peer and changes nothing here), each alone in its lane unless a transfer
- * both receives and sends (the fused all-reduce: none is dealt then, on either rank). One-shot steps,
- * all-to-all, gather, scatter and point-to-point are left out: their ranks' steps may differ in which
- * transfers share a lane. Two ranks have one connection each way, so a step has at most one dealt send, which
- * the step's counters serve. */
-static void dealt_mark(const gx_t *gx, const step_t *st, dev_xfer_t *x, int n) {
-  const op_kind_t k = st->task->kind;
-  if (gx->dealt_min == 0 || gx->nranks != 2 || st->oneshot ||
-      (k != OP_ALLREDUCE && k != OP_REDUCESCATTER && k != OP_ALLGATHER && k != OP_BROADCAST &&
-       k != OP_REDUCE))
-    return;
+/* Marks the step's dealt transfers (dev.h, "Dealt transfers"): each Simple transfer in its call's dealt band
+ * (tune.h: two ranks, ring collectives whose two ranks' steps hold the same transfers) that only sends or
+ * only receives, over a connection whose rings have chunk marks (p2p), and has no other transfer with a
+ * peer in its lane (x, sorted by lane). Both ends of a connection agree: a ring's step on two ranks holds
+ * one send and one receive of the same size on each rank, however either rank's buffers lie (a local copy,
+ * which one rank may have and the other not, has no peer and changes nothing here), each alone in its lane
+ * unless a transfer both receives and sends (the fused all-reduce: none is dealt then, on either rank). Two
+ * ranks have one connection each way, so a step has at most one dealt send, which the step's counters
+ * serve. */
+static void dealt_mark(const gx_t *gx, const tune_shape_t *sh, dev_xfer_t *x, int n) {
+  if (sh->dealt_min == 0 || gx->nranks != 2) return;
   for (int i = 0; i < n; i++) {
     const int send = x[i].send_peer >= 0, peer = send ? x[i].send_peer : x[i].recv_peer;
-    if (send == (x[i].recv_peer >= 0) || (x[i].flags & DEV_XF_LL) || x[i].bytes < gx->dealt_min ||
-        (gx->dealt_max != 0 && x[i].bytes > gx->dealt_max) ||
+    if (send == (x[i].recv_peer >= 0) || (x[i].flags & DEV_XF_LL) || x[i].bytes < sh->dealt_min ||
+        (sh->dealt_max != 0 && x[i].bytes > sh->dealt_max) ||
         !(gx->peer_caps[peer] & (send ? PEER_MARKS_TO : PEER_MARKS_FROM)))
       continue;
     int alone = 1;
@@ -1456,34 +1277,26 @@ static void dealt_mark(const gx_t *gx, const step_t *st, dev_xfer_t *x, int n) {
   }
 }
 
-/* Whether the step's transfers take up to gx->rings channels instead of gx->nch (gx_rings): on two ranks a
- * one-way collective's, and with BRAID_WIDE_STEPS=2 or more (3 by default) an all-reduce's or a
- * reduce-scatter's whose largest transfer moves at least GX_WIDE_MIN. On two ranks those have no local copy,
- * so at most two lanes (the send and the receive) however their buffers lie, and both ranks' steps hold
- * transfers of the same sizes (each rank sends one block and receives the other). Every rank's step of a
- * collective serves the same call, so both ends of its connections agree; point-to-point steps never do, as
- * their ranks' steps differ (wide_p2p takes their transfers one by one). */
-static int wide_step(const gx_t *gx, const plan_t *plan, const step_t *st) {
-  const op_kind_t k = st->task->kind;
-  if (gx->rings <= gx->nch || gx->wide < 1) return 0;
-  if (one_way_kind(k)) return 1;
-  if (gx->wide < 2 || (k != OP_ALLREDUCE && k != OP_REDUCESCATTER)) return 0;
-  return step_has_wide(plan, st, 0);
+/* Whether the step's transfers take up to gx->rings channels instead of gx->nch (tune_rings), as its call's
+ * shape says (TUNE_WIDE_STEP, or TUNE_WIDE_BIG with a transfer of at least wide_min). The rows that say so
+ * are those of steps with two lanes at most however their buffers lie (two ranks: a one-way collective, an
+ * all-reduce or a reduce-scatter, which have no local copy), and every rank's step of a collective serves
+ * the same call, so both ends of its connections agree. */
+static int wide_step(const gx_t *gx, const plan_t *plan, const step_t *st, const tune_shape_t *sh) {
+  if (gx->rings <= gx->nch) return 0;
+  return sh->wide == TUNE_WIDE_STEP ||
+         (sh->wide == TUNE_WIDE_BIG && step_has_wide(plan, st, 0, sh->wide_min));
 }
 
-/* Whether a step of send/receive, all-to-all or all-gather takes the rings' channels for its transfers of at
- * least GX_WIDE_MIN (BRAID_WIDE_STEPS=3, two ranks). The channels of each transfer between the ranks follow
- * from its own size, which both ends know alike, since the two ranks' steps may hold different transfers:
- * one may copy its own block (out of place) where the other does not (in place), or send to itself, or group
- * its point-to-point calls differently. Returns 1 when some such transfer is that large; the step's local
- * copies then join a peer's lane (assign_lanes), so that it has two lanes at most, as the grid asks of lanes
- * of the rings' channels. */
-static int wide_p2p(const gx_t *gx, const plan_t *plan, const step_t *st) {
-  const op_kind_t k = st->task->kind;
-  if (gx->rings <= gx->nch || gx->wide < 3 || gx->nranks != 2 ||
-      (k != OP_SEND && k != OP_RECV && k != OP_ALLTOALL && k != OP_ALLGATHER))
-    return 0;
-  return step_has_wide(plan, st, 1);
+/* Whether a step takes the rings' channels for its transfers between the ranks of at least wide_min bytes
+ * (TUNE_WIDE_EACH: send/receive, all-to-all, all-gather on two ranks), each by its own size, which both ends
+ * know alike, since the two ranks' steps may hold different transfers: one may copy its own block (out of
+ * place) where the other does not (in place), or send to itself, or group its point-to-point calls
+ * otherwise. Returns 1 when some such transfer is that large; the step's local copies then join a peer's lane
+ * (assign_lanes), so that it has two lanes at most, as the grid asks of lanes of the rings' channels. */
+static int wide_p2p(const gx_t *gx, const plan_t *plan, const step_t *st, const tune_shape_t *sh) {
+  if (gx->rings <= gx->nch || sh->wide != TUNE_WIDE_EACH) return 0;
+  return step_has_wide(plan, st, 1, sh->wide_min);
 }
 
 /* ---- What the copy-engine path asks of the executor (ce_exec_t) ---- */
@@ -1491,6 +1304,7 @@ static int wide_p2p(const gx_t *gx, const plan_t *plan, const step_t *st) {
 typedef struct {
   gx_t *gx;
   const launch_ctx_t *lc;
+  const tune_shape_t *shape; /* the step's call's */
 } exec_ctx_t;
 
 static ncclResult_t exec_wait(void *arg, cudaStream_t stream, uint32_t *raise, uint32_t *word, int peer,
@@ -1512,7 +1326,7 @@ static ncclResult_t exec_combine(void *arg, cudaStream_t stream, const xfer_t *x
                      .peer = peer,
                      .nchunks = nchunks,
                      .tile = from != NULL ? c->gx->pull_tile : 0};
-  fill_xfer(c->gx, x, 0, 0, 1, &w.x);
+  fill_xfer(c->gx, x, c->shape, 0, 1, &w.x);
   memcpy(w.ends, ends, nchunks * sizeof *ends);
   return gpu_launch(c->gx->func_combine, from != NULL ? c->gx->pull_blocks : c->gx->combine_blocks,
                     DEV_THREADS, &w, sizeof w, stream, launch_overlap(c->gx, c->lc->capturing));
@@ -1543,13 +1357,14 @@ static ncclResult_t exec_keep(void *arg, gpu_mem_t *mapping) {
  * of more channels also fit but not beside a wider step). */
 static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_ctx_t *lc) {
   const step_t *st = &plan->steps[s];
+  const tune_shape_t *sh = &gx->shapes[st->task - plan->tasks];
   dev_work_t *w = &gx->work;
   if (st->ce) { /* after the steps before it, on the same stream */
     if (gx->ce == NULL)
       return log_err(ncclInternalError, "%s: a copy-engine step (call %llu) on an executor without them",
                      gx->name, (unsigned long long)st->task->seq);
     CHECK(flush(gx, lc, st->task->seq));
-    exec_ctx_t c = {gx, lc};
+    exec_ctx_t c = {gx, lc, sh};
     const ce_exec_t ex = {
         .wait = exec_wait, .combine = exec_combine, .push = exec_push, .keep = exec_keep, .arg = &c};
     return ce_step(gx->ce, plan, s, lc->s, lc->capturing, &ex);
@@ -1566,15 +1381,14 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
     CHECK(flush(gx, lc, st->task->seq));
   CHECK(xf_reserve(gx, w->nxfers + st->count));
   dev_xfer_t *x = &gx->xf[w->nxfers];
-  const int p2p = wide_p2p(gx, plan, st);
-  const int cap = p2p || wide_step(gx, plan, st) ? gx->rings : gx->nch;
+  const int p2p = wide_p2p(gx, plan, st, sh);
+  const int cap = p2p || wide_step(gx, plan, st, sh) ? gx->rings : gx->nch;
   unsigned nch = 0;
   for (int i = 0; i < st->count; i++) {
     const xfer_t *in = &plan->xfers[st->first + i];
     /* wide_p2p: a transfer between the ranks by its own size, a local copy wide */
-    const int own = p2p && (in->send_peer >= 0 || in->recv_peer >= 0) && in->bytes < GX_WIDE_MIN;
-    fill_xfer(gx, in, one_way_kind(st->task->kind), (uint16_t)(st->task - plan->tasks), own ? gx->nch : cap,
-              &x[i]);
+    const int own = p2p && (in->send_peer >= 0 || in->recv_peer >= 0) && in->bytes < sh->wide_min;
+    fill_xfer(gx, in, sh, (uint16_t)(st->task - plan->tasks), own ? gx->nch : cap, &x[i]);
     if (x[i].nch > nch) nch = x[i].nch;
   }
   if (w->nsteps == 0 && plan->nsteps == 1 && !lc->capturing) {
@@ -1584,7 +1398,7 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
   }
   int parent[2 * GX_MAX_RANKS + 1], lane_of[2 * GX_MAX_RANKS + 1], mark[4 * GX_MAX_RANKS];
   const int lanes = assign_lanes(x, st->count, gx->nranks, p2p, parent, lane_of);
-  dealt_mark(gx, st, x, st->count);
+  dealt_mark(gx, sh, x, st->count);
   CHECK(lanes_check(gx, x, st->count, mark, st->task->seq));
   const unsigned widest = (unsigned)widest_step(w, lanes);
   if (w->nsteps > 0 && widest * (nch > w->nch ? nch : w->nch) > gx->grid_max) {
@@ -1592,6 +1406,7 @@ static ncclResult_t add_step(gx_t *gx, const plan_t *plan, int s, const launch_c
     CHECK(flush(gx, lc, st->task->seq));
     memmove(gx->xf, gx->xf + before, (size_t)st->count * sizeof *x);
   }
+  if (w->nsteps == 0) gx->first = sh;
   if (!one_way_kind(st->task->kind)) gx->one_way = 0;
   if (nch > w->nch) w->nch = nch;
   w->step_lanes[w->nsteps] = (uint16_t)lanes;
@@ -1648,6 +1463,35 @@ static ncclResult_t launch_open(gx_t *gx, cudaStream_t s, gpu_scope_t *scope, in
   ncclResult_t res = gpu_stream_capture(s, capturing, graph, id);
   if (res != ncclSuccess) gpu_leave(scope);
   return res;
+}
+
+ncclResult_t gx_tune(gx_t *gx, plan_t *plan) {
+  if (plan->ntasks > gx->cap_shapes) {
+    int cap = gx->cap_shapes < 8 ? 8 : gx->cap_shapes;
+    while (cap < plan->ntasks) cap *= 2;
+    tune_shape_t *sh = realloc(gx->shapes, (size_t)cap * sizeof *sh);
+    if (sh == NULL)
+      return log_err(ncclSystemError, "%s: out of host memory for %d calls' shapes", gx->name, cap);
+    gx->shapes = sh;
+    gx->cap_shapes = cap;
+  }
+  const tune_knobs_t *k = tune_knobs();
+  for (int i = 0; i < plan->ntasks; i++) {
+    task_t *t = &plan->tasks[i];
+    const tune_call_t call = {.kind = t->kind,
+                              .type = t->type,
+                              .red = t->red.kind,
+                              .bytes = plan_call_bytes(t, gx->nranks),
+                              .nranks = gx->nranks,
+                              .nch = gx->nch,
+                              .link = gx->link,
+                              .in_place = t->sendbuff == t->recvbuff};
+    tune_call(&call, k, &gx->shapes[i]);
+    tune_log(&call, t, &gx->shapes[i]);
+    t->algo = (uint8_t)gx->shapes[i].algo;
+    t->split = gx->shapes[i].split;
+  }
+  return ncclSuccess;
 }
 
 ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
@@ -1832,6 +1676,7 @@ ncclResult_t gx_destroy(gx_t *gx) {
   }
   wq_free(&gx->wq);
   free(gx->xf);
+  free(gx->shapes);
   mem_free(gx->acct, gx->peer_caps, (size_t)gx->nranks);
   ce_destroy(gx->ce);
   if (entered) gpu_leave(&scope);

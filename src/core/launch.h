@@ -22,10 +22,6 @@
 
 typedef struct gx gx_t;
 
-/* Channels a transfer takes at most on a communicator of `nranks` ranks: the same on every rank. */
-int gx_channels(int nranks, int sms);
-/* Rings per connection for nch such channels: more where some steps have fewer lanes than the widest. */
-int gx_rings(int nranks, int nch);
 /* Makes the GPU state of a communicator whose connections to every peer are made (links). */
 ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, alloc_acct_t *acct,
                      const char *name, gx_t **gx_p);
@@ -34,7 +30,10 @@ ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks);
 /* Steps the plan marks for the copy engines (step_t.ce) are enqueued through `ce` (NULL: none are), which
  * the executor owns from then on: gx_destroy frees it, once no graph holds a step of it. */
 void gx_set_ce(gx_t *gx, ce_t *ce);
-/* Launches a built plan (the calls' streams are in its tasks). */
+/* Asks the tuner (core/tune.h) how each of the plan's calls runs, before plan_build: the planner gets the
+ * algorithm (task_t.algo, .split), the executor keeps the rest for gx_launch. */
+ncclResult_t gx_tune(gx_t *gx, plan_t *plan);
+/* Launches a built plan (the calls' streams are in its tasks), tuned by gx_tune. */
 ncclResult_t gx_launch(gx_t *gx, const plan_t *plan);
 /* Before plan_build: when the plan's calls (enqueued, not built) are those of the executor's last eager
  * launch and that was one step on the LL or pair entry point, launches them again as gx_launch would and sets

@@ -76,6 +76,13 @@ const tp_ops_t *tp_select(const tp_ctx_t *ctx, int peer) {
   return shm ? &tp_gpu_shm_ops : &tp_gpu_net_ops;
 }
 
+tp_link_t tp_link(const tp_ctx_t *ctx, int peer) {
+  const tp_ops_t *ops = tp_select(ctx, peer);
+  return ops == &tp_p2p_ops                             ? TP_LINK_P2P
+         : ops == &tp_shm_ops || ops == &tp_gpu_shm_ops ? TP_LINK_SHM
+                                                        : TP_LINK_NET;
+}
+
 void tp_destroy(tp_ctx_t *ctx) {
   if (ctx == NULL) return;
   tp_net_ctx_destroy(ctx->net);

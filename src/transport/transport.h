@@ -129,6 +129,10 @@ ncclResult_t tp_init(const tp_config_t *config, tp_ctx_t **ctx_p);
  * net. GPU: p2p on the same host when the devices can map each other's memory and NCCL_P2P_DISABLE is 0,
  * else gpu_shm on the same host unless NCCL_SHM_DISABLE=1, else gpu_net. Both ends choose the same. */
 const tp_ops_t *tp_select(const tp_ctx_t *ctx, int peer);
+/* The kind of link tp_select picks towards `peer`, slowest last: peer memory (p2p), host shared memory, the
+ * network. What the layers above ask instead of naming a transport's ops table. */
+typedef enum { TP_LINK_P2P, TP_LINK_SHM, TP_LINK_NET } tp_link_t;
+tp_link_t tp_link(const tp_ctx_t *ctx, int peer);
 /* Frees the context (connections must be closed first). */
 void tp_destroy(tp_ctx_t *ctx);
 /* This rank's CUDA device (its peer-table entry's), -1 on the host backend. */

@@ -31,6 +31,7 @@
 
 #include "core/comm.h"
 #include "core/launch.h"
+#include "core/tune.h"
 #include "core/workq.h"
 #include "gpu/gpu.h"
 #include "device/dev.h"
@@ -505,18 +506,18 @@ static void protocol_marks(void) {
 static void channel_budget(void) {
   unsetenv("BRAID_CHANNELS");
   param_reload();
-  EXPECT(gx_channels(2, 132) == 40, "2 ranks on 132 SMs: %d", gx_channels(2, 132));
-  EXPECT(gx_channels(2, 114) == 34, "2 ranks on 114 SMs: %d", gx_channels(2, 114));
-  EXPECT(gx_channels(8, 132) == 8, "8 ranks on 132 SMs: %d", gx_channels(8, 132));
-  EXPECT(gx_channels(1, 132) == 40, "1 rank: %d", gx_channels(1, 132));
-  EXPECT(gx_channels(64, 132) == 1, "64 ranks: %d", gx_channels(64, 132));
+  EXPECT(tune_channels(2, 132) == 40, "2 ranks on 132 SMs: %d", tune_channels(2, 132));
+  EXPECT(tune_channels(2, 114) == 34, "2 ranks on 114 SMs: %d", tune_channels(2, 114));
+  EXPECT(tune_channels(8, 132) == 8, "8 ranks on 132 SMs: %d", tune_channels(8, 132));
+  EXPECT(tune_channels(1, 132) == 40, "1 rank: %d", tune_channels(1, 132));
+  EXPECT(tune_channels(64, 132) == 1, "64 ranks: %d", tune_channels(64, 132));
   setenv("BRAID_CHANNELS", "64", 1);
   param_reload();
-  EXPECT(gx_channels(1, 132) == 64 && gx_channels(2, 132) == 40 && gx_channels(2, 58) == 17,
+  EXPECT(tune_channels(1, 132) == 64 && tune_channels(2, 132) == 40 && tune_channels(2, 58) == 17,
          "BRAID_CHANNELS=64 is held to the SMs");
   setenv("BRAID_CHANNELS", "8", 1);
   param_reload();
-  EXPECT(gx_channels(2, 132) == 8);
+  EXPECT(tune_channels(2, 132) == 8);
   unsetenv("BRAID_CHANNELS");
   param_reload();
 }
@@ -1279,14 +1280,8 @@ static void tuning_rank(int rank, int nranks, void *arg) {
   char log_path[128];
   ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
   void *buf = (void *)(uintptr_t)0x10000000, *out = (void *)(uintptr_t)0x20000000;
-  EXPECT(test_file_lines(log_path, "up to 60 channels for broadcast, reduce, gather and scatter steps, "
-                                   "all-reduce and reduce-scatter steps with a transfer of at least 8 MiB, "
-                                   "and send/receive, all-to-all and all-gather transfers of that size "
-                                   "(BRAID_WIDE_STEPS)") == 1,
-         "rank %d: init says which steps take 60 channels", rank);
-  EXPECT(test_file_lines(log_path, "pieces dealt to the channels as they find room in ring collectives' "
-                                   "transfers from 67108864 bytes") == 1,
-         "rank %d: init says which transfers are dealt", rank);
+  EXPECT(test_file_lines(log_path, "40 channels, 60 rings a connection") == 1,
+         "rank %d: init says how many channels and rings", rank);
   for (int i = 0; i < 2; i++) EXPECT_OK(ncclBroadcast(buf, out, 16u << 20, ncclFloat, 0, comm, NULL));
   EXPECT_OK(ncclBroadcast(buf, out, 4u << 20, ncclFloat, 0, comm, NULL));
   EXPECT(test_file_lines(log_path, "the largest 67108864 bytes over 60 channels") == 1 &&
@@ -1294,6 +1289,8 @@ static void tuning_rank(int rank, int nranks, void *arg) {
          "rank %d: one line for two 64 MiB broadcasts", rank);
   EXPECT(test_file_lines(log_path, "Simple batches: 2 pieces") == 1,
          "rank %d: the 64 MiB broadcast's batches", rank);
+  EXPECT(test_file_lines(log_path, "Broadcast of 67108864 bytes (float, 2 ranks, call ") == 1,
+         "rank %d: the tuner's choice for the 64 MiB broadcasts, once", rank);
   EXPECT(test_file_lines(log_path, "the largest 16777216 bytes") == 1 &&
              test_file_lines(log_path, "batches: no cap") == 1,
          "rank %d: the 16 MiB broadcast, no cap", rank);
