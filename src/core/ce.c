@@ -381,8 +381,7 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
     mine.words_at = (uint64_t)(uintptr_t)gpu_mem_ptr(ce->words);
     mem_charge(acct, gpu_mem_size(ce->words), 1, "copy-engine flag words");
   }
-  if (mine.min_bytes > 0 && param_int(P_BRAID_CE_MAILBOX) != 0)
-    inbox_create(ce); /* without it, step messages go over the bootstrap */
+  if (mine.min_bytes > 0) inbox_create(ce); /* without it, step messages go over the bootstrap */
   memcpy(mine.inbox_name, ce->inbox_name, sizeof mine.inbox_name);
   mine.inbox_at = (uint64_t)(uintptr_t)ce->inbox;
   mine.pidns = pid_namespace();

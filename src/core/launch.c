@@ -106,18 +106,9 @@ struct gx {
   unsigned combine_blocks;     /* BRAID_CE_COMBINE_BLOCKS: the combine's grid */
   unsigned pull_blocks;        /* BRAID_CE_PULL_BLOCKS: its grid when it reads the peer's input */
   uint32_t pull_tile;          /* BRAID_CE_PULL_TILE: dev_combine_t.tile then */
-  int ll_kernel;               /* BRAID_LL_KERNEL: such launches take func_ll */
-  int bulk_kernel;             /* BRAID_BULK_KERNEL: such launches take func_bulk */
-  int pair_kernel;             /* BRAID_PAIR_KERNEL: such launches take func_pair */
-  int pair_ar_kernel;          /* BRAID_PAIR_AR_KERNEL: an all-reduce of them run fused takes func_pair_ar* */
-  uint64_t pair_halves;        /* BRAID_PAIR_HALVES_BYTES: in-place parts up to this size run on two halves */
-  int64_t pair_join;           /* BRAID_PAIR_JOIN_BYTES: out-of-place all-reduce parts from this size run as
-                                  in place do, one block per channel (-1: never) */
   int overlap;               /* BRAID_LAUNCH_PDL, as far as the device and driver have it: which launches may
                               * overlap the stream's previous kernel (1: eager ones, 2: captured ones too;
                               * launch_overlap) */
-  int split_lane;            /* BRAID_SPLIT_LANE: an in-place all-reduce's lane may run split (split_pair) */
-  int wave_fence;            /* BRAID_WAVE_FENCE: which bulk launches send in waves (wave_fence) */
   int one_way;               /* the launch being built has one-way steps only (one_way_kind) */
   const tune_shape_t *first; /* the shape of its first step's call (launch_batch) */
   tune_shape_t *shapes;      /* [ntasks] each call's shape (gx_tune) */
@@ -325,14 +316,6 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->combine_blocks = direct.combine_blocks;
   gx->pull_blocks = direct.pull_blocks > 0 ? direct.pull_blocks : gx->push_blocks;
   gx->pull_tile = direct.pull_tile;
-  gx->ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0;
-  gx->bulk_kernel = param_int(P_BRAID_BULK_KERNEL) != 0;
-  gx->pair_kernel = param_int(P_BRAID_PAIR_KERNEL) != 0;
-  gx->pair_ar_kernel = param_int(P_BRAID_PAIR_AR_KERNEL) != 0;
-  gx->pair_halves = (uint64_t)param_int(P_BRAID_PAIR_HALVES_BYTES);
-  gx->pair_join = param_int(P_BRAID_PAIR_JOIN_BYTES);
-  gx->split_lane = param_int(P_BRAID_SPLIT_LANE) != 0;
-  gx->wave_fence = (int)param_int(P_BRAID_WAVE_FENCE);
   gx->spread = tune_spread(nranks);
   gx->link = slowest_link(links, rank, nranks);
   CHECK_GOTO(MEM_CALLOC(acct, gx->peer_caps, (size_t)nranks, "GPU executor: rings per peer"), res, fail);
@@ -797,8 +780,8 @@ static ncclResult_t capture_place(gx_t *gx, const launch_ctx_t *lc, uint64_t spi
 /* Whether the work (one step, its list in the parameters) can take braid_kernel_ll (dev.h): every transfer
  * LL on each side that has a peer, one piece per channel, and few enough transfers for the small work.
  * 2: so, but with an LL128 transfer, which braid_kernel_pair can take and braid_kernel_ll cannot. */
-static int ll_only(const gx_t *gx, const dev_work_t *w) {
-  if (!gx->ll_kernel || w->nsteps != 1 || w->nxfers > DEV_SMALL_XFERS) return 0;
+static int ll_only(const dev_work_t *w) {
+  if (w->nsteps != 1 || w->nxfers > DEV_SMALL_XFERS) return 0;
   int ll128 = 0, long_copy = 0;
   for (int i = 0; i < w->nxfers; i++) {
     const dev_xfer_t *x = &w->xfers[i];
@@ -833,9 +816,10 @@ static unsigned ll_threads(const dev_work_t *w) {
  * at most one plain send, one receive and one local copy, and no transfer writing what another one reads,
  * since the blocks of the three run at once and in no order. The one exception is an in-place all-reduce,
  * whose receive overwrites exactly the bytes its send reads: the two run fused, each thread sending the
- * lines it then overwrites. ll_thr: the launch's threads per block on the LL kernel (ll_threads). */
-static int pair_shape(const gx_t *gx, const dev_work_t *w, unsigned ll_thr, dev_pair_t *p) {
-  if (!gx->pair_kernel || w->nxfers > 3) return 0;
+ * lines it then overwrites; so does an out-of-place all-reduce (joined: each block sends its channel's part,
+ * then receives it). */
+static int pair_shape(const dev_work_t *w, dev_pair_t *p) {
+  if (w->nxfers > 3) return 0;
   const dev_xfer_t *send = NULL, *recv = NULL, *copy = NULL;
   for (int i = 0; i < w->nxfers; i++) {
     const dev_xfer_t *x = &w->xfers[i];
@@ -861,28 +845,19 @@ static int pair_shape(const gx_t *gx, const dev_work_t *w, unsigned ll_thr, dev_
     return 0;
   /* an absent transfer is `none`, of nch 0 */
   *p = (dev_pair_t){.comm = w->comm, .seq = w->seq, .send = *s, .recv = *r, .copy = *k, .nch = w->nch};
-  /* an out-of-place all-reduce whose part is at least BRAID_PAIR_JOIN_BYTES runs joined, as in place does:
-   * each block sends its channel's part, then receives it, and so takes the in-place all-reduce's entry
+  /* an out-of-place all-reduce runs joined, as in place does, and so takes the in-place all-reduce's entry
    * point (dev_pair_ar), whose threads load both rings in one trip */
   int joined = 0;
-  if (!fused && send != NULL && recv != NULL && gx->pair_join >= 0 &&
-      dev_part(s->bytes, s->nch, 0, 0).len >= (uint64_t)gx->pair_join) {
+  if (!fused && send != NULL && recv != NULL) {
     p->fused = 1;
     joined = dev_pair_ar(p);
   }
   /* a copy beside a receive alone still gets blocks of its own, so that the receive waits for nothing else */
   p->send_blocks = (uint8_t)((send != NULL || copy != NULL) && !fused && !joined ? w->nch : 0);
   p->recv_blocks = (uint8_t)(recv != NULL ? w->nch : 0);
-  /* in place, a part of a line per thread of half a block, and of at most BRAID_PAIR_HALVES_BYTES, runs on
-   * two halves, as two blocks would (dev.h); above 512 bytes the halves' barrier cost more than the one pass
-   * (docs/perf-notes.md, 93), and since an in-place all-reduce's one pass takes braid_kernel_pair_ar, at
-   * every size (112): the knob is 0 unless set */
-  p->fused = (uint8_t)(joined   ? 1
-                       : !fused ? 0
-                       : 2 * ll_thr <= DEV_THREADS && s->proto == DEV_PROTO_LL &&
-                               dev_part(s->bytes, s->nch, 0, 0).len <= gx->pair_halves
-                           ? 2
-                           : 1);
+  /* one pass per thread, each sending the lines it then overwrites (the kernels' two halves, fused 2, are
+   * never asked for: their barrier cost more than the one pass) */
+  p->fused = (uint8_t)(joined || fused ? 1 : 0);
   return 1;
 }
 
@@ -890,7 +865,7 @@ static int pair_shape(const gx_t *gx, const dev_work_t *w, unsigned ll_thr, dev_
  * place or joined (dev_pair_ar), braid_kernel_pair_ar, or braid_kernel_pair_ar128 in LL128; else
  * braid_kernel_pair. */
 static gpu_func_t *pair_func(const gx_t *gx, const dev_pair_t *p) {
-  if (!gx->pair_ar_kernel || !dev_pair_ar(p)) return gx->func_pair;
+  if (!dev_pair_ar(p)) return gx->func_pair;
   return p->recv.proto == DEV_PROTO_LL128 ? gx->func_pair_ar128 : gx->func_pair_ar;
 }
 
@@ -953,21 +928,16 @@ static int32_t launch_batch(const gx_t *gx, const dev_work_t *w, int dup) {
  * In one lane (the general kernel) a block sends each piece before it combines it: on two H100s a 16 MiB
  * all-reduce in place took 78.7 us so, 72.4 split and 71.7 out of place (docs/perf-notes.md, 49). */
 static int split_pair(const gx_t *gx, const dev_work_t *w) {
-  if (!gx->split_lane || gx->dcomm.guards == NULL || w->nsteps != 1 || w->step_lanes[0] != 1 ||
-      w->nxfers != 2)
-    return 0;
+  if (gx->dcomm.guards == NULL || w->nsteps != 1 || w->step_lanes[0] != 1 || w->nxfers != 2) return 0;
   const dev_xfer_t *s = &gx->xf[0], *r = &gx->xf[1];
   return s->send_peer >= 0 && s->recv_peer < 0 && r->recv_peer == s->send_peer && r->send_peer < 0 &&
          s->src != NULL && r->dst == s->src && s->bytes == r->bytes && s->nch == r->nch;
 }
 
 /* Whether a launch on braid_kernel_bulk fences the parts it only sends once per block and wave of chunks
- * (dev_comm_t.wave_fence) rather than once per warp and chunk. On two H200s waves made send/receive of
- * 8-16 MiB and all-gather of 16-32 MiB 3-9% faster, and all-reduce and reduce-scatter of 4-16 MiB, whose
- * receivers combine each chunk as it comes, 1-5% slower (docs/perf-notes.md, 82): so by default (1) only
- * launches that reduce nothing they receive; 2: every launch; 0: none. */
-static int wave_fence(const gx_t *gx, const dev_work_t *w) {
-  if (gx->wave_fence != 1) return gx->wave_fence >= 2;
+ * (dev_comm_t.wave_fence) rather than once per warp and chunk: where it reduces nothing it receives (a
+ * receiver that combines each chunk as it comes is held up by waves). */
+static int wave_fence(const dev_work_t *w) {
   for (int i = 0; i < w->nxfers; i++)
     if (w->xfers[i].recv_peer >= 0 && (w->xfers[i].flags & DEV_XF_REDUCE)) return 0;
   return 1;
@@ -978,7 +948,7 @@ static int wave_fence(const gx_t *gx, const dev_work_t *w) {
  * and no ring carrying more than DEV_SLOTS of the launch's pieces, so that room to send only waits for
  * earlier launches; and a duplex launch (duplex) or a split lane (split_pair). */
 static int bulk_only(const gx_t *gx, const dev_work_t *w, int dup) {
-  if (!gx->bulk_kernel || !dup || w->nxfers > DEV_SMALL_XFERS) return 0;
+  if (!dup || w->nxfers > DEV_SMALL_XFERS) return 0;
   for (int i = 0; i < w->nxfers; i++) {
     const dev_xfer_t *x = &w->xfers[i];
     if ((x->flags & DEV_XF_LL) || x->dealt || dev_nslices(x->bytes, x->nch) > 1) return 0;
@@ -1140,9 +1110,9 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
      * launch of a few transfers passes only the head of the work (dev_work_small_t), to braid_kernel_ll when
      * it is LL alone, to braid_kernel_bulk when it is Simple in one slice over p2p */
     int small = spill == 0 && w->nxfers <= DEV_SMALL_XFERS;
-    const int lls = small ? ll_only(gx, w) : 0;
+    const int lls = small ? ll_only(w) : 0;
     const unsigned ll_thr = lls ? ll_threads(w) : 0;
-    const int pair = lls && pair_shape(gx, w, ll_thr, &gx->pair);
+    const int pair = lls && pair_shape(w, &gx->pair);
     /* the LL or the pair entry point; LL128 transfers that do not take the pair entry take the general one */
     const int ll = pair || lls == 1;
     /* an LL launch (every small call) moves no Simple batch and takes no bulk kernel: it skips both scans */
@@ -1157,11 +1127,8 @@ static ncclResult_t flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
       w->comm.split = 1;
       widest = 2;
     }
-    w->comm.wave_fence = f == gx->func_bulk && wave_fence(gx, w);
-    unsigned threads = pair && gx->pair.fused == 2 ? 2 * ll_thr
-                       : ll                        ? ll_thr
-                       : f == gx->func_bulk        ? bulk_threads(w)
-                                                   : DEV_THREADS;
+    w->comm.wave_fence = f == gx->func_bulk && wave_fence(w);
+    unsigned threads = ll ? ll_thr : f == gx->func_bulk ? bulk_threads(w) : DEV_THREADS;
     /* a launch of fewer lanes than the widest step can have spreads its blocks over a wider grid (dev.h,
      * block_place): on two H100s a one-lane launch moved 4-7% more from 64 MiB up on every second block
      * than side by side, and a launch whose transfers cycle their rings 3-5% more from 256 MiB up on every

@@ -133,7 +133,6 @@ void tune_knobs_read(tune_knobs_t *k) {
   k->ch_bytes = knob(P_BRAID_CHANNEL_BYTES);
   k->wide = knob(P_BRAID_WIDE_STEPS);
   k->dealt_min = knob(P_BRAID_DEALT_MIN_BYTES);
-  k->dealt_max = knob(P_BRAID_DEALT_MAX_BYTES);
   k->batch = knob(P_BRAID_BATCH_PIECES);
 }
 
@@ -246,7 +245,7 @@ void tune_call(const tune_call_t *c, const tune_knobs_t *k, tune_shape_t *s) {
   s->wide_min = r->wide_min;
   if (s->algo != ALGO_ONESHOT && r->dealt_min > 0) {
     s->dealt_min = knob_or(k->dealt_min, r->dealt_min, 0);
-    s->dealt_max = knob_or(k->dealt_max, r->dealt_max, 0);
+    s->dealt_max = r->dealt_max;
   }
   s->batch = (int16_t)(k->batch == TUNE_UNSET ? -1 : k->batch <= 0 || k->batch >= DEV_SLOTS ? 0 : k->batch);
   s->duplex_batch = r->duplex_batch;
@@ -344,7 +343,6 @@ enum {
   A_AR_SPLIT,
   A_WIDE,
   A_DEALT,
-  A_DEALT_MAX,
   A_COUNT
 };
 _Static_assert((int)A_COUNT == (int)TUNE_AGREED_COUNT, "tune.h counts the agreed values");
@@ -362,7 +360,6 @@ static const char *const agreed_names[A_COUNT] = {
     [A_AR_SPLIT] = "BRAID_AR_SPLIT_BYTES",
     [A_WIDE] = "BRAID_WIDE_STEPS",
     [A_DEALT] = "BRAID_DEALT_MIN_BYTES",
-    [A_DEALT_MAX] = "BRAID_DEALT_MAX_BYTES",
 };
 
 const char *tune_agreed_name(int k) {
@@ -389,7 +386,6 @@ void tune_agreed(uint64_t v[TUNE_AGREED_COUNT]) {
   v[A_AR_SPLIT] = knob_or(k->ar_split, algo_rows[2].min, 0);
   v[A_WIDE] = (uint64_t)(k->wide != TUNE_UNSET ? k->wide : 3);
   v[A_DEALT] = knob_or(k->dealt_min, two->dealt_min, 0);
-  v[A_DEALT_MAX] = knob_or(k->dealt_max, two->dealt_max, 0);
 }
 
 /* ---- NCCL_ALGO and NCCL_PROTO ---- */

@@ -78,7 +78,7 @@ typedef struct {
   uint8_t algos[OP_COUNT]; /* NCCL_ALGO: the algorithms each collective may use, bit (1 << plan_algo_t) */
   uint8_t ll, ll128;       /* NCCL_PROTO allows LL, LL128 */
   int64_t oneshot_max, ar_split, ll_max, ll128_min, ll128_oneway, ll128_max, ll_part, ch_bytes, wide,
-      dealt_min, dealt_max, batch;
+      dealt_min, batch;
 } tune_knobs_t;
 
 const tune_knobs_t *tune_knobs(void);
@@ -116,7 +116,7 @@ void tune_direct(tune_direct_t *d);
 
 /* The knob values that must be equal on every rank of a GPU communicator (core/comm.c compares them), and
  * the knob each one comes from. */
-enum { TUNE_AGREED_COUNT = 13 };
+enum { TUNE_AGREED_COUNT = 12 };
 void tune_agreed(uint64_t v[TUNE_AGREED_COUNT]);
 const char *tune_agreed_name(int k);
 

@@ -450,7 +450,6 @@ static int grid_of(config_t *c) {
   c[k++] = KNOB("BRAID_AR_SPLIT_BYTES=0", 0);
   c[k++] = KNOB("BRAID_DEALT_MIN_BYTES=0", 0);
   c[k++] = KNOB("BRAID_DEALT_MIN_BYTES=8388608", 0);
-  c[k++] = KNOBS2("BRAID_DEALT_MIN_BYTES=8388608", "BRAID_DEALT_MAX_BYTES=67108864", 0);
   /* the copy-engine path */
   c[k++] = KNOB("BRAID_CE_MIN_BYTES=0", 0);
   c[k++] = KNOB("BRAID_CE_MIN_BYTES=16777216", 0);
@@ -463,18 +462,6 @@ static int grid_of(config_t *c) {
   c[k++] = KNOB("BRAID_CE_PULL_MIN_BYTES=1048576", 0);
   c[k++] = KNOBS2("BRAID_CE_COMBINE_BLOCKS=32", "BRAID_CE_PULL_BLOCKS=16", 0);
   c[k++] = KNOB("BRAID_CE_PULL_TILE=16384", 0);
-  /* A/B switches and modes their defaults leave dead */
-  c[k++] = KNOB("BRAID_LL_KERNEL=0", 0);
-  c[k++] = KNOB("BRAID_PAIR_KERNEL=0", 0);
-  c[k++] = KNOB("BRAID_PAIR_AR_KERNEL=0", 0);
-  c[k++] = KNOB("BRAID_BULK_KERNEL=0", 0);
-  c[k++] = KNOB("BRAID_SPLIT_LANE=0", 0);
-  c[k++] = KNOB("BRAID_WAVE_FENCE=0", 0);
-  c[k++] = KNOB("BRAID_WAVE_FENCE=2", 0);
-  c[k++] = KNOB("BRAID_CE_MAILBOX=0", 0);
-  c[k++] = KNOB("BRAID_PAIR_HALVES_BYTES=1024", 0);
-  c[k++] = KNOB("BRAID_PAIR_JOIN_BYTES=-1", 0);
-  c[k++] = KNOB("BRAID_PAIR_JOIN_BYTES=4096", 0);
   EXPECT(k <= MAX_CONFIGS, "%d configurations", k);
   return k;
 }

@@ -155,40 +155,57 @@ static void full_queue_wait(void) {
   run_with_logs(full_queue_rank, 60);
 }
 
+/* The transfers of the last launch (at most DEV_MAX_XFERS; none when spilled): the work's list, or a pair
+ * launch's send, receive and copy. */
+static int last_xfers(const mock_cuda_stats_t *s, dev_xfer_t *out) {
+  if (s->last_pair) {
+    const dev_pair_t *p = (const dev_pair_t *)s->last_work;
+    int n = 0;
+    if (p->send.nch > 0) out[n++] = p->send;
+    if (p->recv.nch > 0) out[n++] = p->recv;
+    if (p->copy.nch > 0) out[n++] = p->copy;
+    return n;
+  }
+  const dev_work_t *w = (const dev_work_t *)s->last_work;
+  if (w->ext != NULL) return 0;
+  memcpy(out, w->xfers, (size_t)w->nxfers * sizeof *out);
+  return w->nxfers;
+}
+
 /* Whether every transfer of the last launch is (ll = 1) or is not (ll = 0) marked LL, an LL one on `nch`
  * channels, with each side that has a peer marked LL too (the stand-in's p2p connections all have LL rings)
  * or neither side; its transfer count in *n. */
 static int last_launch_ll(const mock_cuda_stats_t *s, int ll, int nch, int *n) {
-  const dev_work_t *w = (const dev_work_t *)s->last_work;
-  *n = w->nxfers;
-  for (int i = 0; i < w->nxfers && w->ext == NULL; i++) {
-    const dev_xfer_t *x = &w->xfers[i];
+  static dev_xfer_t xs[DEV_MAX_XFERS];
+  *n = last_xfers(s, xs);
+  for (int i = 0; i < *n; i++) {
+    const dev_xfer_t *x = &xs[i];
     int marked = (x->flags & DEV_XF_LL) != 0;
     if (marked != ll || (ll && x->nch != nch)) return 0;
     if (((x->flags & DEV_XF_LL_SEND) != 0) != (ll && x->send_peer >= 0)) return 0;
     if (((x->flags & DEV_XF_LL_RECV) != 0) != (ll && x->recv_peer >= 0)) return 0;
   }
-  return w->nxfers > 0;
+  return *n > 0;
 }
 
 /* Whether every transfer of the last launch has a peer and is marked LL with the LL128 protocol on `nch`
  * channels, each side with a peer marked LL; its transfer count in *n. */
 static int last_launch_ll128(const mock_cuda_stats_t *s, int nch, int *n) {
-  const dev_work_t *w = (const dev_work_t *)s->last_work;
-  *n = w->nxfers;
-  for (int i = 0; i < w->nxfers && w->ext == NULL; i++) {
-    const dev_xfer_t *x = &w->xfers[i];
+  static dev_xfer_t xs[DEV_MAX_XFERS];
+  *n = last_xfers(s, xs);
+  for (int i = 0; i < *n; i++) {
+    const dev_xfer_t *x = &xs[i];
     if (!(x->flags & DEV_XF_LL) || x->proto != DEV_PROTO_LL128 || x->nch != nch) return 0;
     if (x->send_peer < 0 && x->recv_peer < 0) return 0;
     if (((x->flags & DEV_XF_LL_SEND) != 0) != (x->send_peer >= 0)) return 0;
     if (((x->flags & DEV_XF_LL_RECV) != 0) != (x->recv_peer >= 0)) return 0;
   }
-  return w->nxfers > 0;
+  return *n > 0;
 }
 
-/* The entry point of the last launch: 'l' (LL), 'b' (bulk), 's' (small) or 'f' (full). */
+/* The entry point of the last launch: 'p' (pair), 'l' (LL), 'b' (bulk), 's' (small) or 'f' (full). */
 static char last_entry(const mock_cuda_stats_t *s) {
-  return s->last_ll ? 'l' : s->last_bulk ? 'b' : s->last_small ? 's' : 'f';
+  return s->last_pair ? 'p' : s->last_ll ? 'l' : s->last_bulk ? 'b' : s->last_small ? 's' : 'f';
 }
 
 /* A group of `calls` sends and as many receives of `count` floats each, to and from `peer`. */
@@ -222,24 +239,20 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
   /* in place the sends read what the reduction overwrites, in one lane; the bulk kernel splits it (its sends
    * on the first half of a grid of two lanes, the reduction on the second), else it runs on the small entry
    * point with no cap on batches */
-  const int spread = param_int(P_BRAID_SPREAD) != 0, split = bulk && param_int(P_BRAID_SPLIT_LANE) != 0;
+  const int spread = param_int(P_BRAID_SPREAD) != 0, split = bulk;
   const dev_work_t *lw = (const dev_work_t *)s->last_work;
   EXPECT(lw->comm.split == 0, "an all-reduce out of place is not a split lane");
-  /* its receives reduce: its sends fence per warp, unless BRAID_WAVE_FENCE=2 asks waves of every launch;
-   * an all-gather's bulk launch (4 MiB a rank) reduces nothing and fences per wave unless the knob is 0 */
-  const int waves = (int)param_int(P_BRAID_WAVE_FENCE);
-  EXPECT(lw->comm.wave_fence == (bulk && waves >= 2), "a 16 MiB all-reduce: waves %d (knob %d)",
-         lw->comm.wave_fence, waves);
+  /* its receives reduce: its sends fence per warp; an all-gather's bulk launch (4 MiB a rank) reduces
+   * nothing and fences per wave */
+  EXPECT(lw->comm.wave_fence == 0, "a 16 MiB all-reduce: waves %d", lw->comm.wave_fence);
   EXPECT_OK(ncclAllGather(buf, out, 1u << 20, ncclFloat, comm, NULL));
-  EXPECT(last_entry(s) == simple && lw->comm.wave_fence == (bulk && waves >= 1),
-         "an 8 MiB all-gather: entry point %c, waves %d (knob %d)", last_entry(s), lw->comm.wave_fence,
-         waves);
+  EXPECT(last_entry(s) == simple && lw->comm.wave_fence == bulk,
+         "an 8 MiB all-gather: entry point %c, waves %d", last_entry(s), lw->comm.wave_fence);
   EXPECT_OK(ncclAllReduce(buf, buf, 4u << 20, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_entry(s) == (split ? 'b' : 's') && last_batch(s) == 0 && lw->comm.split == split,
          "a 16 MiB all-reduce in place: entry point %c, batch %d, split %d", last_entry(s), last_batch(s),
          lw->comm.split);
-  EXPECT(lw->comm.wave_fence == (split && waves >= 2), "a 16 MiB all-reduce in place: waves %d",
-         lw->comm.wave_fence);
+  EXPECT(lw->comm.wave_fence == 0, "a 16 MiB all-reduce in place: waves %d", lw->comm.wave_fence);
   EXPECT(lw->xfers[0].lane == 0 && lw->xfers[1].lane == 0 && lw->xfers[0].send_peer == peer &&
              lw->xfers[1].recv_peer == peer && lw->xfers[1].dst == buf,
          "in place: the send, then the reduction, in one lane");
@@ -351,12 +364,11 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   mock_cuda_stats_t *s = mock_stats();
   const char *proto = getenv("NCCL_PROTO");
   const int simple = proto != NULL && strcmp(proto, "Simple") == 0, ll128 = proto == NULL;
-  const int ll_kernel = param_int(P_BRAID_LL_KERNEL) != 0 && !simple;
-  const int bulk = param_int(P_BRAID_BULK_KERNEL) != 0;
+  const int ll_kernel = !simple, bulk = 1; /* small LL launches take the pair or LL entry point */
   void *buf = (void *)(uintptr_t)0x10000000, *out = (void *)(uintptr_t)0x20000000;
   int n;
   EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, ncclSum, comm, NULL));
-  const char tiny = ll_kernel ? 'l' : simple && bulk ? 'b' : 's';
+  const char tiny = ll_kernel ? 'p' : simple && bulk ? 'b' : 's';
   EXPECT(last_entry(s) == tiny, "an 8-byte all-reduce takes entry point %c, not %c", tiny, last_entry(s));
   EXPECT(s->last_block == (tiny != 's' ? 32u : DEV_THREADS), "an 8-byte all-reduce: %u threads per block",
          s->last_block);
@@ -371,7 +383,9 @@ static void protocol_rank(int rank, int nranks, void *arg) {
          "4 KiB + 4: parts of 832 bytes (LL) or one of 4112 (Simple), %u threads", s->last_block);
   EXPECT_OK(ncclAllReduce(buf, out, 4096, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 16, &n), "16 KiB: sixteen LL channels");
-  EXPECT(((const dev_work_t *)s->last_work)->nch == (simple ? 1 : 16), "16 KiB: blocks per lane");
+  EXPECT((s->last_pair ? ((const dev_pair_t *)s->last_work)->nch : ((const dev_work_t *)s->last_work)->nch) ==
+             (simple ? 1 : 16),
+         "16 KiB: blocks per lane");
   EXPECT_OK(ncclAllReduce(buf, out, 16384, ncclFloat, ncclSum, comm, NULL));
   EXPECT(last_launch_ll(s, !simple, 32, &n), "64 KiB: LL on 32 channels");
   EXPECT_OK(ncclAllReduce(buf, out, 32768, ncclFloat, ncclSum, comm, NULL));
@@ -390,7 +404,8 @@ static void protocol_rank(int rank, int nranks, void *arg) {
     EXPECT(last_launch_ll128(s, 40, &n) && n == 2, "256 KiB: LL128 on 40 channels (%d transfers)", n);
   } else {
     EXPECT(last_launch_ll(s, !simple, 32, &n), "256 KiB: LL on 32 channels, or Simple");
-    EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
+    EXPECT((s->last_ll || s->last_pair) == ll_kernel &&
+               s->last_block == (simple && bulk ? 256u : DEV_THREADS),
            "256 KiB: parts of 8 KiB (LL) or 32 KiB (Simple, a warp per 4 KiB), %u threads", s->last_block);
   }
   EXPECT_OK(ncclBroadcast(buf, buf, 65536, ncclFloat, 0, comm, NULL));
@@ -401,8 +416,7 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclAllReduce(buf, out, 65537, ncclFloat, ncclSum, comm, NULL));
   if (ll128) {
     EXPECT(last_launch_ll128(s, 40, &n) && n == 2, "256 KiB + 4: LL128 on 40 channels (%d transfers)", n);
-    EXPECT(last_entry(s) == 's' && s->last_block == DEV_THREADS, "256 KiB + 4: entry point %c, %u threads",
-           last_entry(s), s->last_block);
+    EXPECT(last_entry(s) == 'p', "256 KiB + 4: entry point %c", last_entry(s));
   } else {
     EXPECT(last_launch_ll(s, !simple, 32, &n), "256 KiB + 4: LL on 32 channels, or Simple");
   }
@@ -411,8 +425,9 @@ static void protocol_rank(int rank, int nranks, void *arg) {
     EXPECT(last_launch_ll128(s, 40, &n) && n == 2, "512 KiB: LL128 on 40 channels (%d transfers)", n);
   } else {
     EXPECT(last_launch_ll(s, !simple, 32, &n), "512 KiB: the largest LL transfer by default, on 32 channels");
-    EXPECT(s->last_ll == ll_kernel && s->last_block == (simple && bulk ? 256u : DEV_THREADS),
-           "512 KiB: one LL piece per channel%s, %u threads", ll_kernel ? ", the LL entry point" : "",
+    EXPECT((s->last_ll || s->last_pair) == ll_kernel &&
+               s->last_block == (simple && bulk ? 256u : DEV_THREADS),
+           "512 KiB: one LL piece per channel%s, %u threads", ll_kernel ? ", the pair entry point" : "",
            s->last_block);
   }
   EXPECT_OK(ncclAllReduce(buf, out, 131073, ncclFloat, ncclSum, comm, NULL));
@@ -438,8 +453,8 @@ static void protocol_rank(int rank, int nranks, void *arg) {
     send_recv_group(buf, 2, calls, peer, comm);
     EXPECT(last_launch_ll(s, !simple, 1, &n) && n == 2 * calls, "%d sends and receives: %d transfers", calls,
            n);
-    EXPECT(last_entry(s) == (calls == 4 ? tiny : 'f'), "%d sends and receives: entry point %c", calls,
-           last_entry(s));
+    EXPECT(last_entry(s) == (calls == 4 ? (ll_kernel ? 'l' : tiny) : 'f'),
+           "%d sends and receives: entry point %c", calls, last_entry(s));
   }
   EXPECT_OK(ncclGroupStart());
   for (int i = 0; i < 2; i++) EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, ncclSum, comm, NULL));
@@ -457,48 +472,26 @@ static void protocol_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
-/* Which entry point a launch takes, and which transfers the executor marks LL, as NCCL_PROTO,
- * BRAID_LL_KERNEL and BRAID_BULK_KERNEL say (the bulk kernel both on and off, whatever its default), and
- * how BRAID_SPREAD places a launch of one lane. */
+/* Which entry point a launch takes, and which transfers the executor marks LL, as NCCL_PROTO says, and how
+ * BRAID_SPREAD places a launch of one lane. */
 static void protocol_marks(void) {
-  static const char *const modes[] = {"defaults",
-                                      "NCCL_PROTO=Simple",
-                                      "BRAID_LL_KERNEL=0",
-                                      "NCCL_PROTO=Simple BRAID_BULK_KERNEL=0 BRAID_SPREAD=0",
-                                      "BRAID_BULK_KERNEL=1 BRAID_SPLIT_LANE=0 BRAID_WAVE_FENCE=0",
-                                      "NCCL_PROTO=Simple BRAID_BULK_KERNEL=1 BRAID_WAVE_FENCE=2",
+  static const char *const modes[] = {"defaults", "NCCL_PROTO=Simple", "NCCL_PROTO=Simple BRAID_SPREAD=0",
                                       "NCCL_PROTO=^LL128"};
   setenv("BRAID_DEVICE", "cuda", 1);
-  setenv("BRAID_PAIR_KERNEL", "0",
-         1); /* the LL entry's work is what these look at (pair_shapes: the other) */
   unsetenv("MOCK_CUDA_STUCK");
   unsetenv("NCCL_WORK_FIFO_BYTES");
-  for (int mode = 0; mode < 7; mode++) {
+  for (int mode = 0; mode < 4; mode++) {
     unsetenv("NCCL_PROTO");
-    unsetenv("BRAID_LL_KERNEL");
-    unsetenv("BRAID_BULK_KERNEL");
     unsetenv("BRAID_SPREAD");
-    unsetenv("BRAID_SPLIT_LANE");
-    unsetenv("BRAID_WAVE_FENCE");
-    if (mode == 1 || mode == 3 || mode == 5) setenv("NCCL_PROTO", "Simple", 1);
-    if (mode == 2) setenv("BRAID_LL_KERNEL", "0", 1);
-    if (mode == 3) setenv("BRAID_BULK_KERNEL", "0", 1);
-    if (mode == 3) setenv("BRAID_SPREAD", "0", 1);
-    if (mode >= 4) setenv("BRAID_BULK_KERNEL", "1", 1);
-    if (mode == 4) setenv("BRAID_SPLIT_LANE", "0", 1);
-    if (mode == 4 || mode == 5) setenv("BRAID_WAVE_FENCE", mode == 4 ? "0" : "2", 1);
-    if (mode == 6) setenv("NCCL_PROTO", "^LL128", 1);
+    if (mode == 1 || mode == 2) setenv("NCCL_PROTO", "Simple", 1);
+    if (mode == 2) setenv("BRAID_SPREAD", "0", 1);
+    if (mode == 3) setenv("NCCL_PROTO", "^LL128", 1);
     shared_t sh;
     EXPECT_OK(ncclGetUniqueId(&sh.id));
     EXPECT(run_ranks(2, 60, protocol_rank, &sh) == 0, "a rank failed (%s)", modes[mode]);
   }
   unsetenv("NCCL_PROTO");
-  unsetenv("BRAID_LL_KERNEL");
-  unsetenv("BRAID_BULK_KERNEL");
   unsetenv("BRAID_SPREAD");
-  unsetenv("BRAID_SPLIT_LANE");
-  unsetenv("BRAID_WAVE_FENCE");
-  unsetenv("BRAID_PAIR_KERNEL");
 }
 
 /* Channels per connection: the widest launch (2 * nranks - 1 lanes) fits ten elevenths of the GPU's SMs,
@@ -594,6 +587,7 @@ static void p2p_channels(int rank, ncclComm_t comm, const mock_cuda_stats_t *s, 
 
 /* The dealt transfers of the last launch's step s, one bit per transfer in list order; 0xff: no such step. */
 static unsigned dealt_bits(const mock_cuda_stats_t *s, int step) {
+  if (s->last_pair) return step == 0 ? 0 : 0xff; /* LL transfers: never dealt */
   const dev_work_t *w = (const dev_work_t *)s->last_work;
   if (step >= w->nsteps) return 0xff;
   unsigned bits = 0;
@@ -611,21 +605,17 @@ static ncclComm_t dealt_open(const shared_t *sh, int rank, int nranks, const cha
   return comm;
 }
 
-/* Which transfers are dealt (dev.h, "Dealt transfers"; BRAID_DEALT_MIN_BYTES=1 MiB and
- * BRAID_DEALT_MAX_BYTES=32 MiB here): on two ranks, a ring collective's transfers with one peer, each alone
- * in its lane, of 1 to 32 MiB, whatever either rank's buffers do; not a local copy, a fused all-reduce's
+/* Which transfers are dealt (dev.h, "Dealt transfers"; BRAID_DEALT_MIN_BYTES=1 MiB here): on two ranks, a
+ * ring collective's transfers with one peer, each alone in its lane, from 1 MiB, whatever either rank's
+ * buffers do; not a local copy, a fused all-reduce's
  * chain, a one-shot step, a point-to-point step, an LL transfer or a smaller one; and a launch with one never
  * takes the bulk kernel. */
 static void dealt_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
-  setenv("BRAID_DEALT_MAX_BYTES", "33554432", 1);
   ncclComm_t comm = dealt_open(sh, rank, nranks, "1048576");
   mock_cuda_stats_t *s = mock_stats();
   char *b = (char *)(uintptr_t)0x10000000;
   const size_t mib = 1 << 18; /* floats in 1 MiB */
-  /* 32 MiB + 4 is above BRAID_DEALT_MAX_BYTES */
-  EXPECT_OK(ncclReduceScatter(b, b + (256 << 20), 32 * mib + 1, ncclFloat, ncclSum, comm, NULL));
-  EXPECT(dealt_bits(s, 0) == 0, "rank %d: a reduce-scatter of 32 MiB + 4 blocks is not dealt", rank);
   /* reduce-scatter of 2 MiB blocks, rank 0 in place and rank 1 not: its send and its receive */
   EXPECT_OK(ncclReduceScatter(b, rank == 0 ? b + rank * 8 * mib : b + (64 << 20), 2 * mib, ncclFloat, ncclSum,
                               comm, NULL));
@@ -691,7 +681,6 @@ static void undealt_rank(int rank, int nranks, void *arg) {
 /* The defaults: from 64 MiB with no upper bound; a dealt transfer of more than 128 MiB moves in batches of 2
  * pieces (launch_batch). */
 static void dealt_default_rank(int rank, int nranks, void *arg) {
-  unsetenv("BRAID_DEALT_MAX_BYTES");
   ncclComm_t comm = dealt_open(arg, rank, nranks, "67108864");
   mock_cuda_stats_t *s = mock_stats();
   char *b = (char *)(uintptr_t)0x10000000;
@@ -705,7 +694,6 @@ static void dealt_default_rank(int rank, int nranks, void *arg) {
 
 static void dealt_marks(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
-  setenv("BRAID_PAIR_KERNEL", "0", 1);
   setenv("BRAID_CE_MIN_BYTES", "0", 1); /* every step on the kernels */
   setenv("BRAID_CE_PUSH_MIN_BYTES", "0", 1);
   setenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES", "0", 1);
@@ -717,12 +705,10 @@ static void dealt_marks(void) {
   EXPECT(run_ranks(2, 60, undealt_rank, &sh) == 0, "a rank failed (BRAID_DEALT_MIN_BYTES=0)");
   EXPECT_OK(ncclGetUniqueId(&sh.id));
   EXPECT(run_ranks(2, 60, dealt_default_rank, &sh) == 0, "a rank failed (the defaults)");
-  unsetenv("BRAID_PAIR_KERNEL");
   unsetenv("BRAID_CE_MIN_BYTES");
   unsetenv("BRAID_CE_PUSH_MIN_BYTES");
   unsetenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES");
   unsetenv("BRAID_DEALT_MIN_BYTES");
-  unsetenv("BRAID_DEALT_MAX_BYTES");
 }
 
 /* Ranks asking for different channel counts settle on the fewest: both ends of a connection need the same
@@ -758,10 +744,11 @@ static void channels_rank(int rank, int nranks, void *arg) {
   EXPECT(w->nch == 4, "rank %d: a reduce-scatter of 4 MiB blocks on %d channels", rank, w->nch);
   p2p_channels(rank, comm, s, buf);
   EXPECT_OK(ncclAllReduce(buf, buf, 16384, ncclFloat, ncclSum, comm, NULL));
+  dev_xfer_t xs[DEV_MAX_XFERS];
+  EXPECT(last_xfers(s, xs) == 2 && xs[0].nch == 4, "rank %d: a 64 KiB LL transfer on %d channels of 4", rank,
+         xs[0].nch);
+  EXPECT(s->last_pair, "rank %d: 16 KiB per channel is one LL piece: the pair entry point", rank);
   w = (const dev_work_t *)s->last_work;
-  EXPECT(w->nch == 4 && w->xfers[0].nch == 4, "rank %d: a 64 KiB LL transfer on %d channels of 4", rank,
-         w->xfers[0].nch);
-  EXPECT(s->last_ll, "rank %d: 16 KiB per channel is one LL piece: the LL entry point", rank);
   /* LL up to half an LL ring per channel: 4 channels carry 256 KiB, not BRAID_LL_MAX_BYTES' 1 MiB */
   EXPECT_OK(ncclAllReduce(buf, buf, 65536, ncclFloat, ncclSum, comm, NULL));
   EXPECT((w->xfers[0].flags & DEV_XF_LL) && w->xfers[0].nch == 4, "rank %d: 256 KiB is LL on 4 channels",
@@ -785,7 +772,6 @@ static void channels_rank(int rank, int nranks, void *arg) {
 
 static void channels_agree(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
-  setenv("BRAID_PAIR_KERNEL", "0", 1);
   setenv("BRAID_CE_PUSH_MIN_BYTES", "0", 1); /* the kernels' channels: no step pushed */
   setenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES", "0", 1);
   unsetenv("MOCK_CUDA_STUCK");
@@ -796,7 +782,6 @@ static void channels_agree(void) {
   EXPECT_OK(ncclGetUniqueId(&sh.id));
   EXPECT(run_ranks(2, 60, channels_rank, &sh) == 0, "a rank failed (BRAID_WIDE_STEPS=1)");
   unsetenv("BRAID_WIDE_STEPS");
-  unsetenv("BRAID_PAIR_KERNEL");
   unsetenv("BRAID_CE_PUSH_MIN_BYTES");
   unsetenv("BRAID_CE_PUSH_EXCHANGE_MIN_BYTES");
 }
@@ -813,7 +798,6 @@ static const char *const knob_cases[][3] = {
     {"BRAID_WIDE_STEPS", "1", "BRAID_WIDE_STEPS"},
     {"BRAID_AR_SPLIT_BYTES", "0", "BRAID_AR_SPLIT_BYTES"},
     {"BRAID_DEALT_MIN_BYTES", "1048576", "BRAID_DEALT_MIN_BYTES"},
-    {"BRAID_DEALT_MAX_BYTES", "268435456", "BRAID_DEALT_MAX_BYTES"},
     {"NCCL_PROTO", "LL,LL128,Simple", NULL},
 };
 static int knob_case;
@@ -876,44 +860,34 @@ static const char *last_pair(const mock_cuda_stats_t *s, char shape[6]) {
     EXPECT(strcmp(got_, want) == 0, "rank %d, %s: pair kernel %s, got %s", rank, what, want, got_);          \
   } while (0)
 
-/* The shape an out-of-place all-reduce whose part per channel is `part` bytes takes: joined, as in place
- * (in_place), from BRAID_PAIR_JOIN_BYTES (`join`) on, else blocks that send and blocks that receive. */
-static const char *out_of_place(int on, const char *in_place, int64_t join, uint64_t part) {
-  return !on ? "-" : join >= 0 && part >= (uint64_t)join ? in_place : "SR-";
-}
-
 /* Which launches take braid_kernel_pair, and with what: every LL launch of at most one plain send, one
  * receive and one local copy where nothing written is read by another transfer (an in-place all-reduce
- * fused), on two ranks; nothing else, and nothing at all with BRAID_PAIR_KERNEL=0. An in-place all-reduce
- * run in one pass (every part above BRAID_PAIR_HALVES_BYTES, 0 by default) takes braid_kernel_pair_ar, in
- * LL128 braid_kernel_pair_ar128, unless BRAID_PAIR_AR_KERNEL=0; so does an out-of-place one whose part is
- * at least BRAID_PAIR_JOIN_BYTES (0 by default: every one; -1: none), fused 1 as in place. */
+ * fused), on two ranks; nothing else. An all-reduce, in place or out of place (joined), runs in one pass
+ * per thread (fused 1) on braid_kernel_pair_ar, in LL128 braid_kernel_pair_ar128. */
 static void pair_rank(int rank, int nranks, void *arg) {
   const shared_t *sh = arg;
   param_reload();
   ncclComm_t comm;
   EXPECT_OK(ncclCommInitRank(&comm, nranks, sh->id, rank));
   mock_cuda_stats_t *s = mock_stats();
-  const int on = param_int(P_BRAID_PAIR_KERNEL) != 0, ar = param_int(P_BRAID_PAIR_AR_KERNEL) != 0;
-  const int64_t halves = param_int(P_BRAID_PAIR_HALVES_BYTES), join = param_int(P_BRAID_PAIR_JOIN_BYTES);
-  const char *in_place_ll = !on ? "-" : ar ? "SR-FA" : "SR-F"; /* an in-place all-reduce in one pass */
+  const char *in_place_ll = "SR-FA"; /* an all-reduce in one pass */
   char *buf = (char *)(uintptr_t)0x10000000, *out = (char *)(uintptr_t)0x20000000;
   const int peer = 1 - rank;
   EXPECT_OK(ncclAllReduce(buf, out, 2, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(out_of_place(on, in_place_ll, join, 8), "8-byte all-reduce");
-  if (on) {
+  EXPECT_PAIR(in_place_ll, "8-byte all-reduce");
+  {
     const dev_pair_t *p = (const dev_pair_t *)s->last_work;
     EXPECT(p->send.send_peer == peer && p->send.src == buf && p->recv.recv_peer == peer &&
                p->recv.src == buf && p->recv.dst == out && (p->recv.flags & DEV_XF_REDUCE) && p->nch == 1,
            "rank %d: the all-reduce's send and combine", rank);
-    EXPECT(s->last_block == 32 && s->last_pair_ar == (ar && join >= 0 && join <= 8 ? 1 : 0),
+    EXPECT(s->last_block == 32 && s->last_pair_ar == 1,
            "rank %d: 8 bytes out of place: one warp (%u threads), LL's entry %d", rank, s->last_block,
            s->last_pair_ar);
   }
   const uint64_t first_seq = ((const dev_pair_t *)s->last_work)->seq;
   EXPECT_OK(ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR(in_place_ll, "16 KiB all-reduce in place");
-  if (on) {
+  {
     const dev_pair_t *p = (const dev_pair_t *)s->last_work;
     EXPECT(p->nch == 16 && p->send.nch == 16 && p->recv.nch == 16 && p->recv.dst == buf,
            "rank %d: 16 KiB in place: %d channels", rank, p->nch);
@@ -922,51 +896,42 @@ static void pair_rank(int rank, int nranks, void *arg) {
            p->fused, s->last_block);
   }
   EXPECT_OK(ncclAllReduce(buf, buf, 2, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(halves >= 8 ? (on ? "SR-F" : "-") : in_place_ll, "8-byte all-reduce in place");
-  EXPECT(!on || ((const dev_pair_t *)s->last_work)->seq == first_seq + 2,
+  EXPECT_PAIR(in_place_ll, "8-byte all-reduce in place");
+  EXPECT(((const dev_pair_t *)s->last_work)->seq == first_seq + 2,
          "rank %d: the third call's launch carries its sequence number, the first's + 2", rank);
-  if (halves >= 8)
-    EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 2 && s->last_block == 64),
-           "rank %d: 8 bytes in place: a sending and a receiving warp (%u threads)", rank, s->last_block);
-  else
-    EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == 32),
-           "rank %d: 8 bytes in place: one warp, one pass (%u threads)", rank, s->last_block);
+  EXPECT((((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == 32),
+         "rank %d: 8 bytes in place: one warp, one pass (%u threads)", rank, s->last_block);
   EXPECT_OK(ncclAllReduce(buf, buf, 128, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(halves >= 512 ? (on ? "SR-F" : "-") : in_place_ll, "512-byte all-reduce in place");
-  if (halves >= 512)
-    EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 2 && s->last_block == 128),
-           "rank %d: 512 bytes in place: a sending and a receiving half (BRAID_PAIR_HALVES_BYTES)", rank);
-  else
-    EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == 64),
-           "rank %d: 512 bytes in place: a line per thread, one pass (%u threads)", rank, s->last_block);
+  EXPECT_PAIR(in_place_ll, "512-byte all-reduce in place");
+  EXPECT((((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == 64),
+         "rank %d: 512 bytes in place: a line per thread, one pass (%u threads)", rank, s->last_block);
   EXPECT_OK(ncclAllReduce(buf, buf + 4, 1024, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR("-", "an all-reduce whose output overlaps its input 4 bytes on");
   /* 128 KiB in place, the largest in LL (BRAID_LL128_MIN_BYTES): 4 KiB, 512 lines, per channel of 32 */
   EXPECT_OK(ncclAllReduce(buf, buf, 32768, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR(in_place_ll, "128 KiB all-reduce in place");
-  EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == DEV_THREADS &&
-                 ((const dev_pair_t *)s->last_work)->recv.proto == DEV_PROTO_LL &&
-                 s->last_pair_ar == (ar ? 1 : 0)),
+  EXPECT((((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == DEV_THREADS &&
+          ((const dev_pair_t *)s->last_work)->recv.proto == DEV_PROTO_LL && s->last_pair_ar == 1),
          "rank %d: 128 KiB in place: LL, a line per thread (%u threads), LL's entry (%d)", rank,
          s->last_block, s->last_pair_ar);
   EXPECT_OK(ncclAllReduce(buf, out, 131072, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(out_of_place(on, in_place_ll, join, 13120), "512 KiB all-reduce: one LL128 piece per channel");
-  EXPECT(!on || (((const dev_pair_t *)s->last_work)->nch == 40 && s->last_block == DEV_THREADS &&
-                 s->last_pair_ar == (ar && join >= 0 ? 2 : 0)),
-         "rank %d: 512 KiB out of place: 13120 bytes on each of 40 channels (%d), %u threads, LL128's entry "
-         "(%d)",
-         rank, ((const dev_pair_t *)s->last_work)->nch, s->last_block, s->last_pair_ar);
+  EXPECT_PAIR(in_place_ll, "512 KiB all-reduce: one LL128 piece per channel");
+  EXPECT(
+      (((const dev_pair_t *)s->last_work)->nch == 40 && s->last_block == DEV_THREADS && s->last_pair_ar == 2),
+      "rank %d: 512 KiB out of place: 13120 bytes on each of 40 channels (%d), %u threads, LL128's entry "
+      "(%d)",
+      rank, ((const dev_pair_t *)s->last_work)->nch, s->last_block, s->last_pair_ar);
   /* in LL128 the in-place all-reduce takes braid_kernel_pair_ar128 */
   EXPECT_OK(ncclAllReduce(buf, buf, 131072, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR(in_place_ll, "512 KiB all-reduce in place");
-  EXPECT(!on || (((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == DEV_THREADS &&
-                 s->last_pair_ar == (ar ? 2 : 0)),
+  EXPECT((((const dev_pair_t *)s->last_work)->fused == 1 && s->last_block == DEV_THREADS &&
+          s->last_pair_ar == 2),
          "rank %d: 512 KiB in place: one pass per thread (%u threads), LL128's entry (%d)", rank,
          s->last_block, s->last_pair_ar);
   /* LL128 (512 KiB + 4 to 1.5 MiB): the pair kernel, in place fused 1 (never a half block per side) */
   EXPECT_OK(ncclAllReduce(buf, out, 131073, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(out_of_place(on, in_place_ll, join, 13120), "512 KiB + 4: LL128");
-  if (on) {
+  EXPECT_PAIR(in_place_ll, "512 KiB + 4: LL128");
+  {
     const dev_pair_t *p = (const dev_pair_t *)s->last_work;
     EXPECT(p->nch == 40 && p->send.proto == DEV_PROTO_LL128 && p->recv.proto == DEV_PROTO_LL128 &&
                p->send.nch == 40 && p->recv.nch == 40 && s->last_block == DEV_THREADS,
@@ -974,7 +939,7 @@ static void pair_rank(int rank, int nranks, void *arg) {
   }
   EXPECT_OK(ncclAllReduce(buf, buf, 262144, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR(in_place_ll, "1 MiB all-reduce in place");
-  EXPECT(!on || ((const dev_pair_t *)s->last_work)->fused == 1, "rank %d: 1 MiB in place: fused 1", rank);
+  EXPECT(((const dev_pair_t *)s->last_work)->fused == 1, "rank %d: 1 MiB in place: fused 1", rank);
   EXPECT_OK(ncclAllReduce(buf, out, 393217, ncclFloat, ncclSum, comm, NULL));
   EXPECT_PAIR("-", "1.5 MiB + 4: Simple");
   ncclRedOp_t premul;
@@ -984,24 +949,24 @@ static void pair_rank(int rank, int nranks, void *arg) {
   EXPECT_PAIR("-", "a PreMulSum all-reduce: its send scales");
   EXPECT_OK(ncclRedOpDestroy(premul, comm));
   EXPECT_OK(ncclAllGather(buf, out, 16, ncclFloat, comm, NULL));
-  EXPECT_PAIR(on ? "SRC" : "-", "all-gather out of place");
+  EXPECT_PAIR("SRC", "all-gather out of place");
   EXPECT_OK(ncclAllGather(out + 64 * rank, out, 16, ncclFloat, comm, NULL));
-  EXPECT_PAIR(on ? "SR-" : "-", "all-gather in place");
+  EXPECT_PAIR("SR-", "all-gather in place");
   EXPECT_OK(ncclReduceScatter(buf, out, 16, ncclFloat, ncclSum, comm, NULL));
-  EXPECT_PAIR(on ? "SR-" : "-", "reduce-scatter");
+  EXPECT_PAIR("SR-", "reduce-scatter");
   EXPECT_OK(ncclBroadcast(buf, out, 16, ncclFloat, 0, comm, NULL));
-  EXPECT_PAIR(!on ? "-" : rank == 0 ? "S-C" : "-R-", "broadcast out of place");
+  EXPECT_PAIR(rank == 0 ? "S-C" : "-R-", "broadcast out of place");
   EXPECT_OK(ncclReduce(buf, out, 16, ncclFloat, ncclSum, 1, comm, NULL));
-  EXPECT_PAIR(!on ? "-" : rank == 0 ? "S--" : "-R-", "reduce to rank 1");
+  EXPECT_PAIR(rank == 0 ? "S--" : "-R-", "reduce to rank 1");
   EXPECT_OK(ncclGather(buf, out, 16, ncclFloat, 0, comm, NULL));
-  EXPECT_PAIR(!on ? "-" : rank == 0 ? "-RC" : "S--", "gather to rank 0 out of place");
+  EXPECT_PAIR(rank == 0 ? "-RC" : "S--", "gather to rank 0 out of place");
   EXPECT_OK(ncclAlltoAll(buf, out, 16, ncclFloat, comm, NULL));
-  EXPECT_PAIR(on ? "SRC" : "-", "all-to-all");
+  EXPECT_PAIR("SRC", "all-to-all");
   /* in LL128's band, the copy of this rank's own block is an LL copy on as many channels, beside the LL128
    * send and receive on the pair kernel */
   EXPECT_OK(ncclAllGather(buf, out, 196608, ncclFloat, comm, NULL));
-  EXPECT_PAIR(on ? "SRC" : "-", "768 KiB all-gather out of place");
-  if (on) {
+  EXPECT_PAIR("SRC", "768 KiB all-gather out of place");
+  {
     const dev_pair_t *p = (const dev_pair_t *)s->last_work;
     EXPECT(p->send.proto == DEV_PROTO_LL128 && p->recv.proto == DEV_PROTO_LL128 &&
                p->copy.proto == DEV_PROTO_LL && (p->copy.flags & DEV_XF_LL) && p->copy.nch == 40 &&
@@ -1009,9 +974,9 @@ static void pair_rank(int rank, int nranks, void *arg) {
            "rank %d: 768 KiB all-gather: LL128 send and receive, an LL copy on 40 channels", rank);
   }
   EXPECT_OK(ncclBroadcast(buf, out, 393216, ncclFloat, 0, comm, NULL));
-  EXPECT_PAIR(!on ? "-" : rank == 0 ? "S-C" : "-R-", "1.5 MiB broadcast out of place");
+  EXPECT_PAIR(rank == 0 ? "S-C" : "-R-", "1.5 MiB broadcast out of place");
   EXPECT_OK(ncclAlltoAll(buf, out, 262144, ncclFloat, comm, NULL));
-  EXPECT_PAIR(on ? "SRC" : "-", "2 MiB all-to-all (1 MiB a block)");
+  EXPECT_PAIR("SRC", "2 MiB all-to-all (1 MiB a block)");
   /* a 1 MiB copy to itself alone: an LL copy of more than a piece per channel, which only the pair and the
    * general entry points take (the LL one moves one piece per channel) */
   EXPECT_OK(ncclGroupStart());
@@ -1034,7 +999,7 @@ static void pair_rank(int rank, int nranks, void *arg) {
   EXPECT_OK(ncclSend(buf, 16, ncclFloat, peer, comm, NULL));
   EXPECT_OK(ncclRecv(out, 32, ncclFloat, peer, comm, NULL));
   EXPECT_OK(ncclGroupEnd());
-  EXPECT_PAIR(on ? "SR-" : "-", "a send and a receive of different sizes");
+  EXPECT_PAIR("SR-", "a send and a receive of different sizes");
   EXPECT_OK(ncclGroupStart());
   EXPECT_OK(ncclSend(buf, 16, ncclFloat, peer, comm, NULL));
   EXPECT_OK(ncclRecv(buf + 32, 16, ncclFloat, peer, comm, NULL));
@@ -1050,28 +1015,9 @@ static void pair_rank(int rank, int nranks, void *arg) {
 static void pair_shapes(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   unsetenv("MOCK_CUDA_STUCK");
-  /* BRAID_PAIR_KERNEL, BRAID_PAIR_AR_KERNEL, BRAID_PAIR_HALVES_BYTES, BRAID_PAIR_JOIN_BYTES (NULL: the
-   * default) */
-  static const char *const knobs[][4] = {
-      {"1", NULL, NULL, NULL}, {"1", "0", NULL, NULL},    {"1", NULL, "512", NULL}, {"1", "0", "512", NULL},
-      {"1", NULL, NULL, "-1"}, {"1", NULL, NULL, "4096"}, {"1", "0", NULL, "-1"},   {"0", NULL, NULL, NULL}};
-  static const char *const names[4] = {"BRAID_PAIR_KERNEL", "BRAID_PAIR_AR_KERNEL", "BRAID_PAIR_HALVES_BYTES",
-                                       "BRAID_PAIR_JOIN_BYTES"};
-  for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) {
-    for (int i = 0; i < 4; i++)
-      if (knobs[k][i] != NULL)
-        setenv(names[i], knobs[k][i], 1);
-      else
-        unsetenv(names[i]);
-    shared_t sh;
-    EXPECT_OK(ncclGetUniqueId(&sh.id));
-    EXPECT(run_ranks(2, 60, pair_rank, &sh) == 0,
-           "a rank failed (BRAID_PAIR_KERNEL=%s, BRAID_PAIR_AR_KERNEL=%s, BRAID_PAIR_HALVES_BYTES=%s, "
-           "BRAID_PAIR_JOIN_BYTES=%s)",
-           knobs[k][0], knobs[k][1] ? knobs[k][1] : "unset", knobs[k][2] ? knobs[k][2] : "unset",
-           knobs[k][3] ? knobs[k][3] : "unset");
-  }
-  for (int i = 0; i < 4; i++) unsetenv(names[i]);
+  shared_t sh;
+  EXPECT_OK(ncclGetUniqueId(&sh.id));
+  EXPECT(run_ranks(2, 60, pair_rank, &sh) == 0, "a rank failed");
 }
 
 /* Destroys the stand-in driver's one graph (mock_cuda.h); how many user objects it held. */
@@ -2095,30 +2041,6 @@ static void mbox_timeout_rank(int rank, int nranks, void *arg) {
   unsetenv("BRAID_TIMEOUT_S");
 }
 
-/* BRAID_CE_MAILBOX=0 on rank 1 only: both ranks send their step messages over the bootstrap instead, and
- * the copy engines still move an all-gather. */
-static void mbox_off_rank(int rank, int nranks, void *arg) {
-  if (rank == 1) setenv("BRAID_CE_MAILBOX", "0", 1);
-  char log_path[128];
-  ncclComm_t comm = tuning_comm(arg, rank, nranks, log_path, sizeof log_path);
-  EXPECT(test_file_lines(log_path, "step messages go over the bootstrap"),
-         "rank %d: the log does not say that step messages go over the bootstrap", rank);
-  void *s, *r;
-  ce_bufs_t b = ce_open(rank, 91, &s, &r);
-  const uint64_t copies = mock_stats()->dd_copies;
-  for (int i = 0; i < 2; i++) {
-    ce_fresh(&b);
-    EXPECT_OK(ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, NULL));
-    for (int p = 0; p < 2; p++)
-      ce_expect(&b, b.recv + (size_t)p * CE_N, CE_N, p, 0, "all-gather, messages over the bootstrap");
-  }
-  EXPECT(mock_stats()->dd_copies - copies == 4, "rank %d: %llu engine copies for two all-gathers, not 4",
-         rank, (unsigned long long)(mock_stats()->dd_copies - copies));
-  ce_close(&b, s, r, comm, 0, "broadcast, messages over the bootstrap");
-  unsetenv("BRAID_CE_MAILBOX");
-}
-
-/* Aborts the communicator once its rank has waited a while for a step message that does not come. */
 static void *mbox_abort_later(void *arg) {
   const aborter_t *a = arg;
   usleep(300000);
@@ -2198,7 +2120,6 @@ static void copy_engines(void) {
   run_with_logs(mbox_rank, 60);
   run_with_logs(mbox_timeout_rank, 60);
   run_with_logs(mbox_abort_rank, 60);
-  run_with_logs(mbox_off_rank, 60);
   setenv("BRAID_CE_CHUNK_BYTES", "65541", 1); /* not a multiple of 64 KiB: rounded up, chunks still whole */
   run_with_logs(ce_rank, 60);
   unsetenv("BRAID_CE_MIN_BYTES");

@@ -152,7 +152,7 @@ static tune_knobs_t knobs_of(const char *algo, int64_t oneshot) {
   tune_parse_algo(algo, k.algos);
   k.ll = k.ll128 = 1;
   k.ll_max = k.ll128_min = k.ll128_oneway = k.ll128_max = k.ll_part = k.ch_bytes = k.wide = TUNE_UNSET;
-  k.dealt_min = k.dealt_max = k.batch = k.ar_split = TUNE_UNSET;
+  k.dealt_min = k.batch = k.ar_split = TUNE_UNSET;
   k.oneshot_max = oneshot;
   return k;
 }

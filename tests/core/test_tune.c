@@ -30,8 +30,7 @@ static void table_matches_registry(void) {
                {8, P_BRAID_CHANNEL_BYTES},
                {9, P_BRAID_AR_SPLIT_BYTES},
                {10, P_BRAID_WIDE_STEPS},
-               {11, P_BRAID_DEALT_MIN_BYTES},
-               {12, P_BRAID_DEALT_MAX_BYTES}};
+               {11, P_BRAID_DEALT_MIN_BYTES}};
   for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
     EXPECT(!param_is_set(pairs[i].knob), "%s is set in the test's environment", param_name(pairs[i].knob));
     EXPECT((int64_t)v[pairs[i].agreed] == param_int(pairs[i].knob),
