@@ -99,7 +99,7 @@ ncclResult_t ce_settle(ce_t *ce, plan_t *plan);
 /* Whether the last ce_offer had a candidate step (or failed): both ranks offer such a step whenever it comes,
  * so its calls are never launched again unplanned (gx_relaunch). */
 int ce_offered(const ce_t *ce);
-/* What the executor does for a step (core/launch.c): enqueues on `stream` the wait for this rank's `word`
+/* What the executor does for a step (core/gpu_work.c): enqueues on `stream` the wait for this rank's `word`
  * (raised by the peer about call `seq`; is_send: the word says the peer's output is free), first raising the
  * peer's word `raise` (NULL: none) in the same kernel, and a reduction's combine, and, for a captured step,
  * takes a mapping the graph must keep until it is destroyed (on failure, not taken). */

@@ -125,7 +125,7 @@ typedef enum { ALGO_RING, ALGO_ONESHOT, ALGO_COUNT } plan_algo_t;
 #define ALGO_MASK_ALL ((1u << ALGO_COUNT) - 1)
 
 /* Ranks of a communicator up to which one-shot algorithms can run: each rank receives from every other in
- * one lane, whose rings the GPU executor bounds (launch.c checks this against the kernel's limit). */
+ * one lane, whose rings the GPU executor bounds (gpu_work.c checks this against the kernel's limit). */
 #define PLAN_ONESHOT_MAX_RANKS 32
 
 /* The LL protocol carries transfers of at most this many bytes, in one slice (device/dev.h); the tuner also

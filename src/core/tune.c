@@ -311,7 +311,7 @@ int tune_spread(int nranks) {
 
 /* ---- Steps that bypass the rings ---- */
 
-void tune_direct(tune_direct_t *d) {
+int tune_direct(int nranks, tune_direct_t *d) {
   const int64_t min = param_int(P_BRAID_CE_MIN_BYTES), reduce = param_int(P_BRAID_CE_REDUCE_MIN_BYTES),
                 pull = param_int(P_BRAID_CE_PULL_MIN_BYTES), push = param_int(P_BRAID_CE_PUSH_MIN_BYTES),
                 push_x = param_int(P_BRAID_CE_PUSH_EXCHANGE_MIN_BYTES),
@@ -326,6 +326,7 @@ void tune_direct(tune_direct_t *d) {
   d->combine_blocks = combine < 1 ? 1 : combine > 1024 ? 1024 : (unsigned)combine;
   d->pull_blocks = pull_blocks < 1 ? 0 : pull_blocks > 1024 ? 1024 : (unsigned)pull_blocks;
   d->pull_tile = tile < 16 ? 0 : tile > (1 << 30) ? 1u << 30 : (uint32_t)(tile / 16 * 16);
+  return nranks == 2;
 }
 
 /* ---- What ranks must agree on ---- */

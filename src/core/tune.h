@@ -7,7 +7,7 @@
  * function of its arguments and the table: it never reads the executor's state, so every rank derives the
  * same shape from the same call (principle 2). The planner receives the algorithm in task_t.algo; the
  * executor the rest. Which kernel entry point a launch takes is not a row: it follows from the launch's
- * transfers alone (core/launch.c), so that fewer entry points is a change of the device side only.
+ * transfers alone (core/gpu_work.c), so that fewer entry points is a change of the device side only.
  *
  * The table has two parts (tune.c). Algorithm rows are keyed by collective, rank count and the call's bytes
  * (plan_call_bytes); the first that matches names the algorithm, Ring where none does. Transfer rows are
@@ -43,7 +43,7 @@ typedef struct {
 
 /* When a step's transfers take the rings' channels (tune_rings) instead of the communicator's: never; every
  * step; a step with a transfer of at least wide_min bytes; each transfer between the ranks of at least
- * wide_min bytes by its own size, the step's local copies joining a peer's lane (core/launch.c). */
+ * wide_min bytes by its own size, the step's local copies joining a peer's lane (core/gpu_work.c). */
 typedef enum { TUNE_WIDE_NONE, TUNE_WIDE_STEP, TUNE_WIDE_BIG, TUNE_WIDE_EACH } tune_wide_t;
 
 /* The answer: how the call runs. */
@@ -100,8 +100,9 @@ int tune_spread(int nranks);
 /* The most lanes a step can have: a send to every peer, a receive from every peer and one local. */
 int tune_lanes_max(int nranks);
 
-/* Where steps bypass the rings on two ranks over p2p (core/ce.h), as this rank's knobs say (the two ranks
- * take the larger of each); UINT64_MAX: never. */
+/* Where steps bypass the rings to a peer over p2p (core/ce.h), as this rank's knobs say (the two ranks take
+ * the larger of each); UINT64_MAX: never. Returns whether the table has a direct path for `nranks` ranks
+ * (two: the one row so far); the launch parameters are filled either way. */
 typedef struct {
   uint64_t copy_min;                    /* the copy engines, for steps that only copy */
   uint64_t reduce_min;                  /* the copy engines, for a reduction's transfers */
@@ -112,7 +113,7 @@ typedef struct {
   unsigned combine_blocks, pull_blocks; /* the combine kernel's grid (0 pull blocks: one per SM) */
   uint32_t pull_tile;                   /* a pull's tile (0: equal parts per block) */
 } tune_direct_t;
-void tune_direct(tune_direct_t *d);
+int tune_direct(int nranks, tune_direct_t *d);
 
 /* The knob values that must be equal on every rank of a GPU communicator (core/comm.c compares them), and
  * the knob each one comes from. */

@@ -8,9 +8,12 @@
  * failures (abort, a peer that never came) in the host-mapped error word, which gx_error turns into a
  * result for ncclCommGetAsyncError. Captured launches (CUDA graphs) touch no host-side counter: the kernels
  * keep their slot counters in device memory (DESIGN.md, principle 3).
+ *
+ * Three files: gpu_exec.c (state, order, storage, relaunch), gpu_work.c (transfers, lanes and entry points of
+ * a launch) and gpu_graphs.c (what CUDA graphs hold, and executors retired while they do).
  */
-#ifndef BRAID_CORE_LAUNCH_H
-#define BRAID_CORE_LAUNCH_H
+#ifndef BRAID_CORE_GPU_EXEC_H
+#define BRAID_CORE_GPU_EXEC_H
 
 #include <stdint.h>
 
