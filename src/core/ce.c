@@ -394,10 +394,8 @@ static int combinable(const xfer_t *x) {
 
 /* The smallest transfer a step that only copies may have and still bypass the rings: pushed by a kernel
  * from push_min (push_xmin where the rank both sends to and receives from the peer), by the copy engines
- * from min_bytes. An eager pushed step costs the host an exchange of step messages with the peer per call:
- * over the bootstrap's sockets that made one-way pushes below 8 MiB slower than the rings; through the
- * mailboxes pushes pay from 2 MiB either way, with a process per rank or one for both (docs/perf-notes.md,
- * 96-99). Both ranks answer alike: one's sends are the other's receives. */
+ * from min_bytes; an eager pushed step costs the host an exchange of step messages per call, which smaller
+ * transfers do not win back. Both ranks answer alike: one's sends are the other's receives. */
 static uint64_t copy_min(const ce_peer_t *p, int exchange) {
   const uint64_t push = exchange ? p->push_xmin : p->push_min;
   return push < p->min_bytes ? push : p->min_bytes;
@@ -458,13 +456,9 @@ static int offers_to(const ce_t *ce, const ce_peer_t *p) {
 }
 
 /* Where the chunks of a reduction's transfer of `bytes` end (ends[], returned: how many): each three fifths
- * of what is left, at least chunk_min, at multiples of CE_CHUNK_ALIGN, so that the last ones, whose combine
- * nothing hides, are small, and the chunks few: each costs the link about 6 us on two H200s, the copy's end,
- * the flag and the next copy's start. The combine of a chunk runs while the rest lands, at about twice the
- * link's rate: halves (the first cut) cost one chunk more from 256 MiB and made reduce-scatter, all-reduce
- * and reduce out of place 4-11 us slower at 512 MiB-1 GiB; two thirds made 1 GiB slower again, the combine no
- * longer keeping up (docs/perf-notes.md, 65 and 91). A function of the size and the agreed minimum: both
- * ranks cut alike. */
+ * of what is left, at least chunk_min, at multiples of CE_CHUNK_ALIGN: the last ones, whose combine nothing
+ * hides, are small, and the chunks few, since each costs the link a pause (a copy's end, the flag, the next
+ * copy's start). A function of the size and the agreed minimum: both ranks cut alike. */
 static uint32_t chunk_ends(const ce_peer_t *p, uint64_t bytes, uint64_t *ends) {
   uint32_t n = 0;
   for (uint64_t at = 0; at < bytes;) {
@@ -879,7 +873,7 @@ ncclResult_t ce_step(ce_t *ce, const plan_t *plan, int s, cudaStream_t stream, i
                      1, seq, ex));
     /* The local copies fork only now: the driver may run a copy within the device as a kernel, whose
      * blocks would hold the SMs the wait kernel above needs, and the link's copy would start only once they
-     * ended (2 ms instead of 1.4 for an all-gather of 1 GiB on two H200s); so does a reduction's combine,
+     * ended; so does a reduction's combine,
      * whose blocks would otherwise hold the SMs while its chunks wait for the peer's, and the peer's for
      * this rank's copies */
     if (combines > 0)

@@ -383,8 +383,8 @@ ncclResult_t gx_queue_place(gx_t *gx, const launch_ctx_t *lc, uint64_t spill, wq
  * candidate in it (a candidate step is offered to the peer, which expects the offer whatever came before),
  * the same calls again (every argument but the call's number; the stream may change, as the memo's
  * parameters do not depend on it) are launched from the memo by gx_relaunch, before plan_build: the plan,
- * the copy engines' offer and the transfers are skipped as well as the lanes, about 38% of the instructions
- * of a small eager call (docs/perf-notes.md, 92). Any other gx_launch forgets the calls first, and so does a
+ * the copy engines' offer and the transfers are skipped as well as the lanes: much of a small eager call's
+ * host work. Any other gx_launch forgets the calls first, and so does a
  * gx_relaunch that finds other calls, or a capture, as the full path follows it. */
 static int same_call(const task_t *a, const task_t *b) {
   return a->kind == b->kind && a->sendbuff == b->sendbuff && a->recvbuff == b->recvbuff &&

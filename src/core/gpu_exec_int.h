@@ -151,8 +151,7 @@ typedef struct {
 
 /* Whether a launch may overlap the stream's previous kernel (gpu_launch): every entry point waits for that
  * kernel's stores before it touches memory, so the GPU can take the launch in and place its blocks while the
- * previous kernel ends. On two H200s that took 1.15-1.35 us off an eager all-reduce of 256 KiB-4 MiB and
- * 0.2-0.3 us off a captured one (docs/perf-notes.md, 124). Eager launches with BRAID_LAUNCH_PDL >= 1,
+ * previous kernel ends, which hides part of the launch gap. Eager launches with BRAID_LAUNCH_PDL >= 1,
  * captured ones with 2 (the default) on a driver that keeps it in a graph. */
 static inline int gx_overlaps(const gx_t *gx, int capturing) {
   return gx->overlap >= (capturing ? 2 : 1);

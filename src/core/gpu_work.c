@@ -262,9 +262,8 @@ static uint64_t ring_pieces(const dev_work_t *w, int i, int send) {
 /* Whether a launch moves data both ways at once: one step, at least two lanes, and both a send and a receive
  * (an all-reduce out of place, a reduce-scatter, an all-gather, an all-to-all, a send/receive); not a
  * broadcast, a reduce, a gather, a scatter nor an all-reduce in place, whose blocks only send, only
- * receive, or do one after the other. On two H100s the two kinds differed in what sped them up
- * (docs/perf-notes.md, 45): the bulk kernel and short batches made duplex launches up to 15% faster and the
- * others up to 20% slower. */
+ * receive, or do one after the other: the bulk kernel and short batches speed up the first kind and slow
+ * down the second. */
 static int duplex(const gx_t *gx, const dev_work_t *w) {
   if (w->nsteps != 1 || w->step_lanes[0] < 2) return 0;
   int sends = 0, recvs = 0;
@@ -302,8 +301,8 @@ static int32_t launch_batch(const gx_t *gx, const dev_work_t *w, int dup) {
 /* Whether the launch is one lane of a send to a peer and then a receive from it that overwrites what the
  * send reads, over the same bytes and channels: an in-place one-shot all-reduce on two ranks, which
  * braid_kernel_bulk can run split (dev.h, "A split lane"), its sends on blocks of their own as out of place.
- * In one lane (the general kernel) a block sends each piece before it combines it: on two H100s a 16 MiB
- * all-reduce in place took 78.7 us so, 72.4 split and 71.7 out of place (docs/perf-notes.md, 49). */
+ * In one lane (the general kernel) a block would send each piece before it combines it, serialising the two.
+ */
 static int split_pair(const gx_t *gx, const dev_work_t *w) {
   if (gx->dcomm.guards == NULL || w->nsteps != 1 || w->step_lanes[0] != 1 || w->nxfers != 2) return 0;
   const dev_xfer_t *s = &gx->xf[0], *r = &gx->xf[1];
@@ -427,9 +426,9 @@ ncclResult_t gx_memo_fire(gx_t *gx, uint64_t seq, cudaStream_t s) {
  * after call). What add_step and flush build from those transfers for the LL and pair entry points depends on
  * nothing else that changes while the executor lives (its settings are read at init, the kernels find their
  * rings' positions in device memory), so it is what they would build again; the lanes, their checks and the
- * choice of entry point are skipped, about 30% of the library's own instructions per small eager call
- * (docs/perf-notes.md, 88). Otherwise the step is staged in the memo, which flush keeps if the launch takes
- * the LL or pair entry point (memo_keep). At TRACE (TUNING) every launch is built, so that each is logged. */
+ * choice of entry point are skipped. Otherwise the step is staged in the memo, which flush keeps if the
+ * launch takes the LL or pair entry point (memo_keep). At TRACE (TUNING) every launch is built, so that each
+ * is logged. */
 static ncclResult_t memo_launch(gx_t *gx, const launch_ctx_t *lc, int count, int p2p, const dev_xfer_t *x,
                                 int *launched) {
   memo_t *m = &gx->memo;
@@ -477,7 +476,7 @@ ncclResult_t gx_flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
     if (spill == 0) memcpy(w->xfers, gx->xf, (size_t)w->nxfers * sizeof(dev_xfer_t));
     /* A launch whose list fits the parameters needs nothing after the driver copied them: no queue entry,
      * and no tag for its kernel to write at the end, a store to host memory that the kernel's completion
-     * (and so the next launch on the stream) waits for, about 0.85 us of every small eager call. */
+     * (and so the next launch on the stream) waits for. */
     wq_slot_t slot = {0};
     if (spill != 0 && !lc->capturing)
       CHECK(gx_queue_place(gx, lc, spill, &slot));
@@ -507,10 +506,8 @@ ncclResult_t gx_flush(gx_t *gx, const launch_ctx_t *lc, uint64_t seq) {
     w->comm.wave_fence = f == gx->func_bulk && wave_fence(w);
     unsigned threads = ll ? ll_thr : f == gx->func_bulk ? bulk_threads(w) : DEV_THREADS;
     /* a launch of fewer lanes than the widest step can have spreads its blocks over a wider grid (dev.h,
-     * block_place): on two H100s a one-lane launch moved 4-7% more from 64 MiB up on every second block
-     * than side by side, and a launch whose transfers cycle their rings 3-5% more from 256 MiB up on every
-     * third; every third cost smaller launches up to 1 us and a ring all-reduce 3% at 256 MiB
-     * (docs/perf-notes.md, 47 and 48) */
+     * block_place), blocks sharing an SM's neighbourhood less: two lanes' grid, the widest one's for
+     * transfers that cycle their rings (spread_widest) */
     if (gx->spread > widest && !ll && f != gx->func_bulk) {
       int k = gx->spread > 2 && !spread_widest(gx) ? 2 : gx->spread;
       while (k > widest && (unsigned)k * w->nch > gx->grid_max) k--; /* a wide step's channels */

@@ -52,7 +52,4 @@ void tp_net_ctx_destroy(tp_net_ctx_t *net);
 void tp_net_quiet_close(tp_conn_t *conn);
 /* Whether a read found that the peer closed net connection `conn`. */
 int tp_net_peer_closed(const tp_conn_t *conn);
-/* The net state of a transport context (defined in transport.c). */
-tp_net_ctx_t *tp_ctx_net(tp_ctx_t *ctx);
-
 #endif

@@ -109,6 +109,9 @@ typedef struct tp_ops {
   void (*fail)(tp_conn_t *conn);
   /* Frees the connection. */
   void (*close)(tp_conn_t *conn);
+  /* optional: the transport's state for the whole context, made by tp_init and freed by tp_destroy */
+  ncclResult_t (*ctx_init)(const tp_ctx_t *ctx, void **state_p);
+  void (*ctx_free)(void *state);
 } tp_ops_t;
 
 /* What a communicator gives its transport context. This rank's CUDA device is its peer-table entry's
@@ -139,6 +142,9 @@ void tp_destroy(tp_ctx_t *ctx);
 int tp_ctx_dev(const tp_ctx_t *ctx);
 /* The context's copy of its configuration (ring_bytes already defaulted); for the transports. */
 const tp_config_t *tp_ctx_config(const tp_ctx_t *ctx);
+/* The net transport's state in the context (its tp_ops_t.ctx_init made it). */
+struct tp_net_ctx;
+struct tp_net_ctx *tp_ctx_net(tp_ctx_t *ctx);
 
 extern const tp_ops_t tp_shm_ops;
 extern const tp_ops_t tp_net_ops;
