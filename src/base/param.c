@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-
 typedef enum { KIND_INT, KIND_STR } kind_t;
 
 /* One knob: its declaration and its current value. */

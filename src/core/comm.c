@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/timeutil.h"
+#include "core/tune.h"
 #include "gpu/gpu.h"
 
 #define CONFIG_MAGIC 0xcafebeefu
@@ -103,63 +104,11 @@ static size_t ring_bytes(void) {
 }
 
 /* The knobs from which the GPU executor picks each call's algorithm and each transfer's protocol and
- * channels. Both ends of a connection must pick alike (DESIGN.md, principle 2): ranks whose knobs differ
- * would each wait for a transfer the other never sends, until BRAID_TIMEOUT_S. Each rank tells the others the
- * values in effect (after parsing: "LL,LL128,Simple" and no NCCL_PROTO are the same); any difference fails
- * init on every rank, naming the knob. */
-enum {
-  TUNE_ALGO,
-  TUNE_ONESHOT,
-  TUNE_ONESHOT_PAIR,
-  TUNE_LL_MAX,
-  TUNE_LL128_MAX,
-  TUNE_LL128_MIN,
-  TUNE_LL128_ONEWAY,
-  TUNE_LL_PART,
-  TUNE_CH_BYTES,
-  TUNE_AR_SPLIT,
-  TUNE_WIDE,
-  TUNE_DEALT,
-  TUNE_DEALT_MAX,
-  TUNE_COUNT
-};
-static const char *const tune_knobs[TUNE_COUNT] = {
-    [TUNE_ALGO] = "NCCL_ALGO",
-    [TUNE_ONESHOT] = "BRAID_ONESHOT_MAX_BYTES",
-    [TUNE_ONESHOT_PAIR] = "BRAID_ONESHOT_MAX_BYTES (two ranks' all-reduce)",
-    [TUNE_LL_MAX] = "NCCL_PROTO or BRAID_LL_MAX_BYTES (LL)",
-    [TUNE_LL128_MAX] = "NCCL_PROTO or BRAID_LL128_MAX_BYTES (LL128)",
-    [TUNE_LL128_MIN] = "BRAID_LL128_MIN_BYTES",
-    [TUNE_LL128_ONEWAY] = "BRAID_LL128_ONE_WAY_MIN_BYTES",
-    [TUNE_LL_PART] = "BRAID_LL_CHANNEL_BYTES",
-    [TUNE_CH_BYTES] = "BRAID_CHANNEL_BYTES",
-    [TUNE_AR_SPLIT] = "BRAID_AR_SPLIT_BYTES",
-    [TUNE_WIDE] = "BRAID_WIDE_STEPS",
-    [TUNE_DEALT] = "BRAID_DEALT_MIN_BYTES",
-    [TUNE_DEALT_MAX] = "BRAID_DEALT_MAX_BYTES",
-};
-
-static void tune_values(uint64_t v[TUNE_COUNT]) {
-  const plan_tuning_t *t = plan_tuning();
-  uint64_t algos = 0; /* a byte per collective; send and receive, the last kinds, have no algorithm */
-  _Static_assert(OP_SEND == 8, "the collectives' algorithms fill one 64-bit value");
-  for (int k = 0; k < OP_SEND; k++) algos |= (uint64_t)t->algos[k] << (8 * k);
-  v[TUNE_ALGO] = algos;
-  v[TUNE_ONESHOT] = t->oneshot_max;
-  v[TUNE_ONESHOT_PAIR] = t->oneshot_pair;
-  v[TUNE_LL_MAX] = t->ll_max;
-  v[TUNE_LL128_MAX] = t->ll128_max;
-  v[TUNE_LL128_MIN] = t->ll128_min;
-  v[TUNE_LL128_ONEWAY] = t->ll128_oneway;
-  v[TUNE_LL_PART] = t->ll_part;
-  v[TUNE_CH_BYTES] = t->ch_bytes;
-  v[TUNE_AR_SPLIT] = t->ar_split;
-  v[TUNE_WIDE] = (uint64_t)param_int(P_BRAID_WIDE_STEPS);
-  const int64_t dealt = param_int(P_BRAID_DEALT_MIN_BYTES);
-  v[TUNE_DEALT] = dealt > 0 ? (uint64_t)dealt : 0;
-  const int64_t dealt_max = param_int(P_BRAID_DEALT_MAX_BYTES);
-  v[TUNE_DEALT_MAX] = dealt_max > 0 ? (uint64_t)dealt_max : 0;
-}
+ * channels (core/tune.h). Both ends of a connection must pick alike (DESIGN.md, principle 2): ranks whose
+ * knobs differ would each wait for a transfer the other never sends, until BRAID_TIMEOUT_S. Each rank tells
+ * the others the values in effect (after parsing: "LL,LL128,Simple" and no NCCL_PROTO are the same); any
+ * difference fails init on every rank, naming the knob. */
+enum { TUNE_COUNT = TUNE_AGREED_COUNT };
 
 /* What each rank tells the others at init, in one allgather: its peer entry and its tuning knobs. */
 typedef struct {
@@ -178,7 +127,7 @@ static ncclResult_t check_tuning(ncclComm_t comm, const peer_msg_t *all) {
         return log_err(ncclInvalidUsage,
                        "%s: %s differs between ranks (in effect: %llu on rank 0, %llu on rank %d); the GPU "
                        "algorithm and protocol knobs must be the same on all ranks",
-                       comm->name, tune_knobs[k], (unsigned long long)all[0].tune[k],
+                       comm->name, tune_agreed_name(k), (unsigned long long)all[0].tune[k],
                        (unsigned long long)all[r].tune[k], r);
   return ncclSuccess;
 }
@@ -196,7 +145,7 @@ static ncclResult_t init_peers(ncclComm_t comm) {
                                      .dev = comm->dev,
                                      .ring_bytes = comm->ring_bytes,
                                      .nch = comm->dev >= 0 ? comm->nch : 0};
-  tune_values(all[comm->rank].tune);
+  tune_agreed(all[comm->rank].tune);
   ncclResult_t res = boot_allgather(comm->boot, all, sizeof *all);
   for (int r = 0; res == ncclSuccess && r < comm->nranks; r++) comm->peers[r] = all[r].peer;
   if (res == ncclSuccess) res = check_tuning(comm, all);
@@ -228,7 +177,7 @@ static ncclResult_t init_links(ncclComm_t comm) {
                     .peers = comm->peers,
                     .abort_flag = &comm->abort_flag,
                     .ring_bytes = comm->ring_bytes,
-                    .nch = gx_rings(comm->nranks, comm->nch),
+                    .nch = tune_rings(comm->nranks, comm->nch),
                     .acct = &comm->acct,
                     .net_name = comm->config.netName};
   return links_init(comm->boot, &tc, &comm->acct, &comm->links);
@@ -278,7 +227,7 @@ ncclResult_t comm_init(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
     CHECK_GOTO(gpu_enter(comm->dev, &scope), res, fail);
     int sms = 0;
     CHECK_GOTO(gpu_device_sms(comm->dev, &sms), res, fail_leave);
-    comm->nch = gx_channels(comm->nranks, sms);
+    comm->nch = tune_channels(comm->nranks, sms);
   }
   CHECK_GOTO(init_bootstrap(comm, ids, nid), res, fail_leave);
   CHECK_GOTO(init_peers(comm), res, fail_leave);

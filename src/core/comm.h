@@ -18,7 +18,7 @@
 #include "nccl.h"
 #include "base/alloc.h"
 #include "bootstrap/bootstrap.h"
-#include "core/launch.h"
+#include "core/gpu_exec.h"
 #include "core/ce.h"
 #include "core/links.h"
 #include "core/plan.h"
@@ -38,24 +38,24 @@ struct ncclComm {
   volatile int abort_flag; /* set once by ncclCommAbort or a fatal error; every wait polls it */
   _Atomic int busy;        /* threads running work on this communicator (abort waits for 0) */
   int rank, nranks;
-  int dev;               /* CUDA device, -1 on the host backend (set before init) */
-  int nch;               /* GPU: channels a transfer takes at most, the same on all ranks (gx_rings: rings) */
-  gx_t *gx;              /* GPU executor state; NULL on the host backend */
-  ce_t *ce;              /* copy engines into the peer's buffer (core/ce.h); NULL where there are none */
-  uint64_t nonce;        /* the unique id's nonce: the communicator's identity */
-  char name[64];         /* "comm <nonce> rank r" or the config's commName, for messages */
-  int blocking;          /* config.blocking, resolved */
-  ncclConfig_t config;   /* the configuration as normalised at init (inherited by split) */
-  boot_t *boot;          /* bootstrap */
-  links_t *links;        /* connections */
-  tp_peer_t *peers;      /* [nranks] what each rank told at init */
-  plan_t plan;           /* the current group's calls and plan */
-  uint64_t next_seq;     /* sequence number of the next call */
-  size_t ring_bytes;     /* staging ring per connection, the same on all ranks; plans slice by half of it */
-  redop_table_t redops;  /* PreMulSum operations made on this communicator */
-  alloc_acct_t acct;     /* memory charged to this communicator */
-  pthread_t init_thread; /* non-blocking init runs here */
-  int init_thread_live;  /* init_thread must be joined */
+  int dev;             /* CUDA device, -1 on the host backend (set before init) */
+  int nch;             /* GPU: channels a transfer takes at most, the same on all ranks (tune_rings: rings) */
+  gx_t *gx;            /* GPU executor state; NULL on the host backend */
+  ce_t *ce;            /* copy engines into the peer's buffer (core/ce.h); NULL where there are none */
+  uint64_t nonce;      /* the unique id's nonce: the communicator's identity */
+  char name[64];       /* "comm <nonce> rank r" or the config's commName, for messages */
+  int blocking;        /* config.blocking, resolved */
+  ncclConfig_t config; /* the configuration as normalised at init (inherited by split) */
+  boot_t *boot;        /* bootstrap */
+  links_t *links;      /* connections */
+  tp_peer_t *peers;    /* [nranks] what each rank told at init */
+  plan_t plan;         /* the current group's calls and plan */
+  uint64_t next_seq;   /* sequence number of the next call */
+  size_t ring_bytes;   /* staging ring per connection, the same on all ranks; plans slice by half of it */
+  redop_table_t redops;        /* PreMulSum operations made on this communicator */
+  alloc_acct_t acct;           /* memory charged to this communicator */
+  pthread_t init_thread;       /* non-blocking init runs here */
+  int init_thread_live;        /* init_thread must be joined */
   struct ncclComm *group_next; /* next communicator with calls in the calling thread's group */
   int in_group;                /* on the calling thread's group list */
   char cause[256];             /* the message of the failure that failed the communicator, or "" */

@@ -179,8 +179,9 @@ enum { STEP_PLANNED = -1, STEP_RELAUNCHED = -2 };
  * communicator of the group offers before any settles: core/ce.h); then settle and launch. Nothing waits
  * for the GPU. */
 static ncclResult_t plan_calls(ncclComm_t c) {
+  CHECK(gx_tune(c->gx, &c->plan));
   CHECK(gx_scratch(c->gx, &c->plan, c->nranks));
-  CHECK(plan_build(&c->plan, c->rank, c->nranks, (size_t)1 << 62, plan_tuning()));
+  CHECK(plan_build(&c->plan, c->rank, c->nranks, (size_t)1 << 62, 1));
   return ce_offer(c->ce, &c->plan);
 }
 
@@ -207,7 +208,7 @@ static ncclResult_t run_calls(void) {
       if (!took && g->execs[i].result == ncclSuccess) g->execs[i].result = plan_calls(c);
       g->execs[i].step = took ? STEP_RELAUNCHED : STEP_PLANNED; /* nothing left for the host executor */
     } else {
-      g->execs[i].result = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2, NULL);
+      g->execs[i].result = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2, 0);
     }
   }
   i = 0;
@@ -248,7 +249,7 @@ ncclResult_t group_simulate_end(ncclSimInfo_t *sim) {
   if (res == ncclSuccess) res = g->error;
   double us = 0;
   for (ncclComm_t c = g->comms; c != NULL && res == ncclSuccess; c = c->group_next) {
-    res = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2, NULL);
+    res = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2, 0);
     double t = plan_estimate_us(&c->plan, c->nranks);
     if (t > us) us = t;
   }

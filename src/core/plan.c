@@ -6,16 +6,13 @@
  */
 #include "plan.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "base/check.h"
 #include "base/dtype.h"
 #include "base/log.h"
-#include "base/param.h"
 
 /* Grows an array of `*cap` elements of `size` bytes to hold at least `need`. */
 static ncclResult_t grow(void **array, int *cap, int need, size_t size, const char *what) {
@@ -235,7 +232,7 @@ static ncclResult_t next_step(ctx_t *c) {
   return open_step(c->plan, c->task);
 }
 
-/* All-reduce on two ranks as two steps (plan_tuning_t.ar_split): each rank reduces its half (the peer sends
+/* All-reduce on two ranks as two steps (task_t.split): each rank reduces its half (the peer sends
  * its contribution), then each sends its reduced half to the other, a step of plain copies that the copy
  * engines can move straight into the peer's output (core/ce.h). In place, the second step overwrites the
  * half the first one sent, which is done by then. */
@@ -336,9 +333,9 @@ static ncclResult_t build_p2p(ctx_t *c) {
  * Every rank sends its data straight to the ranks that need it, in one hop. A reduced block is computed by
  * each rank that needs it from all n contributions, always in rank order, ((x0 (+) x1) (+) x2) (+) ...,
  * each contribution prepared by its owner (PreMulSum scales) and each combine commutative for the
- * operations that come here (plan_pick), so every rank that computes a block computes the same bits. The
- * combines form one lane (XF_SEQ): each reads the running result the one before stored in `out`. Sends run
- * in lanes of their own unless they read what that lane overwrites (an in-place all-reduce). */
+ * operations that come here (the tuner, core/tune.c), so every rank that computes a block computes the same
+ * bits. The combines form one lane (XF_SEQ): each reads the running result the one before stored in `out`.
+ * Sends run in lanes of their own unless they read what that lane overwrites (an in-place all-reduce). */
 
 /* Stores into `out` the reduction of `count` elements of every rank in rank order: this rank's `own` (raw),
  * the others' arriving prepared. Ranks 0 and 1 start with the combine of their own data and the other's;
@@ -458,22 +455,9 @@ static void close_step(plan_t *p) {
 
 /* ---- Algorithm selection ---- */
 
-#define STR_OF(x)   #x
-#define STR_EVAL(x) STR_OF(x)
-
 const char *plan_algo_name(plan_algo_t algo) {
   static const char *names[ALGO_COUNT] = {"Ring", "OneShot"};
   return (unsigned)algo < ALGO_COUNT ? names[algo] : "?";
-}
-
-/* The collectives that have a choice of algorithm, by their NCCL_ALGO names. */
-static const char *const coll_names[OP_COUNT] = {
-    [OP_ALLREDUCE] = "allreduce", [OP_BROADCAST] = "broadcast",         [OP_REDUCE] = "reduce",
-    [OP_ALLGATHER] = "allgather", [OP_REDUCESCATTER] = "reducescatter",
-};
-
-static int has_choice(op_kind_t kind) {
-  return (unsigned)kind < OP_COUNT && coll_names[kind] != NULL;
 }
 
 uint64_t plan_call_bytes(const task_t *t, int nranks) {
@@ -481,205 +465,15 @@ uint64_t plan_call_bytes(const task_t *t, int nranks) {
   return t->kind == OP_ALLGATHER || t->kind == OP_REDUCESCATTER ? bytes * (uint64_t)nranks : bytes;
 }
 
-plan_algo_t plan_pick(const task_t *t, int nranks, const plan_tuning_t *tuning, const char **why_p) {
-  const char *why;
-  plan_algo_t algo = ALGO_RING;
-  unsigned allowed = tuning != NULL && has_choice(t->kind) ? tuning->algos[t->kind] : 1u << ALGO_RING;
-  if (tuning == NULL) {
-    why = "the host executor runs rings";
-  } else if (!has_choice(t->kind)) {
-    why = "no other algorithm";
-  } else if (nranks == 1) {
-    why = "one rank";
-  } else if (allowed == 1u << ALGO_RING) {
-    why = "NCCL_ALGO allows only Ring";
-  } else if (nranks > PLAN_ONESHOT_MAX_RANKS) {
-    why = "one-shot takes at most " STR_EVAL(PLAN_ONESHOT_MAX_RANKS) " ranks";
-  } else if (t->kind == OP_ALLREDUCE && (t->red.kind == RED_MAX || t->red.kind == RED_MIN) &&
-             dtype_is_float(t->type)) {
-    /* max(a, b) and max(b, a) can differ in the bits (NaN, signed zeros): ranks computing the same result
-     * on their own could disagree */
-    why = "floating-point max/min is not bitwise commutative";
-  } else if (allowed == 1u << ALGO_ONESHOT) {
-    algo = ALGO_ONESHOT;
-    why = "NCCL_ALGO allows only OneShot";
-  } else if (plan_call_bytes(t, nranks) <= tuning->oneshot_max) {
-    algo = ALGO_ONESHOT;
-    why = "at most BRAID_ONESHOT_MAX_BYTES";
-  } else if (nranks == 2 && t->kind == OP_ALLREDUCE && plan_call_bytes(t, nranks) <= tuning->oneshot_pair) {
-    algo = ALGO_ONESHOT;
-    why = "all-reduce on two ranks, at most PLAN_ONESHOT_PAIR_MAX (16 MiB)";
-  } else {
-    why = "more than BRAID_ONESHOT_MAX_BYTES";
-  }
-  if (why_p != NULL) *why_p = why;
-  return algo;
-}
-
-/* One bit per power-of-two size class, per collective: the choices logged at INFO so far. */
-static _Atomic uint64_t logged_classes[OP_COUNT];
-
-/* Logs the choice for a call at INFO (TUNING) once per collective and size class, or every call at TRACE.
- * Costs one test of the log level when TUNING is off. */
-static void log_pick(const task_t *t, int nranks, const plan_tuning_t *tuning, plan_algo_t algo,
-                     const char *why) {
-  if (!log_enabled(LOG_INFO, LOG_TUNING)) return;
-  uint64_t bytes = plan_call_bytes(t, nranks);
-  if (!log_enabled(LOG_TRACE, LOG_TUNING) && !log_first_of_class(&logged_classes[t->kind], bytes)) return;
-  int reduces = t->kind == OP_ALLREDUCE || t->kind == OP_REDUCE || t->kind == OP_REDUCESCATTER;
-  char threshold[32] = "";
-  if (strstr(why, "BRAID_ONESHOT_MAX_BYTES") != NULL)
-    snprintf(threshold, sizeof threshold, "=%llu", (unsigned long long)tuning->oneshot_max);
-  log_write(log_level >= LOG_TRACE ? LOG_TRACE : LOG_INFO, LOG_TUNING, __FILE__, __LINE__,
-            "%s of %llu bytes (%s%s%s, %d ranks, call %lu): %s, %s%s", plan_op_name(t->kind),
-            (unsigned long long)bytes, dtype_name(t->type), reduces ? " " : "",
-            reduces ? redop_name(t->op) : "", nranks, (unsigned long)t->seq, plan_algo_name(algo), why,
-            threshold);
-}
-
-/* `s` without its leading and trailing spaces (the trailing ones are cut off in place). */
-static char *trim(char *s) {
-  while (*s == ' ') s++;
-  for (char *e = s + strlen(s); e > s && e[-1] == ' ';) *--e = '\0';
-  return s;
-}
-
-/* The algorithm bits an NCCL_ALGO list names ("Ring,OneShot", "^Ring"), or -1 when it leaves the default.
- */
-static int parse_algo_list(char *list, const char *spec) {
-  while (*list == ' ') list++;
-  int exclude = *list == '^';
-  unsigned named = 0;
-  char *save = NULL;
-  for (char *name = strtok_r(list + exclude, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
-    name = trim(name);
-    int found = -1;
-    for (int a = 0; a < ALGO_COUNT; a++)
-      if (strcasecmp(name, plan_algo_name((plan_algo_t)a)) == 0) found = a;
-    if (found >= 0)
-      named |= 1u << found;
-    else if (name[0] != '\0')
-      INFO(LOG_ENV | LOG_TUNING,
-           "NCCL_ALGO=%s: %s is not an algorithm of this library (Ring, OneShot); ignored", spec, name);
-  }
-  if (!exclude) return named != 0 ? (int)named : -1;
-  unsigned left = ALGO_MASK_ALL & ~named;
-  if (left != 0) return (int)left;
-  INFO(LOG_ENV | LOG_TUNING, "NCCL_ALGO=%s excludes every algorithm; Ring is kept", spec);
-  return 1 << ALGO_RING;
-}
-
-/* One ';'-separated part of NCCL_ALGO: "list" for every collective, or "collective:list". */
-static void parse_algo_part(char *part, const char *spec, plan_tuning_t *t) {
-  char *colon = strchr(part, ':');
-  int only = -1;
-  if (colon != NULL) {
-    *colon = '\0';
-    part = trim(part);
-    for (int k = 0; k < OP_COUNT; k++)
-      if (coll_names[k] != NULL && strcasecmp(part, coll_names[k]) == 0) only = k;
-    if (only < 0) {
-      INFO(LOG_ENV | LOG_TUNING, "NCCL_ALGO=%s: %s is not a collective with a choice of algorithm; ignored",
-           spec, part);
-      return;
-    }
-    part = colon + 1;
-  }
-  int mask = parse_algo_list(part, spec);
-  if (mask < 0) return;
-  for (int k = 0; k < OP_COUNT; k++)
-    if (coll_names[k] != NULL && (only < 0 || only == k)) t->algos[k] = (uint8_t)mask;
-}
-
-void plan_tuning_parse(const char *algo_spec, uint64_t oneshot_max, plan_tuning_t *t) {
-  t->oneshot_max = oneshot_max;
-  t->oneshot_pair = oneshot_max;
-  for (int k = 0; k < OP_COUNT; k++) t->algos[k] = ALGO_MASK_ALL;
-  char buf[512];
-  if (algo_spec == NULL || algo_spec[0] == '\0') return;
-  if (strlen(algo_spec) >= sizeof buf)
-    INFO(LOG_ENV | LOG_TUNING, "NCCL_ALGO is longer than %zu characters; the rest is ignored",
-         sizeof buf - 1);
-  snprintf(buf, sizeof buf, "%s", algo_spec);
-  char *save = NULL;
-  for (char *part = strtok_r(buf, ";", &save); part != NULL; part = strtok_r(NULL, ";", &save))
-    parse_algo_part(part, algo_spec, t);
-}
-
-/* Whether an NCCL_PROTO value allows protocol `which` (LL or LL128): a list of none of Braid's protocols
- * allows every one; a list allows those it names, or with "^" those it does not. */
-static int proto_allowed(const char *proto_spec, const char *which) {
-  if (proto_spec == NULL || proto_spec[0] == '\0') return 1;
-  char buf[128];
-  snprintf(buf, sizeof buf, "%s", proto_spec);
-  char *list = buf;
-  while (*list == ' ') list++;
-  int exclude = *list == '^', named = 0, known = 0;
-  char *save = NULL;
-  for (char *name = strtok_r(list + exclude, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
-    name = trim(name);
-    if (strcasecmp(name, "LL") == 0 || strcasecmp(name, "LL128") == 0 || strcasecmp(name, "Simple") == 0) {
-      known = 1;
-      named |= strcasecmp(name, which) == 0;
-    } else if (name[0] != '\0' && strcmp(which, "LL") == 0) { /* said once, by the LL parse */
-      INFO(LOG_ENV | LOG_TUNING,
-           "NCCL_PROTO=%s: %s is not a protocol of this library (LL, LL128, Simple); ignored", proto_spec,
-           name);
-    }
-  }
-  return !known || named != exclude;
-}
-
-uint64_t plan_ll_parse(const char *proto_spec, uint64_t ll_max) {
-  if (ll_max > PLAN_LL_MAX) ll_max = PLAN_LL_MAX;
-  return proto_allowed(proto_spec, "LL") ? ll_max : 0;
-}
-
-uint64_t plan_ll128_parse(const char *proto_spec, uint64_t ll128_max) {
-  return proto_allowed(proto_spec, "LL128") ? ll128_max : 0;
-}
-
-static pthread_once_t tuning_once = PTHREAD_ONCE_INIT;
-static plan_tuning_t tuning_knobs;
-
-static void tuning_load(void) {
-  int64_t max = param_int(P_BRAID_ONESHOT_MAX_BYTES);
-  plan_tuning_parse(param_str(P_NCCL_ALGO), max > 0 ? (uint64_t)max : 0, &tuning_knobs);
-  int64_t ll_max = param_int(P_BRAID_LL_MAX_BYTES);
-  tuning_knobs.ll_max = plan_ll_parse(param_str(P_NCCL_PROTO), ll_max > 0 ? (uint64_t)ll_max : 0);
-  int64_t ll128_max = param_int(P_BRAID_LL128_MAX_BYTES);
-  tuning_knobs.ll128_max = plan_ll128_parse(param_str(P_NCCL_PROTO), ll128_max > 0 ? (uint64_t)ll128_max : 0);
-  int64_t ll128_min = param_int(P_BRAID_LL128_MIN_BYTES);
-  tuning_knobs.ll128_min = ll128_min > 0 ? (uint64_t)ll128_min : 0;
-  int64_t ll128_oneway = param_int(P_BRAID_LL128_ONE_WAY_MIN_BYTES);
-  tuning_knobs.ll128_oneway = ll128_oneway > 0 ? (uint64_t)ll128_oneway : 0;
-  int64_t ll_part = param_int(P_BRAID_LL_CHANNEL_BYTES);
-  tuning_knobs.ll_part = ll_part > 0 ? (uint64_t)ll_part : 1;
-  int64_t ch_bytes = param_int(P_BRAID_CHANNEL_BYTES);
-  tuning_knobs.ch_bytes = ch_bytes > 0 ? (uint64_t)ch_bytes : 1;
-  int64_t split = param_int(P_BRAID_AR_SPLIT_BYTES);
-  tuning_knobs.ar_split = split > 0 ? (uint64_t)split : 0;
-  /* an explicit threshold holds for every rank count; by default two ranks' all-reduce goes further */
-  if (!param_is_set(P_BRAID_ONESHOT_MAX_BYTES) && tuning_knobs.oneshot_pair < PLAN_ONESHOT_PAIR_MAX)
-    tuning_knobs.oneshot_pair = PLAN_ONESHOT_PAIR_MAX;
-}
-
-const plan_tuning_t *plan_tuning(void) {
-  pthread_once(&tuning_once, tuning_load);
-  return &tuning_knobs;
-}
-
 /* ---- Building ---- */
 
 /* Staging task `t` takes on `rank`: an in-place all-to-all's input; the own contribution of an in-place
  * one-shot reduction on ranks from 2 on (reduce_direct). */
-static size_t task_stage(const task_t *t, int rank, int nranks, const plan_tuning_t *tuning) {
+static size_t task_stage(const task_t *t, int rank, int nranks, int tuned) {
   size_t bytes = t->count * dtype_size(t->type);
   if (nranks <= 1 || t->count == 0) return 0;
   if (t->kind == OP_ALLTOALL) return t->sendbuff == t->recvbuff ? stage_round((size_t)nranks * bytes) : 0;
-  if (rank < 2 || tuning == NULL || !has_choice(t->kind) ||
-      plan_pick(t, nranks, tuning, NULL) != ALGO_ONESHOT)
-    return 0;
+  if (rank < 2 || !tuned || oneshot_builders[t->kind] == NULL || t->algo != ALGO_ONESHOT) return 0;
   const char *own = t->kind == OP_REDUCESCATTER
                         ? at(t->sendbuff, (size_t)rank * t->count, dtype_size(t->type))
                         : t->sendbuff;
@@ -688,15 +482,15 @@ static size_t task_stage(const task_t *t, int rank, int nranks, const plan_tunin
   return reduced_here && own == (const char *)t->recvbuff ? stage_round(bytes) : 0;
 }
 
-size_t plan_scratch_need(const plan_t *plan, int rank, int nranks, const plan_tuning_t *tuning) {
+size_t plan_scratch_need(const plan_t *plan, int rank, int nranks, int tuned) {
   size_t need = 0;
-  for (int i = 0; i < plan->ntasks; i++) need += task_stage(&plan->tasks[i], rank, nranks, tuning);
+  for (int i = 0; i < plan->ntasks; i++) need += task_stage(&plan->tasks[i], rank, nranks, tuned);
   return need;
 }
 
 /* Staging the plan's calls need, reserved before any transfer points into it. */
-static ncclResult_t reserve_scratch(plan_t *plan, int rank, int nranks, const plan_tuning_t *tuning) {
-  size_t need = plan_scratch_need(plan, rank, nranks, tuning);
+static ncclResult_t reserve_scratch(plan_t *plan, int rank, int nranks, int tuned) {
+  size_t need = plan_scratch_need(plan, rank, nranks, tuned);
   if (plan->ext_scratch != NULL)
     return need <= plan->ext_scratch_bytes
                ? ncclSuccess
@@ -707,25 +501,20 @@ static ncclResult_t reserve_scratch(plan_t *plan, int rank, int nranks, const pl
   return scratch(plan, need);
 }
 
-/* The builder of call `t`: a ring (or chain, or the only algorithm there is), or one-shot as tuned. */
-static build_fn_t builder_of(const task_t *t, int nranks, const plan_tuning_t *tuning) {
-  if (tuning == NULL || !has_choice(t->kind)) return builders[t->kind];
-  const char *why;
-  plan_algo_t algo = plan_pick(t, nranks, tuning, &why);
-  log_pick(t, nranks, tuning, algo, why);
-  if (algo == ALGO_ONESHOT) return oneshot_builders[t->kind];
-  if (t->kind == OP_ALLREDUCE && nranks == 2 && tuning->ar_split > 0 &&
-      plan_call_bytes(t, nranks) >= tuning->ar_split)
-    return split_allreduce;
+/* The builder of call `t`: a ring (or chain, or the only algorithm there is), or as the tuner chose. */
+static build_fn_t builder_of(const task_t *t, int nranks, int tuned) {
+  if (!tuned) return builders[t->kind];
+  if (t->algo == ALGO_ONESHOT && oneshot_builders[t->kind] != NULL) return oneshot_builders[t->kind];
+  if (t->split && t->kind == OP_ALLREDUCE && nranks == 2) return split_allreduce;
   return builders[t->kind];
 }
 
 /* Collectives in call order, one step each (an in-place all-to-all takes two); then all point-to-point calls
  * together in one last step. */
-ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes, const plan_tuning_t *tuning) {
+ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes, int tuned) {
   plan->nxfers = plan->nsteps = 0;
   ctx_t c = {.plan = plan, .rank = rank, .nranks = nranks};
-  CHECK(reserve_scratch(plan, rank, nranks, tuning));
+  CHECK(reserve_scratch(plan, rank, nranks, tuned));
   for (int pass = 0; pass < 2; pass++) {
     int p2p_open = 0;
     for (int i = 0; i < plan->ntasks; i++) {
@@ -738,7 +527,7 @@ ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes, 
       c.esize = dtype_size(t->type);
       c.slice = slice_bytes / c.esize > 0 ? slice_bytes / c.esize : 1;
       c.whole_blocks = t->kind == OP_REDUCESCATTER || t->kind == OP_ALLGATHER;
-      const build_fn_t build = builder_of(t, nranks, tuning);
+      const build_fn_t build = builder_of(t, nranks, tuned);
       plan->steps[plan->nsteps - 1].oneshot = build == oneshot_builders[t->kind];
       CHECK(build(&c));
       if (!is_p2p) close_step(plan);

@@ -52,6 +52,11 @@ typedef struct {
   red_t red;           /* the reduction, resolved when the call was enqueued */
   uint64_t seq;        /* this call's sequence number on its communicator, for diagnostics */
   cudaStream_t stream; /* the call's stream (GPU backend) */
+  /* how the call runs, chosen by the tuner (core/tune.h) before plan_build on the GPU executor; the host
+   * executor runs rings */
+  uint8_t algo;  /* plan_algo_t */
+  uint8_t split; /* a ring all-reduce on two ranks as two steps: a reduce-scatter, then an all-gather of the
+                    reduced halves */
 } task_t;
 
 /* Flags of a transfer. */
@@ -115,57 +120,18 @@ typedef struct {
   size_t ext_scratch_bytes;
 } plan_t;
 
-/* Algorithms of a collective. */
+/* Algorithms of a collective (NCCL_ALGO's names). */
 typedef enum { ALGO_RING, ALGO_ONESHOT, ALGO_COUNT } plan_algo_t;
 #define ALGO_MASK_ALL ((1u << ALGO_COUNT) - 1)
 
-/* Ranks of a communicator up to which one-shot algorithms are used: each rank receives from every other in
- * one lane, whose rings the GPU executor bounds (launch.c checks this against the kernel's limit). */
+/* Ranks of a communicator up to which one-shot algorithms can run: each rank receives from every other in
+ * one lane, whose rings the GPU executor bounds (gpu_work.c checks this against the kernel's limit). */
 #define PLAN_ONESHOT_MAX_RANKS 32
-/* All-reduce on two ranks runs one-shot up to this size unless BRAID_ONESHOT_MAX_BYTES is set: faster than
- * the ring at every size from 64 KiB to 16 MiB on two H200s linked by NVLink (docs/performance.md). */
-#define PLAN_ONESHOT_PAIR_MAX (16ull << 20)
 
-/* What picks the algorithm of a collective on the GPU executor (NCCL_ALGO, BRAID_ONESHOT_MAX_BYTES). */
-typedef struct {
-  uint64_t oneshot_max;    /* calls of at most this many bytes (plan_call_bytes) run one-shot */
-  uint64_t oneshot_pair;   /* the same for all-reduce on two ranks, where one-shot moves no more bytes per
-                            * link than the ring and saves its second hop (plan_tuning_parse sets it to
-                            * oneshot_max; the knobs' default raises it to PLAN_ONESHOT_PAIR_MAX) */
-  uint8_t algos[OP_COUNT]; /* the algorithms each collective may use: bit (1 << plan_algo_t) */
-  uint64_t ll_max;         /* GPU transfers of at most this many bytes use the LL protocol (0: none) */
-  uint64_t ll_part;        /* an LL transfer takes one channel per this many bytes (at least 1) */
-  uint64_t ll128_max;      /* larger GPU transfers of at most this many bytes use LL128 where the executor
-                            * can (two ranks; 0: none) */
-  uint64_t ll128_min;      /* where LL128 runs, it takes the transfers above this many bytes from LL */
-  uint64_t ll128_oneway;   /* the same in broadcast, reduce, gather and scatter, which move data one way */
-  uint64_t ch_bytes;       /* a Simple transfer takes one channel per this many bytes (at least 1) */
-  uint64_t ar_split;       /* a ring all-reduce on two ranks of at least this many bytes runs as two steps, a
-                            * reduce-scatter then an all-gather of the reduced halves (0: never) */
-} plan_tuning_t;
-
-/* The process's tuning, from the knobs (read and parsed once; unknown algorithm names are logged at INFO). */
-const plan_tuning_t *plan_tuning(void);
-/* Fills `t` from an NCCL_ALGO value and a one-shot threshold. NCCL's syntax: a comma list of names, "^"
- * first to exclude them, optionally per collective as "allreduce:list;broadcast:^list" (a list without a
- * collective applies to all). Braid's names: Ring, OneShot (case-insensitive); other names are ignored with
- * an INFO line, and a list that leaves a collective nothing it can run leaves it Ring. */
-void plan_tuning_parse(const char *algo_spec, uint64_t oneshot_max, plan_tuning_t *t);
-/* The LL protocol's threshold from an NCCL_PROTO value and BRAID_LL_MAX_BYTES: `ll_max` (at most
- * PLAN_LL_MAX) unless the list leaves LL out, then 0. NCCL's syntax: a comma list of protocols, "^" first to
- * exclude them. Braid's protocols: LL, LL128 and Simple (case-insensitive); others are ignored with an INFO
- * line, and a list of none of Braid's changes nothing. Simple always stays: it carries what the others
- * cannot. */
-uint64_t plan_ll_parse(const char *proto_spec, uint64_t ll_max);
-/* The same for LL128 and BRAID_LL128_MAX_BYTES: `ll128_max` unless the list leaves LL128 out, then 0. */
-uint64_t plan_ll128_parse(const char *proto_spec, uint64_t ll128_max);
-/* The LL protocol carries transfers of at most this many bytes, in one slice (device/dev.h); the GPU executor
- * also holds each channel's part within half of its LL ring (launch.c). */
+/* The LL protocol carries transfers of at most this many bytes, in one slice (device/dev.h); the tuner also
+ * holds each channel's part within half of its LL ring (tune.c). */
 #define PLAN_LL_MAX (1024ull * 1024)
 
-/* The algorithm of call `t` on `nranks` ranks and, in *why_p, the reason in a few words. A function of the
- * call only: every rank picks the same. */
-plan_algo_t plan_pick(const task_t *t, int nranks, const plan_tuning_t *tuning, const char **why_p);
 /* The size of a call as the tuning sees it: the per-rank buffer of all-reduce, broadcast and reduce; the
  * whole output of all-gather and the whole input of reduce-scatter (as NCCL counts them). */
 uint64_t plan_call_bytes(const task_t *t, int nranks);
@@ -176,12 +142,12 @@ const char *plan_algo_name(plan_algo_t algo);
 ncclResult_t plan_add_task(plan_t *plan, const task_t *task);
 /* Builds steps and transfers for the tasks of the plan, for `rank` of `nranks`. Rings move their blocks in
  * slices of at most `slice_bytes`, which must be at most the connections' ring size: a transfer larger than
- * the ring would wait for a peer that waits for it. `tuning` picks the algorithms (GPU executor); NULL: rings
- * only, what the host executor runs. */
-ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes, const plan_tuning_t *tuning);
+ * the ring would wait for a peer that waits for it. `tuned`: each task's algorithm is its task_t.algo and
+ * .split (GPU executor); 0: rings only, what the host executor runs. */
+ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes, int tuned);
 /* Bytes of staging the plan's calls need on `rank` (in-place all-to-all, in-place one-shot reductions):
  * what plan_build takes from plan->scratch or plan->ext_scratch. */
-size_t plan_scratch_need(const plan_t *plan, int rank, int nranks, const plan_tuning_t *tuning);
+size_t plan_scratch_need(const plan_t *plan, int rank, int nranks, int tuned);
 /* Forgets the tasks and steps (keeps the arrays). */
 void plan_reset(plan_t *plan);
 /* Frees the arrays. */

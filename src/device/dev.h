@@ -102,7 +102,7 @@ typedef struct {
 
 /* Dealt transfers: on two ranks, a collective's transfer that only sends or only receives and is the only
  * transfer of its lane with a peer (a ring algorithm's send or receive, as both ranks' steps hold one alike
- * however their buffers lie), Simple, of BRAID_DEALT_MIN_BYTES to BRAID_DEALT_MAX_BYTES, over p2p, may be
+ * however their buffers lie), Simple, in its call's dealt band (core/tune.c), over p2p, may be
  * marked dealt (dev_xfer_t.dealt; the host decides from the transfer's collective, algorithm, size and
  * connection, which both ends know alike). Its pieces (DEV_SLOT_BYTES each, piece i at byte
  * i * DEV_SLOT_BYTES) are not cut into a fixed part per channel: the sending blocks of its channels take them
@@ -183,7 +183,7 @@ typedef struct {
  * DEV_LL_SLOTS, never both. Each area only ever holds lines of its own format, so a receiver never takes an
  * earlier piece's data for a flag (the flag words of each format are flags in every older line of that
  * area, whose values are older pieces'). Both ends of a connection mark a transfer LL128 alike, from its
- * size and the communicator (launch.c), and every entry point that takes LL transfers moves it: the pair
+ * size and the communicator (gpu_work.c), and every entry point that takes LL transfers moves it: the pair
  * kernel, and the general kernel's LL path; the LL entry point never gets one. A transfer runs over up to
  * DEV_LL_CHANNELS channels, in one slice, each channel's part at most half its LL128 slots
  * (DEV_LL128_PART_MAX), as an LL part is at most half its LL slots: the pair kernel takes those of one piece
@@ -255,7 +255,7 @@ typedef struct {
   uint64_t *guards;
   int32_t split;      /* 1: braid_kernel_bulk runs the launch's one lane on two halves of its grid */
   int32_t wave_fence; /* 1: braid_kernel_bulk fences a part that only sends once per block and wave of chunks;
-                       * 0: once per warp and chunk (set per launch: launch.c, wave_fence) */
+                       * 0: once per warp and chunk (set per launch: gpu_work.c, wave_fence) */
 } dev_comm_t;
 
 /* Transfer flags (the same values as the planner's XF_*). SEQ and PREPARED are the host's business (lane
@@ -356,16 +356,16 @@ typedef struct {
  * copy), except in place (fused 1: the receiving blocks copy after their send).
  *
  * fused: the send's source is the receive's output (an in-place all-reduce), or both are the receive's
- * operand (an out-of-place all-reduce run joined, BRAID_PAIR_JOIN_BYTES), and there are no sending blocks.
+ * operand (an out-of-place all-reduce run joined), and there are no sending blocks.
  * 1: each receiving block sends its part first, every thread the lines it then overwrites. 2 (parts
  * of at most a line per thread of half the block): the block's first half sends and its second half
  * receives, as two blocks would, a barrier between the sending half's loads and the receiving half's first
  * store. The host takes this entry only when no other transfer writes what another reads (pair_shape in
- * core/launch.c). A transfer that is absent has nch 0.
+ * core/gpu_work.c; the host never asks for 2 now). A transfer that is absent has nch 0.
  *
  * Two more entry points, braid_kernel_pair_ar (LL) and braid_kernel_pair_ar128 (LL128), take the same
  * parameters for one shape only: an all-reduce, in place or out, fused 1, its receive combining on the
- * send's bytes and channels, in that protocol (pair_func in launch.c). Every thread issues the loads of the
+ * send's bytes and channels, in that protocol (pair_func in gpu_work.c). Every thread issues the loads of the
  * receive's ring and count and the send's ring, count and head (and its first LL line) before it checks the
  * launch, one trip under the check (pair_ar_load in kernels.cu); in LL it sends its lines, then awaits the
  * peer's and combines each with its own line, the first still in a register; in LL128 each warp sends its
@@ -518,7 +518,7 @@ DEV_INLINE int dev_ll128_fits(const dev_xfer_t *x) {
 /* Whether pair launch p (dev_pair_t) is an all-reduce that braid_kernel_pair_ar (LL) or
  * braid_kernel_pair_ar128 (LL128) takes: fused 1, both sides in one protocol on the same bytes and channels,
  * the receive combining this rank's operand, which is the send's source, and no copy. In place or out: the
- * receive's output is the operand, or lies apart from it (pair_shape in launch.c). The host chooses the
+ * receive's output is the operand, or lies apart from it (pair_shape in gpu_work.c). The host chooses the
  * entry point by it and the kernels check it. */
 DEV_INLINE int dev_pair_ar(const dev_pair_t *p) {
   const dev_xfer_t *s = &p->send, *r = &p->recv;

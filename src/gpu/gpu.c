@@ -1,6 +1,6 @@
 /*
- * Backend selection and ncclMemAlloc (see gpu.h). The CUDA driver is probed through gpu_cuda.h (gpu_cuda.c
- * loads it with dlopen, so nothing here links against CUDA).
+ * Backend selection and ncclMemAlloc (see gpu.h). The CUDA driver is probed through gpu_cuda_probe
+ * (gpu_cuda.c loads it with dlopen, so nothing here links against CUDA).
  */
 #include "gpu.h"
 
@@ -13,7 +13,6 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "device/dev.h"
-#include "gpu_cuda.h"
 
 /* The choice, made once under `once` and read-only after. */
 static pthread_once_t once = PTHREAD_ONCE_INIT;

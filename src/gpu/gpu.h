@@ -158,4 +158,14 @@ ncclResult_t gpu_func_load(int dev, const void *fatbin, const char *name, gpu_fu
 ncclResult_t gpu_launch(gpu_func_t *func, unsigned grid, unsigned block, void *param, size_t param_bytes,
                         cudaStream_t stream, int overlap);
 
+/* The CUDA implementation's own entry points, which gpu.c calls (gpu_cuda.c; gpu_none.c without CUDA's
+ * headers). Loads the CUDA driver once (thread-safe) and writes how many devices it offers: 0 when there is
+ * no usable driver or device, which is not an error; then *what_p says why in words ("no CUDA driver found
+ * (...)"), otherwise it describes the driver ("CUDA driver 12.8, 8 devices"). */
+ncclResult_t gpu_cuda_probe(int *ndev_p, const char **what_p);
+/* ncclMemAlloc / ncclMemFree on the CUDA backend (see gpu_mem_alloc). Freeing a pointer this did not allocate
+ * is ncclInvalidArgument. */
+ncclResult_t gpu_cuda_mem_alloc(size_t bytes, void **ptr_p);
+ncclResult_t gpu_cuda_mem_free(void *ptr);
+
 #endif

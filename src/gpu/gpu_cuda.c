@@ -29,42 +29,15 @@
 #include "cu_launch.h"
 #include "gpu.h"
 #include "gpu_cuda.h"
+#include "gpu_cuda_int.h"
 
 /* The CUDA version whose entry-point variants we ask for. */
 #define CU_API_VERSION 12000
 
 /* Every driver entry point used here, by base name. */
 
-/* The resolved entry points. A field's name is the macro-expanded one (cuMemAlloc_v2); call them as
- * drv.cuMemAlloc, which expands the same way. */
-#define CU_FIELD(name)             __typeof__(&name) name;
-#define CU_FIELD_TYPED(name, type) type name;
-static struct {
-  GPU_CUDA_FUNCS(CU_FIELD)
-  GPU_CUDA_FUNCS_TYPED(CU_FIELD_TYPED)
-} drv;
-
-/* Calls drv.fn args; on failure reports the call (by base name), its CUresult and the values, and returns. */
-#define CU_CALL(fn, args, ...)                                                                               \
-  do {                                                                                                       \
-    CUresult cu_res_ = drv.fn args;                                                                          \
-    if (cu_res_ != CUDA_SUCCESS) return cu_fail(cu_res_, #fn, __VA_ARGS__);                                  \
-  } while (0)
-/* The same, storing the result in `res` and jumping to `label`. */
-#define CU_GOTO(fn, args, res, label, ...)                                                                   \
-  do {                                                                                                       \
-    CUresult cu_res_ = drv.fn args;                                                                          \
-    if (cu_res_ != CUDA_SUCCESS) {                                                                           \
-      (res) = cu_fail(cu_res_, #fn, __VA_ARGS__);                                                            \
-      goto label;                                                                                            \
-    }                                                                                                        \
-  } while (0)
-/* The same in teardown paths, where the failure is reported and teardown goes on. */
-#define CU_WARN(fn, args, ...)                                                                               \
-  do {                                                                                                       \
-    CUresult cu_res_ = drv.fn args;                                                                          \
-    if (cu_res_ != CUDA_SUCCESS) cu_fail(cu_res_, #fn, __VA_ARGS__);                                         \
-  } while (0)
+/* The resolved entry points (gpu_cuda_int.h). */
+gpu_cuda_drv_t drv;
 
 /* One device. `ctx` is its primary context, retained at the first gpu_enter and kept for the process's life;
  * it is published with a release store after the retain and read with an acquire load, so gpu_enter takes no
@@ -81,11 +54,8 @@ static device_t *devs;      /* [ndevs] */
 static char load_what[256]; /* why ndevs is 0, or a description of the driver */
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER; /* serialises the primary-context retains */
 
-static ncclResult_t cu_fail(CUresult r, const char *call, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 /* Reports a failed driver call once: its name, the CUresult's name and the values involved. */
-static ncclResult_t cu_fail(CUresult r, const char *call, const char *fmt, ...) {
+ncclResult_t cu_fail(CUresult r, const char *call, const char *fmt, ...) {
   char what[256];
   va_list ap;
   va_start(ap, fmt);
@@ -220,14 +190,14 @@ ncclResult_t gpu_cuda_probe(int *ndev_p, const char **what_p) {
 }
 
 /* Fails unless the driver is loaded with at least one device; `what` names the caller. */
-static ncclResult_t ready(const char *what) {
+ncclResult_t gpu_cuda_ready(const char *what) {
   pthread_once(&load_once, load);
   if (ndevs == 0) return log_err(ncclInvalidUsage, "%s: no usable CUDA device: %s", what, load_what);
   return ncclSuccess;
 }
 
-static ncclResult_t check_dev(int dev, const char *what) {
-  CHECK(ready(what));
+ncclResult_t gpu_cuda_check_dev(int dev, const char *what) {
+  CHECK(gpu_cuda_ready(what));
   if (dev < 0 || dev >= ndevs)
     return log_err(ncclInvalidArgument, "%s: device %d does not exist (this process sees %d)", what, dev,
                    ndevs);
@@ -237,13 +207,13 @@ static ncclResult_t check_dev(int dev, const char *what) {
 /* ---- Devices and contexts ---- */
 
 ncclResult_t gpu_device_count(int *count_p) {
-  CHECK(ready("gpu_device_count"));
+  CHECK(gpu_cuda_ready("gpu_device_count"));
   *count_p = ndevs;
   return ncclSuccess;
 }
 
 ncclResult_t gpu_current_device(int *dev_p) {
-  CHECK(ready("gpu_current_device"));
+  CHECK(gpu_cuda_ready("gpu_current_device"));
   CUcontext ctx = NULL;
   CU_CALL(cuCtxGetCurrent, (&ctx), "current device");
   if (ctx == NULL) {
@@ -263,7 +233,7 @@ ncclResult_t gpu_current_device(int *dev_p) {
 }
 
 ncclResult_t gpu_device_sms(int dev, int *sms_p) {
-  CHECK(check_dev(dev, "gpu_device_sms"));
+  CHECK(gpu_cuda_check_dev(dev, "gpu_device_sms"));
   int n = 0;
   CU_CALL(cuDeviceGetAttribute, (&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, devs[dev].dev),
           "multiprocessor count of device %d", dev);
@@ -272,7 +242,7 @@ ncclResult_t gpu_device_sms(int dev, int *sms_p) {
 }
 
 ncclResult_t gpu_overlap_support(int dev, int *eager_p, int *captured_p) {
-  CHECK(check_dev(dev, "gpu_overlap_support"));
+  CHECK(gpu_cuda_check_dev(dev, "gpu_overlap_support"));
   int major = 0, version = 0;
   CU_CALL(cuDeviceGetAttribute, (&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, devs[dev].dev),
           "compute capability of device %d", dev);
@@ -283,7 +253,7 @@ ncclResult_t gpu_overlap_support(int dev, int *eager_p, int *captured_p) {
 }
 
 ncclResult_t gpu_device_busid(int dev, char busid[16]) {
-  CHECK(check_dev(dev, "gpu_device_busid"));
+  CHECK(gpu_cuda_check_dev(dev, "gpu_device_busid"));
   char id[16] = "";
   CU_CALL(cuDeviceGetPCIBusId, (id, (int)sizeof id, devs[dev].dev), "device %d", dev);
   /* Lower case, as sysfs writes it, so the id can name /sys/bus/pci/devices entries. */
@@ -295,8 +265,8 @@ ncclResult_t gpu_device_busid(int dev, char busid[16]) {
 }
 
 ncclResult_t gpu_can_access_peer(int dev, int peer_dev, int *yes_p) {
-  CHECK(check_dev(dev, "gpu_can_access_peer"));
-  CHECK(check_dev(peer_dev, "gpu_can_access_peer"));
+  CHECK(gpu_cuda_check_dev(dev, "gpu_can_access_peer"));
+  CHECK(gpu_cuda_check_dev(peer_dev, "gpu_can_access_peer"));
   int yes = 1;
   if (dev != peer_dev)
     CU_CALL(cuDeviceCanAccessPeer, (&yes, devs[dev].dev, devs[peer_dev].dev), "device %d to peer device %d",
@@ -326,7 +296,7 @@ unlock:
 }
 
 ncclResult_t gpu_enter(int dev, gpu_scope_t *scope) {
-  CHECK(check_dev(dev, "gpu_enter"));
+  CHECK(gpu_cuda_check_dev(dev, "gpu_enter"));
   CUcontext ctx, cur = NULL;
   CHECK(primary_ctx(dev, &ctx));
   CU_CALL(cuCtxGetCurrent, (&cur), "entering device %d", dev);
@@ -346,8 +316,8 @@ void gpu_leave(gpu_scope_t *scope) {
 }
 
 ncclResult_t gpu_enable_peer_access(int dev, int peer_dev) {
-  CHECK(check_dev(dev, "gpu_enable_peer_access"));
-  CHECK(check_dev(peer_dev, "gpu_enable_peer_access"));
+  CHECK(gpu_cuda_check_dev(dev, "gpu_enable_peer_access"));
+  CHECK(gpu_cuda_check_dev(peer_dev, "gpu_enable_peer_access"));
   if (dev == peer_dev) return ncclSuccess;
   CUcontext peer_ctx;
   CHECK(primary_ctx(peer_dev, &peer_ctx));
@@ -513,7 +483,7 @@ static void release_mapping(gpu_mem_t *m) {
 
 /* Device memory on `dev`, zeroed when `zero` is set. */
 static ncclResult_t dev_alloc(int dev, size_t bytes, int zero, gpu_mem_t **mem_p) {
-  CHECK(check_dev(dev, "gpu_dev_alloc"));
+  CHECK(gpu_cuda_check_dev(dev, "gpu_dev_alloc"));
   if (bytes == 0) return log_err(ncclInvalidArgument, "gpu_dev_alloc: 0 bytes requested on device %d", dev);
   gpu_mem_t *m = calloc(1, sizeof *m);
   if (m == NULL) return log_err(ncclSystemError, "gpu_dev_alloc: out of host memory");
@@ -645,7 +615,7 @@ static ncclResult_t import_vmm(int dev, const export_blob_t *b, gpu_mem_t *m) {
 }
 
 ncclResult_t gpu_mem_import(int dev, const gpu_export_t *blob, gpu_mem_t **mem_p) {
-  CHECK(check_dev(dev, "gpu_mem_import"));
+  CHECK(gpu_cuda_check_dev(dev, "gpu_mem_import"));
   export_blob_t b;
   memcpy(&b, blob->bytes, sizeof b);
   if (b.magic != EXPORT_MAGIC || (b.kind != MEM_VMM && b.kind != MEM_LEGACY) || b.size == 0)
@@ -778,119 +748,6 @@ ncclResult_t gpu_cuda_mem_free(void *ptr) {
   return ncclSuccess;
 }
 
-/* ---- Streams, events, kernels ---- */
-
-ncclResult_t gpu_event_create(gpu_event_t **event_p) {
-  CHECK(ready("gpu_event_create"));
-  CUevent ev;
-  CU_CALL(cuEventCreate, (&ev, CU_EVENT_DISABLE_TIMING), "an event without timing");
-  *event_p = (gpu_event_t *)ev;
-  return ncclSuccess;
-}
-
-void gpu_event_destroy(gpu_event_t *event) {
-  if (event != NULL) CU_WARN(cuEventDestroy, ((CUevent)event), "event %p", (void *)event);
-}
-
-ncclResult_t gpu_event_record(gpu_event_t *event, cudaStream_t stream) {
-  CHECK(ready("gpu_event_record"));
-  CU_CALL(cuEventRecord, ((CUevent)event, stream), "event %p on stream %p", (void *)event, (void *)stream);
-  return ncclSuccess;
-}
-
-ncclResult_t gpu_event_query(gpu_event_t *event, int *done_p) {
-  CHECK(ready("gpu_event_query"));
-  CUresult r = drv.cuEventQuery((CUevent)event);
-  if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY)
-    return cu_fail(r, "cuEventQuery", "event %p", (void *)event);
-  *done_p = r == CUDA_SUCCESS;
-  return ncclSuccess;
-}
-
-ncclResult_t gpu_stream_wait(cudaStream_t stream, gpu_event_t *event) {
-  CHECK(ready("gpu_stream_wait"));
-  CU_CALL(cuStreamWaitEvent, (stream, (CUevent)event, 0), "stream %p waiting for event %p", (void *)stream,
-          (void *)event);
-  return ncclSuccess;
-}
-
-ncclResult_t gpu_stream_capture(cudaStream_t stream, int *yes_p, void **graph_p, uint64_t *id_p) {
-  CHECK(ready("gpu_stream_capture"));
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUgraph graph = NULL;
-  cuuint64_t id = 0;
-  CU_CALL(cuStreamGetCaptureInfo, (stream, &status, &id, &graph, NULL, NULL), "stream %p", (void *)stream);
-  if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
-    return log_err(ncclInvalidUsage,
-                   "the capture on stream %p was invalidated by an earlier error; end it and capture again",
-                   (void *)stream);
-  *yes_p = status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  *graph_p = graph;
-  *id_p = id;
-  return ncclSuccess;
-}
-
-ncclResult_t gpu_graph_hold(void *graph, void (*release)(void *), void *arg) {
-  CHECK(ready("gpu_graph_hold"));
-  CUuserObject obj;
-  /* the object's one reference moves to the graph; copies made by instantiation hold their own */
-  CU_CALL(cuUserObjectCreate, (&obj, arg, release, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC), "graph %p", graph);
-  CU_CALL(cuGraphRetainUserObject, ((CUgraph)graph, obj, 1, CU_GRAPH_USER_OBJECT_MOVE), "graph %p", graph);
-  return ncclSuccess;
-}
-
-ncclResult_t gpu_capture_relax(int *saved_p) {
-  CHECK(ready("gpu_capture_relax"));
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  CU_CALL(cuThreadExchangeStreamCaptureMode, (&mode), "relaxed");
-  *saved_p = (int)mode;
-  return ncclSuccess;
-}
-
-void gpu_capture_restore(int saved) {
-  CUstreamCaptureMode mode = (CUstreamCaptureMode)saved;
-  CU_WARN(cuThreadExchangeStreamCaptureMode, (&mode), "mode %d", saved);
-}
-
-ncclResult_t gpu_copy_async(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
-  CHECK(ready("gpu_copy_async"));
-  CU_CALL(cuMemcpyHtoDAsync, ((CUdeviceptr)dst, src, bytes, stream), "%zu bytes from %p to %p on stream %p",
-          bytes, src, dst, (void *)stream);
-  return ncclSuccess;
-}
-
-ncclResult_t gpu_stream_write32(cudaStream_t stream, void *word, uint32_t value) {
-  CHECK(ready("gpu_stream_write32"));
-  CU_CALL(cuStreamWriteValue32, (stream, (CUdeviceptr)word, value, CU_STREAM_WRITE_VALUE_DEFAULT),
-          "%u into %p on stream %p", value, word, (void *)stream);
-  return ncclSuccess;
-}
-
-ncclResult_t gpu_copy_dd_async(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
-  CHECK(ready("gpu_copy_dd_async"));
-  CU_CALL(cuMemcpyDtoDAsync, ((CUdeviceptr)dst, (CUdeviceptr)src, bytes, stream),
-          "%zu bytes from %p to %p on stream %p", bytes, src, dst, (void *)stream);
-  return ncclSuccess;
-}
-
-ncclResult_t gpu_stream_create(cudaStream_t *stream_p) {
-  CHECK(ready("gpu_stream_create"));
-  CUstream s = NULL;
-  CU_CALL(cuStreamCreate, (&s, CU_STREAM_NON_BLOCKING), "a non-blocking stream");
-  *stream_p = (cudaStream_t)s;
-  return ncclSuccess;
-}
-
-void gpu_stream_destroy(cudaStream_t stream) {
-  if (stream != NULL) CU_WARN(cuStreamDestroy, ((CUstream)stream), "stream %p", (void *)stream);
-}
-
-ncclResult_t gpu_event_sync(gpu_event_t *event) {
-  CHECK(ready("gpu_event_sync"));
-  CU_CALL(cuEventSynchronize, ((CUevent)event), "event %p", (void *)event);
-  return ncclSuccess;
-}
-
 /* The ncclMemAlloc allocation holding ptr, or NULL. */
 static gpu_mem_t *registered(const void *ptr) {
   gpu_mem_t *found = NULL;
@@ -902,7 +759,7 @@ static gpu_mem_t *registered(const void *ptr) {
 }
 
 ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *ok_p) {
-  CHECK(check_dev(dev, "gpu_ptr_export"));
+  CHECK(gpu_cuda_check_dev(dev, "gpu_ptr_export"));
   *ok_p = 0;
   if (x != NULL) memset(x, 0, sizeof *x);
   gpu_mem_t *m = registered(ptr);
@@ -950,97 +807,4 @@ ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *
 leave:
   gpu_leave(&scope);
   return res;
-}
-
-ncclResult_t gpu_stream_sync(cudaStream_t stream) {
-  CHECK(ready("gpu_stream_sync"));
-  CU_CALL(cuStreamSynchronize, (stream), "stream %p", (void *)stream);
-  return ncclSuccess;
-}
-
-/* A loaded kernel; modules are loaded once per (device, fatbin) and kept for the process's life. */
-typedef struct func_entry {
-  int dev;
-  const void *fatbin;
-  char name[64];
-  CUmodule module;
-  CUfunction func;
-  struct func_entry *next;
-} func_entry_t;
-
-static pthread_mutex_t func_lock = PTHREAD_MUTEX_INITIALIZER;
-static func_entry_t *funcs;
-
-/* Finds `name` in the cache, or the module of (dev, fatbin) when the function is not there yet. Called with
- * func_lock held. */
-static func_entry_t *func_find(int dev, const void *fatbin, const char *name, CUmodule *module_p) {
-  *module_p = NULL;
-  for (func_entry_t *e = funcs; e != NULL; e = e->next) {
-    if (e->dev != dev || e->fatbin != fatbin) continue;
-    if (strcmp(e->name, name) == 0) return e;
-    *module_p = e->module;
-  }
-  return NULL;
-}
-
-/* Loads `name` (and its module, unless `module` is already loaded) on `dev`. Called with func_lock held. */
-static ncclResult_t func_add(int dev, const void *fatbin, const char *name, CUmodule module,
-                             func_entry_t **entry_p) {
-  func_entry_t *e = calloc(1, sizeof *e);
-  if (e == NULL) return log_err(ncclSystemError, "gpu_func_load: out of host memory");
-  ncclResult_t res = ncclSuccess;
-  int loaded = 0;
-  gpu_scope_t scope;
-  CHECK_GOTO(gpu_enter(dev, &scope), res, err_free);
-  if (module == NULL) {
-    CU_GOTO(cuModuleLoadData, (&module, fatbin), res, err_leave, "the kernels' fatbin on device %d", dev);
-    loaded = 1;
-  }
-  CUfunction func;
-  CU_GOTO(cuModuleGetFunction, (&func, module, name), res, err_unload, "kernel %s on device %d", name, dev);
-  gpu_leave(&scope);
-  *e = (func_entry_t){.dev = dev, .fatbin = fatbin, .module = module, .func = func, .next = funcs};
-  snprintf(e->name, sizeof e->name, "%s", name);
-  funcs = e;
-  *entry_p = e;
-  return ncclSuccess;
-err_unload:
-  if (loaded) CU_WARN(cuModuleUnload, (module), "the kernels' module on device %d", dev);
-err_leave:
-  gpu_leave(&scope);
-err_free:
-  free(e);
-  return res;
-}
-
-ncclResult_t gpu_func_load(int dev, const void *fatbin, const char *name, gpu_func_t **func_p) {
-  CHECK(check_dev(dev, "gpu_func_load"));
-  if (strlen(name) >= sizeof(((func_entry_t *)0)->name))
-    return log_err(ncclInvalidArgument, "gpu_func_load: kernel name %s is too long", name);
-  ncclResult_t res = ncclSuccess;
-  pthread_mutex_lock(&func_lock);
-  CUmodule module;
-  func_entry_t *e = func_find(dev, fatbin, name, &module);
-  if (e == NULL) res = func_add(dev, fatbin, name, module, &e);
-  pthread_mutex_unlock(&func_lock);
-  if (res == ncclSuccess) *func_p = (gpu_func_t *)e->func;
-  return res;
-}
-
-ncclResult_t gpu_launch(gpu_func_t *func, unsigned grid, unsigned block, void *param, size_t param_bytes,
-                        cudaStream_t stream, int overlap) {
-  CHECK(ready("gpu_launch"));
-  void *params[1] = {param};
-  if (!overlap) {
-    CU_CALL(cuLaunchKernel, ((CUfunction)func, grid, 1, 1, block, 1, 1, 0, stream, params, NULL),
-            "%u blocks of %u threads, %zu parameter bytes, stream %p", grid, block, param_bytes,
-            (void *)stream);
-    return ncclSuccess;
-  }
-  CUlaunchAttribute attr;
-  const CUlaunchConfig cfg = cu_overlap_config(grid, block, (CUstream)stream, &attr);
-  CU_CALL(cuLaunchKernelEx, (&cfg, (CUfunction)func, params, NULL),
-          "%u blocks of %u threads, %zu parameter bytes, stream %p, overlapping the previous kernel", grid,
-          block, param_bytes, (void *)stream);
-  return ncclSuccess;
 }

@@ -10,14 +10,7 @@
 
 #include "nccl.h"
 
-/* Loads the CUDA driver once (thread-safe) and writes how many devices it offers: 0 when there is no usable
- * driver or device, which is not an error; then *what_p says why in words ("no CUDA driver found (...)"),
- * otherwise it describes the driver ("CUDA driver 12.8, 8 devices"). */
-ncclResult_t gpu_cuda_probe(int *ndev_p, const char **what_p);
-/* ncclMemAlloc / ncclMemFree on the CUDA backend (see gpu_mem_alloc in gpu.h). Freeing a pointer this did not
- * allocate is ncclInvalidArgument. */
-ncclResult_t gpu_cuda_mem_alloc(size_t bytes, void **ptr_p);
-ncclResult_t gpu_cuda_mem_free(void *ptr);
+/* (gpu_cuda_probe, gpu_cuda_mem_alloc and gpu_cuda_mem_free, which gpu.c calls, are declared in gpu.h.) */
 
 /* Every driver entry point gpu_cuda.c resolves, by base name; the tests' stand-in driver provides the same
  * list, so the two cannot drift apart. */

@@ -4,7 +4,6 @@
  */
 #include "base/log.h"
 #include "gpu.h"
-#include "gpu_cuda.h"
 
 ncclResult_t gpu_cuda_probe(int *ndev_p, const char **what_p) {
   *ndev_p = 0;

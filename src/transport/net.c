@@ -726,6 +726,18 @@ ncclResult_t tp_net_msg_test(tp_conn_t *conn, void *req, int *done_p, int *size_
   return res == ncclSuccess ? ncclSuccess : (net_failed(c, res, "test"), surface(c));
 }
 
+/* The context's net state, through the ops table (the transport context names no transport's header). */
+static ncclResult_t net_ctx_init(const tp_ctx_t *ctx, void **state_p) {
+  tp_net_ctx_t *n;
+  CHECK(tp_net_ctx_create(tp_ctx_config(ctx), &n));
+  *state_p = n;
+  return ncclSuccess;
+}
+
+static void net_ctx_free(void *state) {
+  tp_net_ctx_destroy(state);
+}
+
 const tp_ops_t tp_net_ops = {
     .name = "net",
     .listen = net_listen,
@@ -738,4 +750,6 @@ const tp_ops_t tp_net_ops = {
     .recv_release = net_recv_release,
     .fail = net_fail,
     .close = net_close,
+    .ctx_init = net_ctx_init,
+    .ctx_free = net_ctx_free,
 };

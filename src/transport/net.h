@@ -62,7 +62,5 @@ ncclResult_t tp_net_msg_recv(tp_conn_t *conn, void *data, size_t size, int tag, 
 /* Makes a receive into GPU memory visible to the GPU; *req_p NULL: nothing to wait for. */
 ncclResult_t tp_net_msg_flush(tp_conn_t *conn, void *data, size_t size, void *mhandle, void **req_p);
 ncclResult_t tp_net_msg_test(tp_conn_t *conn, void *req, int *done_p, int *size_p);
-/* The net state of a transport context (defined in transport.c). */
-tp_net_ctx_t *tp_ctx_net(tp_ctx_t *ctx);
 
 #endif

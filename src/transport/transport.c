@@ -15,13 +15,12 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "gpu/gpu.h"
-#include "transport/net.h"
 
 /* A communicator's transport context. */
 struct tp_ctx {
   tp_config_t config; /* the communicator's configuration; config.peers points to peers below */
   tp_peer_t *peers;   /* owned copy of the peer table, config.nranks entries */
-  tp_net_ctx_t *net;  /* the net transport's listening socket and stashed handshakes */
+  void *net;          /* the net transport's listening socket and stashed handshakes (tp_ctx_net) */
 };
 
 ncclResult_t tp_init(const tp_config_t *config, tp_ctx_t **ctx_p) {
@@ -40,7 +39,7 @@ ncclResult_t tp_init(const tp_config_t *config, tp_ctx_t **ctx_p) {
   ctx->config = *config;
   ctx->config.peers = ctx->peers;
   if (ctx->config.ring_bytes == 0) ctx->config.ring_bytes = (size_t)param_int(P_BRAID_HOST_BUFFSIZE);
-  CHECK_GOTO(tp_net_ctx_create(&ctx->config, &ctx->net), res, err_free_peers);
+  CHECK_GOTO(tp_net_ops.ctx_init(ctx, &ctx->net), res, err_free_peers);
   *ctx_p = ctx;
   return ncclSuccess;
 
@@ -76,9 +75,16 @@ const tp_ops_t *tp_select(const tp_ctx_t *ctx, int peer) {
   return shm ? &tp_gpu_shm_ops : &tp_gpu_net_ops;
 }
 
+tp_link_t tp_link(const tp_ctx_t *ctx, int peer) {
+  const tp_ops_t *ops = tp_select(ctx, peer);
+  return ops == &tp_p2p_ops                             ? TP_LINK_P2P
+         : ops == &tp_shm_ops || ops == &tp_gpu_shm_ops ? TP_LINK_SHM
+                                                        : TP_LINK_NET;
+}
+
 void tp_destroy(tp_ctx_t *ctx) {
   if (ctx == NULL) return;
-  tp_net_ctx_destroy(ctx->net);
+  tp_net_ops.ctx_free(ctx->net);
   free(ctx->peers);
   free(ctx);
 }
@@ -91,7 +97,7 @@ const tp_config_t *tp_ctx_config(const tp_ctx_t *ctx) {
   return &ctx->config;
 }
 
-tp_net_ctx_t *tp_ctx_net(tp_ctx_t *ctx) {
+struct tp_net_ctx *tp_ctx_net(tp_ctx_t *ctx) {
   return ctx->net;
 }
 

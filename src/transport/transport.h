@@ -115,6 +115,9 @@ typedef struct tp_ops {
   void (*fail)(tp_conn_t *conn);
   /* Frees the connection. */
   void (*close)(tp_conn_t *conn);
+  /* optional: the transport's state for the whole context, made by tp_init and freed by tp_destroy */
+  ncclResult_t (*ctx_init)(const tp_ctx_t *ctx, void **state_p);
+  void (*ctx_free)(void *state);
 } tp_ops_t;
 
 /* What a communicator gives its transport context. This rank's CUDA device is its peer-table entry's
@@ -136,12 +139,19 @@ ncclResult_t tp_init(const tp_config_t *config, tp_ctx_t **ctx_p);
  * net. GPU: p2p on the same host when the devices can map each other's memory and NCCL_P2P_DISABLE is 0,
  * else gpu_shm on the same host unless NCCL_SHM_DISABLE=1, else gpu_net. Both ends choose the same. */
 const tp_ops_t *tp_select(const tp_ctx_t *ctx, int peer);
+/* The kind of link tp_select picks towards `peer`, slowest last: peer memory (p2p), host shared memory, the
+ * network. What the layers above ask instead of naming a transport's ops table. */
+typedef enum { TP_LINK_P2P, TP_LINK_SHM, TP_LINK_NET } tp_link_t;
+tp_link_t tp_link(const tp_ctx_t *ctx, int peer);
 /* Frees the context (connections must be closed first). */
 void tp_destroy(tp_ctx_t *ctx);
 /* This rank's CUDA device (its peer-table entry's), -1 on the host backend. */
 int tp_ctx_dev(const tp_ctx_t *ctx);
 /* The context's copy of its configuration (ring_bytes already defaulted); for the transports. */
 const tp_config_t *tp_ctx_config(const tp_ctx_t *ctx);
+/* The net transport's state in the context (its tp_ops_t.ctx_init made it). */
+struct tp_net_ctx;
+struct tp_net_ctx *tp_ctx_net(tp_ctx_t *ctx);
 
 extern const tp_ops_t tp_shm_ops;
 extern const tp_ops_t tp_net_ops;

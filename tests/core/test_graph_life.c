@@ -18,7 +18,7 @@
 #ifdef BRAID_MOCK_CUDA_DIR
 
 #include "../gpu/mock_cuda.h"
-#include "core/launch.h"
+#include "core/gpu_exec.h"
 
 enum { COUNT = 1000 };
 

@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "core/plan.h"
+#include "core/tune.h"
 #include "gpu/host_reduce.h"
 #include "harness.h"
 
@@ -42,7 +43,7 @@ static void build(plan_t *p, op_kind_t kind, size_t count, int root, int rank, i
               .root = root};
   plan_reset(p);
   EXPECT_OK(plan_add_task(p, &t));
-  EXPECT_OK(plan_build(p, rank, n, SLICE, NULL));
+  EXPECT_OK(plan_build(p, rank, n, SLICE, 0));
 }
 
 /* The sizes rank `from` sends to `to`, in order, and those `to` receives from `from`, must be equal. */
@@ -116,7 +117,7 @@ static void steps(void) {
   EXPECT_OK(plan_add_task(&p, &ar));
   EXPECT_OK(plan_add_task(&p, &recv));
   EXPECT_OK(plan_add_task(&p, &ar));
-  EXPECT_OK(plan_build(&p, 0, 2, SLICE, NULL));
+  EXPECT_OK(plan_build(&p, 0, 2, SLICE, 0));
   EXPECT(p.nsteps == 3, "%d steps", p.nsteps);
   EXPECT(p.steps[0].task->kind == OP_ALLREDUCE && p.steps[1].task->kind == OP_ALLREDUCE, "collectives first");
   EXPECT(p.steps[2].task->kind == OP_SEND && p.steps[2].count == 2, "then the point-to-point step");
@@ -131,19 +132,62 @@ static void self_p2p(void) {
   task_t recv = {.kind = OP_RECV, .recvbuff = buf + 16, .count = 4, .type = ncclFloat32, .root = 0};
   EXPECT_OK(plan_add_task(&p, &send));
   EXPECT_OK(plan_add_task(&p, &recv));
-  EXPECT_OK(plan_build(&p, 0, 3, SLICE, NULL));
+  EXPECT_OK(plan_build(&p, 0, 3, SLICE, 0));
   EXPECT(p.nxfers == 1 && p.xfers[0].recv_peer < 0 && p.xfers[0].send_peer < 0, "a local copy");
   plan_reset(&p);
   recv.count = 5;
   EXPECT_OK(plan_add_task(&p, &send));
   EXPECT_OK(plan_add_task(&p, &recv));
-  EXPECT_RES(plan_build(&p, 0, 3, SLICE, NULL), ncclInvalidUsage);
+  EXPECT_RES(plan_build(&p, 0, 3, SLICE, 0), ncclInvalidUsage);
   plan_free(&p);
 }
 
 /* ---- One-shot algorithms ---- */
 
 #define THR 4096 /* the one-shot threshold of these tests, in bytes */
+
+/* The knobs of a rank with NCCL_ALGO=algo and BRAID_ONESHOT_MAX_BYTES=oneshot (TUNE_UNSET: the table's). */
+static tune_knobs_t knobs_of(const char *algo, int64_t oneshot) {
+  tune_knobs_t k;
+  tune_parse_algo(algo, k.algos);
+  k.ll = k.ll128 = 1;
+  k.ll_max = k.ll128_min = k.ll128_oneway = k.ll128_max = k.ll_part = k.ch_bytes = k.wide = TUNE_UNSET;
+  k.dealt_min = k.batch = k.ar_split = TUNE_UNSET;
+  k.oneshot_max = oneshot;
+  return k;
+}
+
+/* The tuner's shape of call t on n ranks (40 channels, p2p links). */
+static tune_shape_t shape_of(const task_t *t, int n, const tune_knobs_t *k) {
+  const tune_call_t c = {.kind = t->kind,
+                         .type = t->type,
+                         .red = t->red.kind,
+                         .bytes = plan_call_bytes(t, n),
+                         .nranks = n,
+                         .nch = 40,
+                         .link = TP_LINK_P2P};
+  tune_shape_t s;
+  tune_call(&c, k, &s);
+  return s;
+}
+
+static plan_algo_t pick(const task_t *t, int n, const tune_knobs_t *k) {
+  return shape_of(t, n, k).algo;
+}
+
+/* plan_build for rank r of n as the GPU executor runs it: each call tuned first (logged as gx_tune does);
+ * with no knobs, as the host executor runs it. */
+static ncclResult_t build_tuned(plan_t *p, int r, int n, const tune_knobs_t *k) {
+  for (int i = 0; k != NULL && i < p->ntasks; i++) {
+    task_t *t = &p->tasks[i];
+    const tune_shape_t s = shape_of(t, n, k);
+    const tune_call_t c = {.kind = t->kind, .type = t->type, .bytes = plan_call_bytes(t, n), .nranks = n};
+    tune_log(&c, t, &s);
+    t->algo = (uint8_t)s.algo;
+    t->split = s.split;
+  }
+  return plan_build(p, r, n, SLICE, k != NULL);
+}
 
 static const op_kind_t choice_kinds[] = {OP_ALLREDUCE, OP_BROADCAST, OP_REDUCE, OP_ALLGATHER,
                                          OP_REDUCESCATTER};
@@ -180,8 +224,7 @@ static red_t float_sum(void) {
 static void oneshot_plans_agree(void) {
   static plan_t plans[MAX_RANKS];
   static char buffers[MAX_RANKS][2];
-  plan_tuning_t tuning;
-  plan_tuning_parse("", THR, &tuning);
+  tune_knobs_t tuning = knobs_of("", THR);
   for (int n = 1; n <= MAX_RANKS; n++)
     for (size_t k = 0; k < NCHOICE; k++) {
       op_kind_t kind = choice_kinds[k];
@@ -195,10 +238,10 @@ static void oneshot_plans_agree(void) {
                 call_of(kind, counts[c], n - 1, r, inplace, &buffers[r][0], &buffers[r][1], float_sum());
             plan_reset(&plans[r]);
             EXPECT_OK(plan_add_task(&plans[r], &t));
-            EXPECT_OK(plan_build(&plans[r], r, n, SLICE, &tuning));
+            EXPECT_OK(build_tuned(&plans[r], r, n, &tuning));
             plan_algo_t want = n > 1 && counts[c] * per <= THR ? ALGO_ONESHOT : ALGO_RING;
-            EXPECT(plan_pick(&t, n, &tuning, NULL) == want, "%s of %zu bytes on %d ranks: %s",
-                   plan_op_name(kind), counts[c] * per, n, plan_algo_name(plan_pick(&t, n, &tuning, NULL)));
+            EXPECT(pick(&t, n, &tuning) == want, "%s of %zu bytes on %d ranks: %s", plan_op_name(kind),
+                   counts[c] * per, n, plan_algo_name(pick(&t, n, &tuning)));
           }
           for (int a = 0; a < n; a++)
             for (int b = 0; b < n; b++)
@@ -210,96 +253,101 @@ static void oneshot_plans_agree(void) {
 
 /* The choice: a function of the call and the tuning only. */
 static void oneshot_choice(void) {
-  plan_tuning_t tuning;
-  plan_tuning_parse("", THR, &tuning);
+  tune_knobs_t tuning = knobs_of("", THR);
   char b[2];
   task_t t = call_of(OP_ALLREDUCE, THR / 4, 0, 0, 0, &b[0], &b[1], float_sum());
-  EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_ONESHOT, "at the threshold");
-  EXPECT(plan_pick(&t, 2, NULL, NULL) == ALGO_RING, "the host executor runs rings");
-  EXPECT(plan_pick(&t, 1, &tuning, NULL) == ALGO_RING, "one rank");
-  EXPECT(plan_pick(&t, PLAN_ONESHOT_MAX_RANKS, &tuning, NULL) == ALGO_ONESHOT);
-  EXPECT(plan_pick(&t, PLAN_ONESHOT_MAX_RANKS + 1, &tuning, NULL) == ALGO_RING, "too many ranks");
+  EXPECT(pick(&t, 2, &tuning) == ALGO_ONESHOT, "at the threshold");
+  EXPECT(pick(&t, 1, &tuning) == ALGO_RING, "one rank");
+  EXPECT(pick(&t, PLAN_ONESHOT_MAX_RANKS, &tuning) == ALGO_ONESHOT);
+  EXPECT(pick(&t, PLAN_ONESHOT_MAX_RANKS + 1, &tuning) == ALGO_RING, "too many ranks");
   t.count++;
-  EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_RING, "past the threshold");
-  /* two ranks' all-reduce has a threshold of its own (the knobs' default raises it) */
-  tuning.oneshot_pair = PLAN_ONESHOT_PAIR_MAX;
-  EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_ONESHOT, "two ranks: up to the pair threshold");
-  EXPECT(plan_pick(&t, 3, &tuning, NULL) == ALGO_RING, "three ranks: the general threshold");
-  t.count = PLAN_ONESHOT_PAIR_MAX / 4 + 1;
-  EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_RING, "past the pair threshold");
+  EXPECT(pick(&t, 2, &tuning) == ALGO_RING, "past the threshold");
+  /* the table: two ranks' all-reduce has a row of its own, up to 16 MiB; the knob, where set, holds for both
+   */
+  const tune_knobs_t table = knobs_of("", TUNE_UNSET);
+  t.count = (64 << 10) / 4 + 1;
+  EXPECT(pick(&t, 2, &table) == ALGO_ONESHOT, "two ranks: up to the pair row's 16 MiB");
+  EXPECT(pick(&t, 3, &table) == ALGO_RING, "three ranks: the general row's 64 KiB");
+  t.count = (16 << 20) / 4 + 1;
+  EXPECT(pick(&t, 2, &table) == ALGO_RING, "past the pair row");
+  t.count = (32 << 20) / 4;
+  EXPECT(pick(&t, 2, &table) == ALGO_RING && shape_of(&t, 2, &table).split, "from 32 MiB: two steps");
+  EXPECT(!shape_of(&t, 3, &table).split, "two steps on two ranks only");
   t.kind = OP_BROADCAST;
-  t.count = THR / 4 + 1;
-  EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_RING, "the pair threshold is all-reduce's");
+  t.count = (64 << 10) + 1;
+  EXPECT(pick(&t, 2, &table) == ALGO_RING, "the pair row is all-reduce's");
   t.kind = OP_ALLREDUCE;
-  tuning.oneshot_pair = THR;
   t.count = 1;
   t.red.kind = RED_MAX;
-  EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_RING, "float max is not bitwise commutative");
+  EXPECT(pick(&t, 2, &tuning) == ALGO_RING, "float max is not bitwise commutative");
   t.kind = OP_REDUCE;
-  EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_ONESHOT, "one rank computes a reduce: any operation");
+  EXPECT(pick(&t, 2, &tuning) == ALGO_ONESHOT, "one rank computes a reduce: any operation");
   t.kind = OP_ALLREDUCE;
   t.type = t.red.type = ncclInt32;
-  EXPECT(plan_pick(&t, 2, &tuning, NULL) == ALGO_ONESHOT, "integer max is");
+  EXPECT(pick(&t, 2, &tuning) == ALGO_ONESHOT, "integer max is");
   task_t ag = call_of(OP_ALLGATHER, THR / 16, 0, 0, 0, &b[0], &b[1], float_sum());
-  EXPECT(plan_call_bytes(&ag, 4) == THR && plan_pick(&ag, 4, &tuning, NULL) == ALGO_ONESHOT);
-  EXPECT(plan_pick(&ag, 5, &tuning, NULL) == ALGO_RING, "all-gather counts its whole output");
-  const char *why = NULL;
-  plan_tuning_parse("", 0, &tuning);
-  EXPECT(plan_pick(&ag, 4, &tuning, &why) == ALGO_RING && why != NULL, "a threshold of 0 turns one-shot off");
+  EXPECT(plan_call_bytes(&ag, 4) == THR && pick(&ag, 4, &tuning) == ALGO_ONESHOT);
+  EXPECT(pick(&ag, 5, &tuning) == ALGO_RING, "all-gather counts its whole output");
+  tuning = knobs_of("", 0);
+  EXPECT(pick(&ag, 4, &tuning) == ALGO_RING && shape_of(&ag, 4, &tuning).why != NULL,
+         "a threshold of 0 turns one-shot off");
 }
 
 /* NCCL_ALGO's syntax. */
 static void algo_knob(void) {
-  plan_tuning_t t;
+  tune_knobs_t t;
   const unsigned ring = 1u << ALGO_RING, one = 1u << ALGO_ONESHOT;
-  plan_tuning_parse("Ring", THR, &t);
+  t = knobs_of("Ring", THR);
   for (size_t k = 0; k < NCHOICE; k++) EXPECT(t.algos[choice_kinds[k]] == ring);
-  plan_tuning_parse(" ^ring ", THR, &t);
+  t = knobs_of(" ^ring ", THR);
   EXPECT(t.algos[OP_ALLREDUCE] == one && t.algos[OP_BROADCAST] == one);
-  plan_tuning_parse("allreduce:oneshot;Broadcast:^OneShot", THR, &t);
+  t = knobs_of("allreduce:oneshot;Broadcast:^OneShot", THR);
   EXPECT(t.algos[OP_ALLREDUCE] == one && t.algos[OP_BROADCAST] == ring &&
          t.algos[OP_REDUCE] == ALGO_MASK_ALL);
-  plan_tuning_parse("Tree,NVLS", THR, &t);
+  t = knobs_of("Tree,NVLS", THR);
   EXPECT(t.algos[OP_ALLREDUCE] == ALGO_MASK_ALL, "other libraries' names alone change nothing");
-  plan_tuning_parse("Tree,Ring", THR, &t);
+  t = knobs_of("Tree,Ring", THR);
   EXPECT(t.algos[OP_ALLREDUCE] == ring, "unknown names are ignored, known ones kept");
-  plan_tuning_parse("^Ring,OneShot", THR, &t);
+  t = knobs_of("^Ring,OneShot", THR);
   EXPECT(t.algos[OP_ALLREDUCE] == ring, "excluding everything keeps Ring");
-  plan_tuning_parse("sendrecv:ring;reducescatter:oneshot", THR, &t);
+  t = knobs_of("sendrecv:ring;reducescatter:oneshot", THR);
   EXPECT(t.algos[OP_REDUCESCATTER] == one && t.algos[OP_ALLREDUCE] == ALGO_MASK_ALL);
-  plan_tuning_parse("ring;allgather:oneshot", THR, &t);
+  t = knobs_of("ring;allgather:oneshot", THR);
   EXPECT(t.algos[OP_ALLGATHER] == one && t.algos[OP_ALLREDUCE] == ring, "later parts win");
   char b[2];
   task_t big = call_of(OP_ALLREDUCE, 1 << 20, 0, 0, 0, &b[0], &b[1], float_sum());
-  plan_tuning_parse("OneShot", THR, &t);
-  EXPECT(plan_pick(&big, 4, &t, NULL) == ALGO_ONESHOT, "OneShot alone: every size");
-  plan_tuning_parse("Ring", THR, &t);
+  t = knobs_of("OneShot", THR);
+  EXPECT(pick(&big, 4, &t) == ALGO_ONESHOT, "OneShot alone: every size");
+  t = knobs_of("Ring", THR);
   big.count = 1;
-  EXPECT(plan_pick(&big, 4, &t, NULL) == ALGO_RING, "Ring alone: every size");
+  EXPECT(pick(&big, 4, &t) == ALGO_RING, "Ring alone: every size");
 }
 
 /* NCCL_PROTO's syntax, and BRAID_LL_MAX_BYTES's bound. */
 static void proto_knob(void) {
-  const uint64_t max = 4096;
-  EXPECT(plan_ll_parse(NULL, max) == max && plan_ll_parse("", max) == max, "unset: LL up to the threshold");
-  EXPECT(plan_ll_parse("Simple", max) == 0, "Simple alone: no LL");
-  EXPECT(plan_ll_parse("^LL", max) == 0 && plan_ll_parse(" ^ ll ", max) == 0, "^LL excludes it");
-  EXPECT(plan_ll_parse("^ll", max) == 0);
-  EXPECT(plan_ll_parse("LL", max) == max && plan_ll_parse("ll,simple", max) == max);
-  EXPECT(plan_ll_parse("^Simple", max) == max, "excluding Simple leaves LL (Simple still carries the rest)");
-  EXPECT(plan_ll_parse("NVLS", max) == max, "other libraries' names alone change nothing");
-  EXPECT(plan_ll_parse("NVLS,Simple", max) == 0, "unknown names are ignored, known ones kept");
-  EXPECT(plan_ll_parse("LL128", max) == 0 && plan_ll_parse("^LL128", max) == max, "LL128 is not LL");
-  EXPECT(plan_ll_parse("LL", 1ull << 30) == PLAN_LL_MAX, "the threshold is bounded by half of each LL ring");
-  EXPECT(plan_ll_parse("LL", 0) == 0, "0 turns LL off whatever the list");
-  /* LL128 by the same rules, its threshold unbounded here (the executor holds it to its rings) */
-  const uint64_t big = 1ull << 30;
-  EXPECT(plan_ll128_parse(NULL, big) == big && plan_ll128_parse("", big) == big, "unset: LL128 allowed");
-  EXPECT(plan_ll128_parse("^LL128", big) == 0 && plan_ll128_parse(" ^ ll128 ", big) == 0, "^LL128");
-  EXPECT(plan_ll128_parse("LL,Simple", big) == 0 && plan_ll128_parse("Simple", big) == 0, "not named: off");
-  EXPECT(plan_ll128_parse("LL,LL128", big) == big && plan_ll128_parse("^LL", big) == big, "named or kept");
-  EXPECT(plan_ll128_parse("NVLS", big) == big, "unknown names alone change nothing");
-  EXPECT(plan_ll128_parse("LL128", 0) == 0, "0 turns LL128 off whatever the list");
+  EXPECT(tune_parse_proto(NULL, "LL") && tune_parse_proto("", "LL"), "unset: LL allowed");
+  EXPECT(!tune_parse_proto("Simple", "LL"), "Simple alone: no LL");
+  EXPECT(!tune_parse_proto("^LL", "LL") && !tune_parse_proto(" ^ ll ", "LL"), "^LL excludes it");
+  EXPECT(tune_parse_proto("LL", "LL") && tune_parse_proto("ll,simple", "LL"));
+  EXPECT(tune_parse_proto("^Simple", "LL"), "excluding Simple leaves LL (Simple still carries the rest)");
+  EXPECT(tune_parse_proto("NVLS", "LL"), "other libraries' names alone change nothing");
+  EXPECT(!tune_parse_proto("NVLS,Simple", "LL"), "unknown names are ignored, known ones kept");
+  EXPECT(!tune_parse_proto("LL128", "LL") && tune_parse_proto("^LL128", "LL"), "LL128 is not LL");
+  EXPECT(!tune_parse_proto("^LL128", "LL128") && !tune_parse_proto(" ^ ll128 ", "LL128"), "^LL128");
+  EXPECT(!tune_parse_proto("LL,Simple", "LL128") && !tune_parse_proto("Simple", "LL128"), "not named: off");
+  EXPECT(tune_parse_proto("LL,LL128", "LL128") && tune_parse_proto("^LL", "LL128"), "named or kept");
+  /* the bands: LL held to half of each LL ring, 0 turns a protocol off, the list excludes it */
+  char b[2];
+  task_t t = call_of(OP_ALLREDUCE, 1, 0, 0, 0, &b[0], &b[1], float_sum());
+  tune_knobs_t k = knobs_of("", THR);
+  k.ll_max = 1ll << 30;
+  EXPECT(shape_of(&t, 3, &k).ll_max == PLAN_LL_MAX, "the threshold is bounded by half of each LL ring");
+  k.ll_max = 0;
+  EXPECT(shape_of(&t, 3, &k).ll_max == 0, "0 turns LL off");
+  k = knobs_of("", THR);
+  EXPECT(shape_of(&t, 2, &k).ll128_max > 0 && shape_of(&t, 3, &k).ll128_max == 0, "LL128 on two ranks");
+  k.ll128 = 0;
+  EXPECT(shape_of(&t, 2, &k).ll128_max == 0, "NCCL_PROTO=^LL128 turns it off");
 }
 
 /* ---- Running plans under the GPU executor's rules ---- */
@@ -517,7 +565,7 @@ static double expect_reduced(const op_case_t *oc, int n, size_t j) {
 
 /* One collective on n ranks, planned with the tuning, run and checked. */
 static void run_tuned(op_kind_t kind, const op_case_t *oc, int n, size_t count, int inplace_mask,
-                      const plan_tuning_t *tuning) {
+                      const tune_knobs_t *tuning) {
   static plan_t plans[MAX_RANKS];
   size_t es = 4, region = (size_t)n * count * es + 64;
   char *mem[MAX_RANKS];
@@ -533,7 +581,7 @@ static void run_tuned(op_kind_t kind, const op_case_t *oc, int n, size_t count, 
     out[r] = t.recvbuff;
     plan_reset(&plans[r]);
     EXPECT_OK(plan_add_task(&plans[r], &t));
-    EXPECT_OK(plan_build(&plans[r], r, n, SLICE, tuning));
+    EXPECT_OK(build_tuned(&plans[r], r, n, tuning));
     check_races(&plans[r], r);
   }
   run_plans(plans, n);
@@ -563,8 +611,7 @@ static void run_tuned(op_kind_t kind, const op_case_t *oc, int n, size_t count, 
 
 /* One collective on n ranks, one-shot, run and checked. */
 static void run_case(op_kind_t kind, const op_case_t *oc, int n, size_t count, int inplace_mask) {
-  plan_tuning_t tuning;
-  plan_tuning_parse("OneShot", THR, &tuning);
+  tune_knobs_t tuning = knobs_of("OneShot", THR);
   run_tuned(kind, oc, n, count, inplace_mask, &tuning);
 }
 
@@ -595,12 +642,11 @@ static void oneshot_runs(void) {
         }
 }
 
-/* A two-rank ring all-reduce past plan_tuning_t.ar_split: two steps (each rank reduces its half, then the
- * halves cross), every operation, odd counts, in and out of place on either rank, checked element by
+/* A two-rank ring all-reduce past the split row (core/tune.c): two steps (each rank reduces its half, then
+ * the halves cross), every operation, odd counts, in and out of place on either rank, checked element by
  * element; and below the threshold, or on three ranks, the fused ring's one step. */
 static void split_runs(void) {
-  plan_tuning_t tuning;
-  plan_tuning_parse("Ring", THR, &tuning);
+  tune_knobs_t tuning = knobs_of("Ring", THR);
   tuning.ar_split = 64;
   static const size_t counts[] = {16, 17, 1001};
   for (size_t o = 0; o < sizeof run_ops / sizeof run_ops[0]; o++)
@@ -615,7 +661,7 @@ static void split_runs(void) {
       plan_t p = {0};
       task_t t = call_of(OP_ALLREDUCE, count, 0, 0, 0, &b[0], &b[4096], float_sum());
       EXPECT_OK(plan_add_task(&p, &t));
-      EXPECT_OK(plan_build(&p, 0, n, SLICE, &tuning));
+      EXPECT_OK(build_tuned(&p, 0, n, &tuning));
       int want = n == 2 && count * 4 >= 64 ? 2 : 1;
       EXPECT(p.nsteps == want, "%zu floats on %d ranks: %d steps, expected %d", count, n, p.nsteps, want);
       if (want == 2) /* the second step only copies: the copy engines may take it */
@@ -627,12 +673,12 @@ static void split_runs(void) {
 }
 
 /* Builds one all-reduce of `count` floats on rank 0 of 2 with the tuning. */
-static void build_allreduce(size_t count, const plan_tuning_t *tuning) {
+static void build_allreduce(size_t count, const tune_knobs_t *tuning) {
   static char b[2];
   plan_t p = {0};
   task_t t = call_of(OP_ALLREDUCE, count, 0, 0, 0, &b[0], &b[1], float_sum());
   EXPECT_OK(plan_add_task(&p, &t));
-  EXPECT_OK(plan_build(&p, 0, 2, SLICE, tuning));
+  EXPECT_OK(build_tuned(&p, 0, 2, tuning));
   plan_free(&p);
 }
 
@@ -646,11 +692,10 @@ static void tuning_log(void) {
   setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
   param_reload();
   log_init();
-  plan_tuning_t tuning;
-  plan_tuning_parse("", THR, &tuning);
+  tune_knobs_t tuning = knobs_of("", THR);
   build_allreduce(2, &tuning);
   build_allreduce(3, &tuning); /* 8 and 12 bytes: one size class */
-  build_allreduce(2, NULL);
+  build_allreduce(2, NULL);    /* the host executor: nothing logged */
   build_allreduce(1 << 20, &tuning);
   build_allreduce(1 << 20, &tuning);
   EXPECT(test_file_lines(path, "AllReduce of") == 2, "%d lines", test_file_lines(path, "AllReduce of"));

@@ -569,12 +569,11 @@ void cuda_dealt_env(int on) {
   static const char *const names[] = {"NCCL_ALGO",
                                       "NCCL_PROTO",
                                       "BRAID_DEALT_MIN_BYTES",
-                                      "BRAID_DEALT_MAX_BYTES",
                                       "BRAID_AR_SPLIT_BYTES",
                                       "BRAID_CE_MIN_BYTES",
                                       "BRAID_CE_PUSH_MIN_BYTES",
                                       "BRAID_CE_PUSH_EXCHANGE_MIN_BYTES"};
-  static const char *const values[] = {"Ring", "Simple", "1", "0", "1", "0", "0", "0"};
+  static const char *const values[] = {"Ring", "Simple", "1", "1", "0", "0", "0"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (on)
       setenv(names[i], values[i], 1);

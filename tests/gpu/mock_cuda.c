@@ -97,8 +97,23 @@ static CUresult check_dev(CUdevice dev) {
   return dev >= 0 && dev < ndevices() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
+/* MOCK_CUDA_RECORD (mock_cuda.h): nothing runs, what is enqueued is told. */
+static int recording(void) {
+  static int on = -1;
+  if (on < 0) on = getenv("MOCK_CUDA_RECORD") != NULL;
+  return on;
+}
+
+__attribute__((visibility("default"))) mock_cuda_op_fn mock_cuda_on_op;
+
+/* Tells the recorder (if any) about one operation the library enqueued. */
+static void tell(mock_cuda_op_t op) {
+  op.dev = current != NULL ? current->dev : -1;
+  if (mock_cuda_on_op != NULL) mock_cuda_on_op(&op);
+}
+
 static void fill_garbage(void *p, size_t n) {
-  memset(p, MOCK_CUDA_GARBAGE, n);
+  if (!recording()) memset(p, MOCK_CUDA_GARBAGE, n);
 }
 
 /* ---- Initialisation, devices, contexts ---- */
@@ -331,6 +346,7 @@ static CUresult mock_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle
 
 static CUresult mock_cuMemsetD8(CUdeviceptr ptr, unsigned char v, size_t n) {
   if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (recording() && n > (1u << 20)) return CUDA_SUCCESS; /* rings and buffers: nothing reads them */
   memset((void *)ptr, v, n);
   return CUDA_SUCCESS;
 }
@@ -486,7 +502,7 @@ static CUresult mock_cuMemHostAlloc(void **pp, size_t size, unsigned int flags) 
   if (flags != (CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)) return CUDA_ERROR_INVALID_VALUE;
   void *p = aligned_alloc(4096, (size + 4095) / 4096 * 4096);
   if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
-  fill_garbage(p, size);
+  memset(p, MOCK_CUDA_GARBAGE, size); /* page-locked memory is small: filled even when recording */
   *pp = p;
   STAT_ADD(live_host, 1);
   return CUDA_SUCCESS;
@@ -612,6 +628,8 @@ static CUresult mock_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t 
 static CUresult mock_cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value,
                                           unsigned int flags) {
   if (flags != CU_STREAM_WRITE_VALUE_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
+  tell((mock_cuda_op_t){.kind = MOCK_OP_WRITE, .dst = (void *)addr, .bytes = value, .stream = stream});
+  if (recording()) return CUDA_SUCCESS;
   __atomic_store_n((cuuint32_t *)addr, value, __ATOMIC_SEQ_CST);
   STAT_ADD(stream_writes, 1);
   return CUDA_SUCCESS;
@@ -619,7 +637,9 @@ static CUresult mock_cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuu
 
 static CUresult mock_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
   if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
-  memmove((void *)dst, (const void *)src, bytes);
+  tell((mock_cuda_op_t){
+      .kind = MOCK_OP_COPY, .dst = (void *)dst, .src = (const void *)src, .bytes = bytes, .stream = stream});
+  if (!recording()) memmove((void *)dst, (const void *)src, bytes);
   STAT_ADD(dd_copies, 1);
   return CUDA_SUCCESS;
 }
@@ -762,6 +782,7 @@ static CUresult run_push(const dev_push_t *w) {
 }
 
 /* A kernel runs as cuLaunchKernel's are run (kernel_launch); the plain entry point counts it as such. */
+static _Thread_local int launch_overlaps; /* the launch in progress came through cuLaunchKernelEx */
 static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                               unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                               CUstream stream, void **params, void **extra);
@@ -783,13 +804,40 @@ static CUresult mock_cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, v
     return CUDA_ERROR_INVALID_VALUE;
   if (major < 9) return CUDA_ERROR_NOT_SUPPORTED;
   STAT_ADD(overlap_launches, 1);
-  return kernel_launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
-                       cfg->blockDimZ, cfg->sharedMemBytes, cfg->hStream, params, extra);
+  launch_overlaps = 1;
+  CUresult res = kernel_launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
+                               cfg->blockDimZ, cfg->sharedMemBytes, cfg->hStream, params, extra);
+  launch_overlaps = 0;
+  return res;
+}
+
+/* The name a kernel was loaded by. */
+static const char *kernel_name(CUfunction f) {
+  return f == &kernel              ? MOCK_CUDA_KERNEL
+         : f == &kernel_small      ? MOCK_CUDA_KERNEL_SMALL
+         : f == &kernel_ll         ? MOCK_CUDA_KERNEL_LL
+         : f == &kernel_bulk       ? MOCK_CUDA_KERNEL_BULK
+         : f == &kernel_pair       ? MOCK_CUDA_KERNEL_PAIR
+         : f == &kernel_pair_ar    ? MOCK_CUDA_KERNEL_PAIR_AR
+         : f == &kernel_pair_ar128 ? MOCK_CUDA_KERNEL_PAIR_AR128
+         : f == &kernel_wait       ? MOCK_CUDA_KERNEL_WAIT
+         : f == &kernel_combine    ? MOCK_CUDA_KERNEL_COMBINE
+         : f == &kernel_push       ? MOCK_CUDA_KERNEL_PUSH
+                                   : "?";
 }
 
 static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                               unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                               CUstream stream, void **params, void **extra) {
+  if (params != NULL)
+    tell((mock_cuda_op_t){.kind = MOCK_OP_LAUNCH,
+                          .kernel = kernel_name(f),
+                          .grid = gx,
+                          .block = bx,
+                          .overlap = launch_overlaps,
+                          .params = params[0],
+                          .stream = stream});
+  if (recording() && (f == &kernel_wait || f == &kernel_combine || f == &kernel_push)) return CUDA_SUCCESS;
   if (f == &kernel_wait)
     return gx == 1 && gy == 1 && gz == 1 && by == 1 && bz == 1 && params != NULL && extra == NULL
                ? run_wait(params[0])

@@ -75,6 +75,24 @@ typedef struct {
   uint64_t overlap_launches; /* every cuLaunchKernelEx call (each asks to overlap the previous kernel) */
 } mock_cuda_stats_t;
 
+/* What the library enqueued, told to the recorder that a test installs in `mock_cuda_on_op` (found with
+ * dlsym). With MOCK_CUDA_RECORD set in the environment the stand-in only tells: it moves no byte, waits for
+ * no word and leaves fresh memory untouched, so that buffers of any size cost address space only. */
+typedef enum { MOCK_OP_LAUNCH, MOCK_OP_COPY, MOCK_OP_WRITE } mock_op_kind_t;
+typedef struct {
+  mock_op_kind_t kind;
+  int dev;            /* the current context's device */
+  const char *kernel; /* a launch: the kernel's name */
+  unsigned grid, block;
+  int overlap;        /* a launch: asked to overlap the stream's previous kernel */
+  const void *params; /* a launch: its one parameter (as many bytes as its kernel takes) */
+  const void *dst, *src;
+  uint64_t bytes; /* a copy: its bytes; a stream write: the value */
+  const void *stream;
+} mock_cuda_op_t;
+typedef void (*mock_cuda_op_fn)(const mock_cuda_op_t *op);
+#define MOCK_CUDA_ON_OP "mock_cuda_on_op"
+
 /* Destroys the capturing stream's graph: runs the destructor of every user object it holds (exported; tests
  * find it with dlsym) and returns how many ran. */
 typedef int (*mock_cuda_graph_destroy_fn)(void);

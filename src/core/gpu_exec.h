@@ -8,9 +8,12 @@
  * failures (abort, a peer that never came) in the host-mapped error word, which gx_error turns into a
  * result for ncclCommGetAsyncError. Captured launches (CUDA graphs) touch no host-side counter: the kernels
  * keep their slot counters in device memory (DESIGN.md, principle 3).
+ *
+ * Three files: gpu_exec.c (state, order, storage, relaunch), gpu_work.c (transfers, lanes and entry points of
+ * a launch) and gpu_graphs.c (what CUDA graphs hold, and executors retired while they do).
  */
-#ifndef BRAID_CORE_LAUNCH_H
-#define BRAID_CORE_LAUNCH_H
+#ifndef BRAID_CORE_GPU_EXEC_H
+#define BRAID_CORE_GPU_EXEC_H
 
 #include <stdint.h>
 
@@ -22,10 +25,6 @@
 
 typedef struct gx gx_t;
 
-/* Channels a transfer takes at most on a communicator of `nranks` ranks: the same on every rank. */
-int gx_channels(int nranks, int sms);
-/* Rings per connection for nch such channels: more where some steps have fewer lanes than the widest. */
-int gx_rings(int nranks, int nch);
 /* Makes the GPU state of a communicator whose connections to every peer are made (links). */
 ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, alloc_acct_t *acct,
                      const char *name, gx_t **gx_p);
@@ -34,7 +33,10 @@ ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks);
 /* Steps the plan marks for the copy engines (step_t.ce) are enqueued through `ce` (NULL: none are), which
  * the executor owns from then on: gx_destroy frees it, once no graph holds a step of it. */
 void gx_set_ce(gx_t *gx, ce_t *ce);
-/* Launches a built plan (the calls' streams are in its tasks). */
+/* Asks the tuner (core/tune.h) how each of the plan's calls runs, before plan_build: the planner gets the
+ * algorithm (task_t.algo, .split), the executor keeps the rest for gx_launch. */
+ncclResult_t gx_tune(gx_t *gx, plan_t *plan);
+/* Launches a built plan (the calls' streams are in its tasks), tuned by gx_tune. */
 ncclResult_t gx_launch(gx_t *gx, const plan_t *plan);
 /* Before plan_build: when the plan's calls (enqueued, not built) are those of the executor's last eager
  * launch and that was one step on the LL or pair entry point, launches them again as gx_launch would and sets
