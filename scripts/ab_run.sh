@@ -11,7 +11,7 @@
 # A variant is a list of environment assignments ("" for none), given as arguments; LIB=PATH among them runs
 # that build of Braid (another libnccl.so.2, passed to the bench's --lib) instead of BUILD's:
 #
-#   scripts/ab_run.sh [VARIANT ...]     e.g. scripts/ab_run.sh BRAID_BULK_KERNEL=0 BRAID_BULK_KERNEL=1
+#   scripts/ab_run.sh [VARIANT ...]     e.g. scripts/ab_run.sh BRAID_SPREAD=0 BRAID_SPREAD=1
 #   scripts/ab_run.sh "" LIB=build-new/lib/libnccl.so.2
 #
 # Environment: OUT (default ./ab-out), REF_NCCL_HOME (default: the NCCL of Python's nvidia-nccl package),

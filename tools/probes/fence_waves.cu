@@ -16,7 +16,7 @@
  *   block    the block's warps store a wave of 16 chunks, a block barrier, one thread fences, then each
  *            warp marks its chunk (one fence per wave instead of one per warp);
  *   wave     the same, but the fencing thread stores the wave's marks and the other warps go on to the
- *            next wave meanwhile (Braid's bulk kernel with BRAID_WAVE_FENCE=1).
+ *            next wave meanwhile (what Braid's bulk kernel does).
  *
  * Timed only (the received sums are not checked): each configuration's kernels are captured 20 in a row
  * into a CUDA graph per GPU, both graphs launched together; microseconds per exchange, the median of 7 runs
