@@ -689,6 +689,29 @@ static ncclResult_t exec_push(void *arg, cudaStream_t stream, dev_push_t *w) {
  * parameters or the work queue, or in the grid (a launch's blocks wait for each other, so they must all run
  * at once: at most grid_max of them, the widest step's lanes of nch channels, which a wide step's two lanes
  * of more channels also fit but not beside a wider step). */
+/* A step of plain local copies (no peer, nothing combined, scaled or divided) of at least the shape's
+ * local_ce_min bytes: the copy engines move it, in stream order after the steps before it. */
+static int local_copies(const plan_t *plan, const step_t *st, const tune_shape_t *sh) {
+  uint64_t bytes = 0;
+  for (int i = 0; i < st->count; i++) {
+    const xfer_t *x = &plan->xfers[st->first + i];
+    if (x->recv_peer >= 0 || x->send_peer >= 0 || (x->flags & XF_REDUCE) || x->src == NULL || x->dst == NULL)
+      return 0;
+    if ((x->flags & (XF_PREPARE | XF_LAST)) && !red_is_identity(x->red)) return 0;
+    bytes += x->bytes;
+  }
+  return sh->local_ce_min > 0 && bytes >= sh->local_ce_min;
+}
+
+static ncclResult_t copy_step(gx_t *gx, const plan_t *plan, const step_t *st, const launch_ctx_t *lc) {
+  CHECK(gx_flush(gx, lc, st->task->seq));
+  for (int i = 0; i < st->count; i++) {
+    const xfer_t *x = &plan->xfers[st->first + i];
+    if (x->dst != x->src) CHECK(gpu_copy_dd_async(x->dst, x->src, x->bytes, lc->s));
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t gx_add_step(gx_t *gx, const plan_t *plan, int s, const launch_ctx_t *lc) {
   const step_t *st = &plan->steps[s];
   const tune_shape_t *sh = &gx->shapes[st->task - plan->tasks];
@@ -703,6 +726,7 @@ ncclResult_t gx_add_step(gx_t *gx, const plan_t *plan, int s, const launch_ctx_t
         .wait = exec_wait, .combine = exec_combine, .push = exec_push, .keep = exec_keep, .arg = &c};
     return ce_step(gx->ce, plan, s, lc->s, lc->capturing, &ex);
   }
+  if (local_copies(plan, st, sh)) return copy_step(gx, plan, st, lc);
   /* an eager launch's list must fit the queue (an entry is a header and the list) */
   uint64_t max = DEV_MAX_SPILL, fits = (gx->wq.cap - WQ_ALIGN) / sizeof(dev_xfer_t);
   if (!lc->capturing && fits < max) max = fits;

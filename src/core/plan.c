@@ -460,6 +460,11 @@ const char *plan_algo_name(plan_algo_t algo) {
   return (unsigned)algo < ALGO_COUNT ? names[algo] : "?";
 }
 
+int plan_call_is_noop(const task_t *t, int nranks) {
+  return nranks == 1 && t->sendbuff == t->recvbuff && t->kind != OP_SEND && t->kind != OP_RECV &&
+         (int)t->op >= 0 && (int)t->op <= (int)ncclAvg;
+}
+
 uint64_t plan_call_bytes(const task_t *t, int nranks) {
   uint64_t bytes = (uint64_t)t->count * dtype_size(t->type);
   return t->kind == OP_ALLGATHER || t->kind == OP_REDUCESCATTER ? bytes * (uint64_t)nranks : bytes;

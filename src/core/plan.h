@@ -135,6 +135,9 @@ typedef enum { ALGO_RING, ALGO_ONESHOT, ALGO_COUNT } plan_algo_t;
 /* The size of a call as the tuning sees it: the per-rank buffer of all-reduce, broadcast and reduce; the
  * whole output of all-gather and the whole input of reduce-scatter (as NCCL counts them). */
 uint64_t plan_call_bytes(const task_t *t, int nranks);
+/* Whether a call leaves every buffer as it is: on one rank, in place, with an operation that keeps a lone
+ * operand (every built-in one, the average included). Such a call is not planned, launched or captured. */
+int plan_call_is_noop(const task_t *t, int nranks);
 /* "Ring", "OneShot". */
 const char *plan_algo_name(plan_algo_t algo);
 

@@ -68,6 +68,7 @@ typedef struct {
   uint8_t duplex_batch;
   uint64_t duplex_max;
   uint8_t oneway_batch, oneway_lo, oneway_hi;
+  uint64_t local_ce_min;
 } xfer_row_t;
 
 /* What every row has unless it says otherwise. A Simple batch of 2 pieces (the receiver works while the
@@ -92,6 +93,9 @@ static const xfer_row_t xfer_rows[] = {
      .dealt_min = MIB(64)},
     {BIT(OP_ALLTOALL) | BIT(OP_SEND) | BIT(OP_RECV), 2, 2, TWO_RANKS, .ll128_min = KIB(128),
      .wide = TUNE_WIDE_EACH, .wide_level = 3},
+    /* one rank: a copy from 1 MiB goes to the copy engines, which move it at the memory's pace (the kernels'
+     * launch is cheaper below) */
+    {ALL, 1, 1, XFER_COMMON, .local_ce_min = MIB(1)},
     {ALL, 1, INT32_MAX, XFER_COMMON},
 };
 
@@ -134,6 +138,7 @@ void tune_knobs_read(tune_knobs_t *k) {
   k->wide = knob(P_BRAID_WIDE_STEPS);
   k->dealt_min = knob(P_BRAID_DEALT_MIN_BYTES);
   k->batch = knob(P_BRAID_BATCH_PIECES);
+  k->local_ce_min = knob(P_BRAID_LOCAL_CE_MIN_BYTES);
 }
 
 static pthread_once_t knobs_once = PTHREAD_ONCE_INIT;
@@ -253,6 +258,7 @@ void tune_call(const tune_call_t *c, const tune_knobs_t *k, tune_shape_t *s) {
   s->oneway_batch = r->oneway_batch;
   s->oneway_lo = r->oneway_lo;
   s->oneway_hi = r->oneway_hi;
+  s->local_ce_min = knob_or(k->local_ce_min, r->local_ce_min, 0);
 }
 
 /* One bit per power-of-two size class, per collective: the choices logged at INFO so far. */

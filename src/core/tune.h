@@ -70,6 +70,8 @@ typedef struct {
   uint8_t oneway_batch; /* one-way steps only, where the largest part per channel is more than
                          * oneway_lo and at most oneway_hi slots (0: no cap) */
   uint8_t oneway_lo, oneway_hi;
+  uint64_t local_ce_min; /* a step of plain local copies (no peer, nothing combined or scaled) of at least
+                          * this many bytes goes to the copy engines instead of a kernel (0: never) */
 } tune_shape_t;
 
 /* The knobs in effect, read once per process. TUNE_UNSET: the table's value. */
@@ -78,7 +80,7 @@ typedef struct {
   uint8_t algos[OP_COUNT]; /* NCCL_ALGO: the algorithms each collective may use, bit (1 << plan_algo_t) */
   uint8_t ll, ll128;       /* NCCL_PROTO allows LL, LL128 */
   int64_t oneshot_max, ar_split, ll_max, ll128_min, ll128_oneway, ll128_max, ll_part, ch_bytes, wide,
-      dealt_min, batch;
+      dealt_min, batch, local_ce_min;
 } tune_knobs_t;
 
 const tune_knobs_t *tune_knobs(void);

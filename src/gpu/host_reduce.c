@@ -19,6 +19,8 @@
 
 #include <string.h>
 
+#include "base/dtype.h"
+
 /* Elements per chunk: 2 KiB of wide values, small enough for several arrays on the stack. */
 enum { CHUNK = 256 };
 
@@ -296,6 +298,17 @@ static void chunk_step(const red_t *red, red_kind_t kind, void *dst, const void 
     break;
   }
   t->narrow(dst, &wa, n);
+}
+
+int red_is_identity(const red_t *red) {
+  switch (red->kind) {
+  case RED_PREMULSUM:
+    return red->scalar_dev == NULL && (dtype_is_float(red->type) ? red->fscale == 1.0 : red->iscale == 1);
+  case RED_SUM_POSTDIV:
+    return red->divisor == 1;
+  default:
+    return 1;
+  }
 }
 
 void red_prepare(const red_t *red, void *out, const void *local, size_t count) {

@@ -26,6 +26,9 @@ typedef struct {
                              kernels read it when they run); NULL otherwise */
 } red_t;
 
+/* Whether preparing and finishing a value with `red` leaves it as it is (a factor of 1, a divisor of 1, or no
+ * scaling at all): a transfer that only prepares and finishes with it is a plain copy. */
+int red_is_identity(const red_t *red);
 /* out[i] = f(local[i]), f scaling by the PREMULSUM factor and the identity otherwise: what a rank sends or
  * keeps of its own input before combining. `out` may be `local`. */
 void red_prepare(const red_t *red, void *out, const void *local, size_t count);

@@ -221,6 +221,27 @@ static red_t float_sum(void) {
 
 /* Every rank's one-shot plan agrees with every other's, for 1..8 ranks, sizes around the threshold, in place
  * or not (and ranks that differ in that). */
+/* One rank, in place, an operation that keeps a lone operand: nothing to plan. Anything else is planned. */
+static void noop_calls(void) {
+  char a[8], b[8];
+  task_t t = {
+      .kind = OP_ALLREDUCE, .sendbuff = a, .recvbuff = a, .count = 2, .type = ncclFloat, .op = ncclAvg};
+  EXPECT(plan_call_is_noop(&t, 1), "an in-place average on one rank");
+  EXPECT(!plan_call_is_noop(&t, 2), "two ranks");
+  t.op = (ncclRedOp_t)ncclNumOps; /* a PreMulSum op: it may scale */
+  EXPECT(!plan_call_is_noop(&t, 1), "a PreMulSum on one rank");
+  t.op = ncclMax;
+  t.recvbuff = b;
+  EXPECT(!plan_call_is_noop(&t, 1), "out of place");
+  t = (task_t){.kind = OP_SEND, .sendbuff = a, .recvbuff = a, .count = 2, .type = ncclFloat, .op = ncclSum};
+  EXPECT(!plan_call_is_noop(&t, 1), "a send to oneself");
+  for (op_kind_t k = OP_ALLREDUCE; k < OP_COUNT; k++) {
+    t.kind = k;
+    EXPECT(plan_call_is_noop(&t, 1) == (k != OP_SEND && k != OP_RECV), "kind %d in place on one rank",
+           (int)k);
+  }
+}
+
 static void oneshot_plans_agree(void) {
   static plan_t plans[MAX_RANKS];
   static char buffers[MAX_RANKS][2];
@@ -715,6 +736,7 @@ int main(void) {
   TEST(deterministic, 30);
   TEST(steps, 30);
   TEST(self_p2p, 30);
+  TEST(noop_calls, 10);
   TEST(oneshot_plans_agree, 120);
   TEST(oneshot_choice, 30);
   TEST(algo_knob, 30);

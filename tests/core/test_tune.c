@@ -31,6 +31,7 @@ static void table_matches_registry(void) {
                {9, P_BRAID_AR_SPLIT_BYTES},
                {10, P_BRAID_WIDE_STEPS},
                {11, P_BRAID_DEALT_MIN_BYTES}};
+
   for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
     EXPECT(!param_is_set(pairs[i].knob), "%s is set in the test's environment", param_name(pairs[i].knob));
     EXPECT((int64_t)v[pairs[i].agreed] == param_int(pairs[i].knob),
@@ -72,6 +73,14 @@ static void rows(void) {
          "four ranks: no LL128, no wide steps");
   s = shape(OP_ALLREDUCE, 128 << 10, 4, TP_LINK_P2P);
   EXPECT(s.algo == ALGO_RING, "four ranks: one-shot to 64 KiB only");
+  s = shape(OP_ALLGATHER, 8, 1, TP_LINK_P2P);
+  EXPECT(s.local_ce_min == 1 << 20, "one rank: copies from 1 MiB to the copy engines (%llu)",
+         (unsigned long long)s.local_ce_min);
+  EXPECT(!param_is_set(P_BRAID_LOCAL_CE_MIN_BYTES) &&
+             s.local_ce_min == (uint64_t)param_int(P_BRAID_LOCAL_CE_MIN_BYTES),
+         "BRAID_LOCAL_CE_MIN_BYTES: the table and the registry differ");
+  s = shape(OP_ALLGATHER, 8 << 20, 2, TP_LINK_P2P);
+  EXPECT(s.local_ce_min == 0, "two ranks: local copies stay in the kernels");
   s = shape(OP_ALLTOALL, 8, 2, TP_LINK_P2P);
   EXPECT(s.algo == ALGO_RING && s.wide == TUNE_WIDE_EACH,
          "all-to-all: direct, each transfer wide by its size");
