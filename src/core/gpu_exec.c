@@ -262,6 +262,12 @@ static int first_on_stream(const plan_t *plan, int i) {
   return 1;
 }
 
+static int one_stream(const plan_t *plan) {
+  for (int i = 1; i < plan->ntasks; i++)
+    if (first_on_stream(plan, i)) return 0;
+  return 1;
+}
+
 /* Orders the launch on `s` after the group's other streams and after the previous eager launch. */
 static ncclResult_t before(gx_t *gx, const plan_t *plan, cudaStream_t s, int capturing) {
   if (!capturing && gx->launched && gx->last != s) CHECK(gpu_stream_wait(s, gx->done));
@@ -470,9 +476,11 @@ ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
   gx->one_way = 1;
   gx->memo_staged = gx->memo_used = 0;
   gx->recall.valid = 0;
+  gx->copies_only = 1;
   for (int i = 0; i < plan->nsteps; i++) CHECK_GOTO(gx_add_step(gx, plan, i, &lc), res, out);
   CHECK_GOTO(gx_flush(gx, &lc, 0), res, out);
-  res = after(gx, plan, lc.s, lc.capturing);
+  /* copies alone on one stream touch no ring: the next launch need not wait for them, nor another stream */
+  res = gx->copies_only && one_stream(plan) ? ncclSuccess : after(gx, plan, lc.s, lc.capturing);
   if (res == ncclSuccess) recall_keep(gx, plan, lc.capturing);
 out:
   gpu_leave(&scope);

@@ -91,6 +91,7 @@ struct gx {
   gpu_event_t *done;         /* recorded after each eager launch */
   gpu_event_t *capture_join; /* joins a captured group's streams */
   int launched;              /* done was recorded at least once */
+  int copies_only;           /* the launch being built has only enqueued copies (no kernel) so far */
   cudaStream_t last;         /* stream of the last eager launch */
   gpu_event_t **joins;       /* one per extra stream of a group */
   int njoins;

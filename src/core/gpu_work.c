@@ -717,6 +717,7 @@ ncclResult_t gx_add_step(gx_t *gx, const plan_t *plan, int s, const launch_ctx_t
   const tune_shape_t *sh = &gx->shapes[st->task - plan->tasks];
   dev_work_t *w = &gx->work;
   if (st->ce) { /* after the steps before it, on the same stream */
+    gx->copies_only = 0;
     if (gx->ce == NULL)
       return log_err(ncclInternalError, "%s: a copy-engine step (call %llu) on an executor without them",
                      gx->name, (unsigned long long)st->task->seq);
@@ -727,6 +728,7 @@ ncclResult_t gx_add_step(gx_t *gx, const plan_t *plan, int s, const launch_ctx_t
     return ce_step(gx->ce, plan, s, lc->s, lc->capturing, &ex);
   }
   if (local_copies(plan, st, sh)) return copy_step(gx, plan, st, lc);
+  gx->copies_only = 0;
   /* an eager launch's list must fit the queue (an entry is a header and the list) */
   uint64_t max = DEV_MAX_SPILL, fits = (gx->wq.cap - WQ_ALIGN) / sizeof(dev_xfer_t);
   if (!lc->capturing && fits < max) max = fits;
