@@ -375,9 +375,11 @@ ncclResult_t ce_init(int dev, int rank, int nranks, const tp_peer_t *peers, link
                                                                CE_CHUNK_ALIGN * CE_CHUNK_ALIGN
                                                          : CE_CHUNK_ALIGN},
              theirs;
+  mem_doing("copy-engine flag words (optional: without them the copy engines stay off)");
   if (mine.min_bytes > 0 && (gpu_dev_alloc(dev, W_COUNT * sizeof(uint32_t), &ce->words) != ncclSuccess ||
                              (!local && gpu_mem_export(ce->words, &mine.words) != ncclSuccess)))
     mine.min_bytes = 0;
+  mem_doing(NULL);
   if (ce->words != NULL) {
     mine.words_at = (uint64_t)(uintptr_t)gpu_mem_ptr(ce->words);
     mem_charge(acct, gpu_mem_size(ce->words), 1, "copy-engine flag words");

@@ -320,7 +320,9 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
                                  (recv[p * gx->rings].marks != NULL ? PEER_MARKS_FROM : 0));
   }
   void *flags_dev = NULL;
+  mem_doing("the executor's flags");
   ncclResult_t res = gpu_host_alloc(sizeof(flags_t), (void **)&gx->flags, &flags_dev);
+  mem_doing(NULL);
   if (res == ncclSuccess) {
     flags_t *fd = flags_dev;
     gx->dcomm = (dev_comm_t){.rank = gx->rank,
