@@ -13,6 +13,7 @@ victim=2
 subnet=10.214.$(( $$ % 200 + 20 ))
 token=$build/recover_netns_token.$$
 
+[ -x "$rank_bin" ] || { echo "$rank_bin is missing"; echo "0 passed, 1 failed"; exit 1; }
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! ip netns add ${tag}probe 2>/dev/null; then
   echo "SKIP: network namespaces need root and iproute2"
   exit 0
@@ -52,15 +53,21 @@ for r in $(seq 0 $((nranks - 1))); do
   run_in $r "$build/recover_rank$r.log" "$rank_bin" $r $nranks $victim "$token" &
   pids+=($!)
 done
-# The joiner starts only once the new rank 0 has a token for it.
-for _ in $(seq 1 1200); do [ -e "$token" ] && break; sleep 0.1; done
+# The joiner starts only once the new rank 0 has a token for it (or never, when every rank has ended).
+for _ in $(seq 1 1200); do
+  [ -e "$token" ] && break
+  alive=0
+  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+  [ $alive = 1 ] || break
+  sleep 0.1
+done
 status=0
 if [ -e "$token" ]; then
   run_in $nranks "$build/recover_join.log" "$rank_bin" join $nranks "$token" &
   join_pid=$!
   wait $join_pid || { echo "the joiner failed:"; cat "$build/recover_join.log"; status=1; }
 else
-  echo "no grow token came within 120 s"; status=1
+  echo "no grow token came (within 120 s, before the ranks ended)"; status=1
 fi
 for r in $(seq 0 $((nranks - 1))); do
   wait ${pids[$r]}; rc=$?
