@@ -4,8 +4,9 @@
  * destroy, as a crashed process does. Each survivor watches its stream and ncclCommGetAsyncError, as a
  * framework's watchdog does, until its work is stuck or failed; then ncclCommShrink with NCCL_SHRINK_ABORT
  * without the lost rank must come back, the survivor's stream must complete (its kernels stopped), and the
- * shrunk communicator must run every collective correctly, renumbered. With --host, the same on the host
- * backend.
+ * shrunk communicator must run every collective correctly, renumbered. Before that, every rank suspends
+ * and resumes the communicator between two checked all-reduces, and ncclCommMemStats must show the device
+ * memory given back and taken again. With --host, the same on the host backend.
  *
  * The lost rank leaves with _exit(0) rather than SIGKILL because the harness counts a killed rank as a
  * failed run; for its peers the two are the same: the process and its CUDA context are gone mid-call.
@@ -20,9 +21,10 @@
 #include "cuda_case.h"
 #include "harness.h"
 
-#define COUNT   ((size_t)1 << 20)
-#define STUCK_S 15 /* the watchdog's patience: above BRAID_TIMEOUT_S (10), so a failure usually comes first  \
-                    */
+#define COUNT ((size_t)1 << 20)
+#define STUCK_S                                                                                              \
+  15 /* the watchdog's patience: above BRAID_TIMEOUT_S (10), so a failure usually comes first                \
+      */
 #define BOUND_S 60
 
 static double now(void) {
@@ -60,6 +62,27 @@ static void until_stuck(ncclComm_t comm, cuda_rank_t *r, int rank) {
   }
 }
 
+/* A suspend between two checked all-reduces: the memory the statistics call suspendable is given back. */
+static void suspend_resume(ncclComm_t comm, cuda_rank_t *r) {
+  coll_case_t c = {.kind = K_ALLREDUCE, .type = ncclFloat32, .op = ncclSum, .count = 300007, .seed = 4};
+  cuda_case_run(comm, r, &c, "procs, before a suspend", BOUND_S);
+  uint64_t held = 0, left = 1, flag = 0;
+  EXPECT_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspend, &held));
+  cuda_watch("ncclCommSuspend and ncclCommResume", BOUND_S);
+  EXPECT_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
+  EXPECT_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspend, &left));
+  EXPECT_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &flag));
+  EXPECT(held > 0 && left == 0 && flag == 1, "suspend: %llu bytes before, %llu after, flag %llu",
+         (unsigned long long)held, (unsigned long long)left, (unsigned long long)flag);
+  EXPECT_OK(ncclCommResume(comm));
+  cuda_unwatch();
+  c.seed = 5;
+  cuda_case_run(comm, r, &c, "procs, after a resume", BOUND_S);
+  EXPECT_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspend, &left));
+  EXPECT(left == held, "resume: %llu bytes, %llu before the suspend", (unsigned long long)left,
+         (unsigned long long)held);
+}
+
 static void shrink_rank(int rank, int n, const ncclUniqueId *id, void *arg) {
   cuda_rank_t r;
   cuda_rank_open(&r, rank, 256 << 20, 64 << 20, NULL);
@@ -67,6 +90,7 @@ static void shrink_rank(int rank, int n, const ncclUniqueId *id, void *arg) {
   cuda_watch("ncclCommInitRank", BOUND_S);
   EXPECT_OK(ncclCommInitRank(&comm, n, *id, rank));
   cuda_unwatch();
+  suspend_resume(comm, &r);
   int victim = victim_of(n);
   pthread_t t;
   if (rank == victim) pthread_create(&t, NULL, leave_later, NULL);
