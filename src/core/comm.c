@@ -65,12 +65,12 @@ ncclResult_t comm_alloc(int nranks, int rank, const ncclConfig_t *config, ncclCo
   ncclComm_t comm = calloc(1, sizeof *comm);
   if (comm == NULL) return log_err(ncclSystemError, "out of host memory allocating a communicator");
   comm->magic = COMM_MAGIC;
+  comm->dp_acct.parent = &comm->acct; /* the data path's charges are the communicator's too */
   comm->rank = rank;
   comm->nranks = nranks;
   comm->dev = -1;
   comm->config = cfg;
   comm->blocking = cfg.blocking;
-  comm->dp_acct.parent = &comm->acct;
   atomic_store(&comm->state, COMM_INITIALIZING);
   atomic_store(&comm->async_error, ncclInProgress);
   *comm_p = comm;
@@ -255,6 +255,16 @@ static ncclResult_t init_gpu(ncclComm_t comm) {
                 &comm->dp_acct, comm->name, &comm->ce));
   gx_set_ce(comm->gx, comm->ce);
   return ncclSuccess;
+}
+
+ncclResult_t comm_dp_free(ncclComm_t comm) {
+  /* waits until no kernel or copy uses the rings (no graph holds them: the callers refuse then) */
+  ncclResult_t res = gx_destroy(comm->gx);
+  if (res == ncclSuccess) links_destroy(comm->links);
+  comm->gx = NULL;
+  comm->ce = NULL;
+  comm->links = NULL;
+  return res;
 }
 
 ncclResult_t comm_dp_build(ncclComm_t comm) {
@@ -487,34 +497,28 @@ ncclResult_t comm_finalize(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-ncclResult_t comm_dp_free(ncclComm_t comm) {
-  ncclResult_t res = ncclSuccess;
-  if (gx_graphs(comm->gx) > 0) {
-    /* only after ncclCommAbort (destroy and finalize refuse): replays may still reach the kernel view, the
-     * rings and the copy-engine path's words and mappings, so they stay until the last graph goes */
-    gx_retire(comm->gx, links_release, comm->links);
-  } else if ((res = gx_destroy(comm->gx)) == ncclSuccess) { /* first: waits until no kernel or copy uses
-                                                             * them; it frees the copy-engine path too */
-    links_destroy(comm->links);
-  } /* else a kernel or a copy may still use the rings and mappings: they stay (gx_destroy said so) */
-  comm->gx = NULL;
-  comm->ce = NULL;
-  comm->links = NULL;
-  return res;
-}
-
 void comm_destroy(ncclComm_t comm) {
   if (comm->init_thread_live) {
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
   }
-  comm_dp_free(comm);
+  if (gx_graphs(comm->gx) > 0) {
+    /* only after ncclCommAbort (destroy and finalize refuse): replays may still reach the kernel view, the
+     * rings and the copy-engine path's words and mappings, so they stay until the last graph goes */
+    gx_retire(comm->gx, links_release, comm->links);
+  } else if (gx_destroy(comm->gx) == ncclSuccess) { /* first: waits until no kernel or copy uses them; it
+                                                     * frees the copy-engine path too (gx_set_ce) */
+    links_destroy(comm->links);
+  } /* else a kernel or a copy may still use the rings and mappings: they stay (gx_destroy said so) */
+  comm->gx = NULL;
+  comm->ce = NULL;
   if (comm->boot != NULL) boot_close(comm->boot);
   mem_free(&comm->acct, comm->peers, comm->nranks * sizeof *comm->peers);
   plan_free(&comm->plan);
   redop_free(&comm->redops);
   INFO(LOG_INIT | LOG_ALLOC, "%s rank %d: destroyed; its memory peaked at %zu bytes", comm->name, comm->rank,
        atomic_load(&comm->acct.peak_bytes));
+  comm->links = NULL;
   comm->boot = NULL;
   comm->peers = NULL;
   comm->magic = COMM_DEAD;

@@ -103,8 +103,8 @@ ncclResult_t comm_finalize(ncclComm_t comm);
 /* Makes the data path (links; on a GPU: every connection, the executor and the copy engines), charged to
  * dp_acct: init and ncclCommResume. */
 ncclResult_t comm_dp_build(ncclComm_t comm);
-/* Frees the data path (ncclCommSuspend, destroy). ncclSystemError when a kernel may still use it: it is then
- * left allocated, as gx_destroy says. */
+/* Frees the data path (ncclCommSuspend, a failed resume); no CUDA graph may hold the communicator.
+ * ncclSystemError when a kernel may still use it: it is then left allocated, as gx_destroy says. */
 ncclResult_t comm_dp_free(ncclComm_t comm);
 /* ncclSuccess while the communicator accepts work; checked again by ncclGroupEnd after it has counted itself
  * busy, so that a call that passed its checks before a revoke or suspend does not run after it. */

@@ -205,7 +205,12 @@ ncclResult_t comm_grow(ncclComm_t parent, int nranks, const ncclUniqueId *id, co
 }
 
 ncclResult_t comm_suspend(ncclComm_t comm) {
-  CHECK(comm_graphs_check(comm, "ncclCommSuspend"));
+  int graphs = gx_graphs(comm->gx);
+  if (graphs > 0)
+    return log_err(ncclInvalidUsage,
+                   "ncclCommSuspend: %s rank %d is used by %d CUDA graph%s, whose replays need its buffers; "
+                   "destroy them first. The communicator is unchanged",
+                   comm->name, comm->rank, graphs, graphs == 1 ? "" : "s");
   /* every rank has finished its calls: no connection carries anything any more */
   ncclResult_t res = boot_barrier(comm->boot);
   if (res != ncclSuccess) {

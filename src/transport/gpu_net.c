@@ -412,9 +412,7 @@ static ncclResult_t alloc_rings(gpu_net_conn_t *c) {
   void *host = NULL, *dev_ptr = NULL;
   gpu_scope_t scope;
   CHECK(gpu_enter(c->dev, &scope));
-  mem_doing("gpu_net rings");
   ncclResult_t res = gpu_host_alloc(bytes, &host, &dev_ptr);
-  mem_doing(NULL);
   gpu_leave(&scope);
   CHECK(res);
   c->host = host;
