@@ -25,9 +25,10 @@ static void wait_idle(ncclComm_t comm) {
 }
 
 /* Stops every pending operation: the abort flag ends this rank's waits (host engine, bootstrap, a
- * non-blocking init), gx_abort its kernels', and the failure signal on every connection its peers'. Once no
- * thread works on the communicator the flag goes down again: the bootstrap must still serve a shrink or a
- * split. */
+ * non-blocking init) and gx_abort its kernels'; once no thread works on the communicator, the failure signal
+ * on every connection ends its peers' waits (not before: a transport may free a connection's state when it
+ * fails it, under a thread still using it). The flag then goes down again: the bootstrap must still serve a
+ * shrink or a split. */
 static void stop_all(ncclComm_t comm) {
   __atomic_store_n(&comm->abort_flag, ENGINE_STOP_REVOKE, __ATOMIC_RELEASE);
   gx_abort(comm->gx);
@@ -35,8 +36,8 @@ static void stop_all(ncclComm_t comm) {
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
   }
-  if (comm->links != NULL) links_fail(comm->links);
   wait_idle(comm);
+  if (comm->links != NULL) links_fail(comm->links);
   __atomic_store_n(&comm->abort_flag, 0, __ATOMIC_RELEASE);
 }
 
