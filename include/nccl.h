@@ -1,15 +1,22 @@
 /*
- * Braid's public header: the NCCL 2.28.9 API and ABI.
+ * Braid's public header: NCCL's host API as of NCCL 2.30.7, binary-compatible with NCCL 2.28.9 and later.
  *
- * Programs built against this header, or against NCCL's own, run on Braid's libnccl.so.2 unchanged: every
- * enum value, struct layout and function signature here matches NCCL 2.28.9. Each call is documented where
- * it is declared. Every function also exists under a "p" prefix (pncclAllReduce, ...) for profiling tools.
+ * Programs built against this header, or against NCCL's own (2.28.9 to 2.30.7), run on Braid's libnccl.so.2
+ * unchanged: every enum value, struct layout and function signature here matches NCCL's, and configuration
+ * structs of older layouts are still accepted (their size says which). Each call is documented where it is
+ * declared. Every function also exists under a "p" prefix (pncclAllReduce, ...) for profiling tools.
+ *
+ * The header declares the 2.30.7 surface, while ncclGetVersion reports 22809: the newest NCCL release whose
+ * whole host API Braid implements (the one-sided calls of 2.29, ncclPutSignal, ncclSignal and
+ * ncclWaitSignal, are refused with a message). Programs that test NCCL_VERSION_CODE at build time see the
+ * declarations; programs that test ncclGetVersion at run time enable only what works.
  */
 #ifndef NCCL_H_
 #define NCCL_H_
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* cudaStream_t: take CUDA's definition when its headers are on the include path, otherwise declare the same
  * opaque pointer type, so that host-only programs (and Braid's own host code) need no CUDA toolkit. */
@@ -26,10 +33,10 @@ typedef struct CUstream_st *cudaStream_t;
 #endif
 
 #define NCCL_MAJOR 2
-#define NCCL_MINOR 28
-#define NCCL_PATCH 9
+#define NCCL_MINOR 30
+#define NCCL_PATCH 7
 #define NCCL_SUFFIX ""
-#define NCCL_VERSION_CODE 22809
+#define NCCL_VERSION_CODE 23007
 #define NCCL_VERSION(X, Y, Z) (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
 
 #ifdef __cplusplus
@@ -58,17 +65,21 @@ typedef enum {
   ncclInvalidUsage = 5,
   ncclRemoteError = 6,
   ncclInProgress = 7,
-  ncclNumResults = 8
+  ncclTimeout = 8, /* since 2.30 */
+  ncclNumResults = 9
 } ncclResult_t;
 
 #define NCCL_CONFIG_UNDEF_INT INT_MIN
 #define NCCL_CONFIG_UNDEF_PTR NULL
 #define NCCL_SPLIT_NOCOLOR -1
 #define NCCL_UNDEF_FLOAT -1.0f
+/* The magic number of the configuration structs (ncclConfig_t, ncclCommProperties_t). */
+#define NCCL_API_MAGIC 0xcafebeef
 
 /* Flags of ncclCommWindowRegister. */
 #define NCCL_WIN_DEFAULT 0x00
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_STRICT_ORDERING 0x02 /* since 2.29 */
 #define NCCL_WIN_REQUIRED_ALIGNMENT 4096
 
 /* Values of ncclConfig_t.CTAPolicy. */
@@ -81,9 +92,13 @@ typedef enum {
 #define NCCL_SHRINK_ABORT 0x01
 #define NCCL_REVOKE_DEFAULT 0x00
 
+/* Flags of ncclCommSuspend (since 2.29). */
+#define NCCL_SUSPEND_MEM 0x01 /* give back the communicator's large buffers until ncclCommResume */
+
 /* Communicator configuration. Initialise with NCCL_CONFIG_INITIALIZER, then set the fields you need; size,
- * magic and version say which layout the caller was built with, so that older and newer callers both work. */
-typedef struct ncclConfig_v22800 {
+ * magic and version say which layout the caller was built with, so that older and newer callers both work
+ * (2.28's layout ends at nvlinkCentricSched, 2.29's at numRmaCtx). */
+typedef struct ncclConfig_v23000 {
   size_t size;
   unsigned int magic;
   unsigned int version;
@@ -101,15 +116,19 @@ typedef struct ncclConfig_v22800 {
   int nvlsCTAs;            /* thread blocks for NVLink multicast */
   int nChannelsPerNetPeer; /* network channels per peer */
   int nvlinkCentricSched;  /* schedule around NVLink */
+  int graphUsageMode;      /* since 2.29: 0 no CUDA graphs, 1 one graph, 2 several or mixed with eager calls */
+  int numRmaCtx;           /* since 2.29: contexts for one-sided operations */
+  int maxP2pPeers;         /* since 2.30: most peers a rank talks to at once in send/receive */
+  int graphStreamOrdering; /* since 2.30: 1 order captured kernels across communicators, 0 do not */
 } ncclConfig_t;
 
 #define NCCL_CONFIG_INITIALIZER                                                                                 \
   {                                                                                                             \
-    sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), NCCL_CONFIG_UNDEF_INT,  \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR,             \
+    sizeof(ncclConfig_t), NCCL_API_MAGIC, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,      \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,             \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,             \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,             \
-        NCCL_CONFIG_UNDEF_INT                                                                                   \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT              \
   }
 
 /* What ncclGroupSimulateEnd reports. Initialise with NCCL_SIM_INFO_INITIALIZER. */
@@ -121,7 +140,7 @@ typedef struct ncclSimInfo_v22200 {
 } ncclSimInfo_t;
 
 #define NCCL_SIM_INFO_INITIALIZER                                                                               \
-  { sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), NCCL_UNDEF_FLOAT }
+  { sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION_CODE, NCCL_UNDEF_FLOAT }
 
 /* Reduction operations. Values from ncclNumOps up are made by ncclRedOpCreatePreMulSum. */
 typedef enum { ncclNumOps_dummy = 5 } ncclRedOp_dummy_t;
@@ -169,7 +188,8 @@ ncclResult_t pncclMemAlloc(void **ptr, size_t size);
 ncclResult_t ncclMemFree(void *ptr);
 ncclResult_t pncclMemFree(void *ptr);
 
-/* Writes the NCCL version whose API this library implements (22809). */
+/* Writes the newest NCCL version whose whole host API this library implements: 22809 (see the top of this
+ * file); Braid's own version is in its log banner. */
 ncclResult_t ncclGetVersion(int *version);
 ncclResult_t pncclGetVersion(int *version);
 
@@ -204,7 +224,10 @@ ncclResult_t pncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t pncclCommAbort(ncclComm_t comm);
 
-/* Stops in-flight operations so that the communicator can be destroyed, split or shrunk. */
+/* Stops every pending and later operation on the communicator: each fails at once with an error that says
+ * so, here and on the ranks waiting for this one. Safe from any thread, also while another thread waits in a
+ * collective. Afterwards the communicator can only be shrunk, split, aborted or destroyed. revokeFlags must
+ * be NCCL_REVOKE_DEFAULT. */
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
 
@@ -212,11 +235,29 @@ ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
 ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
 
-/* Makes a new communicator without the ranks of excludeRanksList. */
+/* Makes a new communicator of the ranks not in excludeRanksList, renumbered in their old order; called by
+ * every rank that stays, never by an excluded one, and never waits for an excluded rank (dead, hung or
+ * alive). NCCL_SHRINK_DEFAULT: comm stays usable (no operation may be pending on it). NCCL_SHRINK_ABORT:
+ * pending operations on comm are stopped first (after a failure); comm can then only be aborted or
+ * destroyed. config NULL: the parent's configuration. */
 ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
                             ncclConfig_t *config, int shrinkFlags);
 ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
                              ncclConfig_t *config, int shrinkFlags);
+
+/* Since 2.29: makes the token for one ncclCommGrow of comm. One rank (the coordinator) calls it, hands the
+ * token to the new ranks and passes it to its own ncclCommGrow. A token serves one grow. */
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+
+/* Since 2.29: makes a communicator of nRanks ranks from comm's ranks and new ones. Existing ranks pass comm,
+ * rank -1 and uniqueId NULL (the coordinator passes its token) and keep their ranks; new ranks (new
+ * processes) pass comm NULL, the coordinator's token and their rank (from comm's size up). comm stays as it
+ * was; destroy it when done. config NULL: comm's configuration (existing ranks), the defaults (new ones). */
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm,
+                          ncclConfig_t *config);
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                           ncclComm_t *newcomm, ncclConfig_t *config);
 
 /* Like ncclCommInitRankConfig, with nId tokens (the same on every rank) to spread the bootstrap load. */
 ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds,
@@ -255,11 +296,36 @@ ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size, v
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle);
 ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle);
 
+/* Since 2.29: with NCCL_SUSPEND_MEM, gives back the communicator's large buffers (staging rings, scratch,
+ * connections) until ncclCommResume rebuilds them; every rank calls both, with no operation pending. Calls
+ * on a suspended communicator fail with a message saying so. */
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t ncclCommResume(ncclComm_t comm);
+ncclResult_t pncclCommResume(ncclComm_t comm);
+
+/* What ncclCommMemStats reports (since 2.29). On a host-backend communicator the "GPU" memory is the host
+ * memory that stands in for it: the executor's staging rings and tables. */
+typedef enum {
+  ncclStatGpuMemSuspend = 0,   /* bytes that ncclCommSuspend gives back */
+  ncclStatGpuMemSuspended = 1, /* 1 while suspended, else 0 */
+  ncclStatGpuMemPersist = 2,   /* bytes held for the communicator's whole life */
+  ncclStatGpuMemTotal = 3      /* all bytes the communicator holds */
+} ncclCommMemStat_t;
+
+/* Writes one memory statistic of the communicator into *value. */
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
+
 /* Registers a memory window, collectively over the communicator (and deregisters it). */
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
 ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+
+/* Since 2.29: the buffer a window was registered with. */
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
 
 /* Makes a reduction that multiplies each rank's input by *scalar before summing. */
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
@@ -334,6 +400,29 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                        cudaStream_t stream);
 
+/* One-sided operations on windows (since 2.29): a put of count elements into peer's window at
+ * peerWinOffset that raises signal sigIdx of context ctx there, a signal alone, and a wait for signals.
+ * Braid refuses them (ncclInvalidUsage, naming the call): they need a progress engine on the target. */
+ncclResult_t ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin,
+                           size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                           cudaStream_t stream);
+ncclResult_t pncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer,
+                            ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
+                            ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+
+/* What ncclWaitSignal waits for: opCnt signals from peer on (sigIdx, ctx). */
+typedef struct {
+  int opCnt;
+  int peer;
+  int sigIdx;
+  int ctx;
+} ncclWaitSignalDesc_t;
+
+ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream);
+
 /* Groups: calls between ncclGroupStart and ncclGroupEnd are issued together at ncclGroupEnd. Groups nest. */
 ncclResult_t ncclGroupStart(void);
 ncclResult_t pncclGroupStart(void);
@@ -343,6 +432,54 @@ ncclResult_t pncclGroupEnd(void);
 /* Ends a group without running it, and estimates its time in simInfo. */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
+
+/* The parameter registry (since 2.30): every knob the library reads (NCCL_* and BRAID_*), by its full
+ * name. A handle names one knob and stays valid for the process's life. */
+typedef struct ncclParamHandle *ncclParamHandle_t;
+
+/* Finds the knob named key; ncclInvalidArgument when there is none. */
+ncclResult_t ncclParamBind(ncclParamHandle_t *out, const char *key);
+ncclResult_t pncclParamBind(ncclParamHandle_t *out, const char *key);
+
+/* An integer knob's value as the type of *out; ncclInvalidArgument for a text knob or a value that does not
+ * fit the type. */
+ncclResult_t ncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+ncclResult_t pncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+ncclResult_t ncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+ncclResult_t pncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+ncclResult_t ncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+ncclResult_t pncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+ncclResult_t ncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+ncclResult_t pncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+ncclResult_t ncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+ncclResult_t pncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+ncclResult_t ncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+ncclResult_t pncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+ncclResult_t ncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+ncclResult_t pncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+ncclResult_t ncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+ncclResult_t pncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+
+/* A knob's value as text; the string stays valid until this thread's next ncclParamGetStr. */
+ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char **out);
+ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char **out);
+
+/* A knob's value as bytes into out (maxLen bytes of room); *len gets the bytes written: an integer knob's
+ * int64_t, a text knob's string with its terminating NUL. */
+ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+ncclResult_t pncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+
+/* A knob's value as text, by name; valid until this thread's next call of it. */
+ncclResult_t ncclParamGetParameter(const char *key, const char **value, int *valueLen);
+ncclResult_t pncclParamGetParameter(const char *key, const char **value, int *valueLen);
+
+/* The names of all knobs; the table stays valid for the process's life. */
+ncclResult_t ncclParamGetAllParameterKeys(const char ***table, int *tableLen);
+ncclResult_t pncclParamGetAllParameterKeys(const char ***table, int *tableLen);
+
+/* Prints every knob with its value, default and source on standard output. */
+void ncclParamDumpAll(void);
+void pncclParamDumpAll(void);
 
 #ifdef __cplusplus
 }

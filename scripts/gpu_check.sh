@@ -134,9 +134,13 @@ echo "built in $((SECONDS - start)) s"
 
 # Upper bounds per test binary, in seconds (each test also bounds every case it runs), and for all of them.
 declare -A gt_cap=([test_cuda_coll]=150 [test_cuda_group]=60 [test_cuda_mem]=60 [test_cuda_huge]=90
-                   [test_cuda_abort]=60 [test_cuda_graphs]=90 [test_cuda_graphs2]=90 [test_cuda_order]=60)
+                   [test_cuda_abort]=60 [test_cuda_graphs]=90 [test_cuda_graphs2]=90 [test_cuda_order]=60
+                   [test_cuda_shrink]=90 [test_cuda_oom]=90)
+# Ranks per test (default: one per GPU). A lost rank and the shrink after it need three ranks or more, which
+# share the GPUs there are (--devices).
+declare -A gt_ranks=([test_cuda_shrink]="--gpus $(( ngpus > 4 ? ngpus : 4 )) --devices $ngpus")
 gt_order="test_cuda_coll test_cuda_group test_cuda_mem test_cuda_huge test_cuda_abort test_cuda_graphs test_cuda_graphs2
-          test_cuda_order"
+          test_cuda_order test_cuda_shrink test_cuda_oom"
 gt_budget=${GPU_TESTS_S:-200}
 
 # run_gpu_tests LIB LIBDIR: every GPU test on one library; a row per test in $gtests.
@@ -163,7 +167,7 @@ run_gpu_tests() {
     fi
     echo "# $t on $lib ($resolved), limit $limit s" >"$log"
     t0=$SECONDS
-    LD_LIBRARY_PATH=$libdir timeout -k 10 "$limit" "$bin" --gpus "$ngpus" >>"$log" 2>&1
+    LD_LIBRARY_PATH=$libdir timeout -k 10 "$limit" "$bin" ${gt_ranks[$t]:---gpus $ngpus} >>"$log" 2>&1
     status=$?
     verdict=$(gt_verdict $status)
     detail=$(grep -m1 -E '^FAIL|timed out' "$log" | cut -c1-300 | tr '\t|`' '   ')

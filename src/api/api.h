@@ -13,4 +13,7 @@
   ret name(__VA_ARGS__) __attribute__((visibility("default"), weak, alias("p" #name)));                      \
   __attribute__((visibility("default"))) ret p##name(__VA_ARGS__)
 
+/* The communicator and buffer of a live window (src/api/mem.c); ncclInvalidArgument for anything else. */
+ncclResult_t mem_window_owner(ncclWindow_t win, ncclComm_t *comm_p, void **buff_p);
+
 #endif

@@ -1,7 +1,8 @@
 /*
  * The host-side calls of NCCL's device API (nccl_device.h): device communicators, teams and the resource
- * requirements of device-side barriers and all-to-all. Teams are answered; the device communicator and its
- * resources are not available yet and say so.
+ * requirements of device-side barriers, all-to-all and GIN buffers, and device pointers into windows. Teams
+ * are answered; the device communicator, its resources and peers' window memory are not available yet and
+ * say so.
  */
 #include "api.h"
 #include "base/check.h"
@@ -77,7 +78,56 @@ NCCL_API(int, ncclTeamRankToLsa, ncclComm_t comm, team_t team, int rank) {
   return comm->rank + (rank - team.rank) * team.stride;
 }
 
-/* NCCL also exports this internal name; it re-reads the logging variables as ncclResetDebugInit does. */
-NCCL_API(void, ncclResetDebugInitInternal, void) {
+NCCL_API(ncclResult_t, ncclGinOutboxCreateRequirement, int nBlocks, int sizeLog2, void *outHandle,
+         void *outReq) {
+  return not_yet("ncclGinOutboxCreateRequirement");
+}
+
+NCCL_API(ncclResult_t, ncclGinInboxA2ACreateRequirement, team_t peers, int nBlocks, int sizeLog2,
+         void *outHandle, void *outReq) {
+  return not_yet("ncclGinInboxA2ACreateRequirement");
+}
+
+/* Device pointers into windows: a window is not mapped by its peers here, so only this rank's own memory
+ * has one (ncclGetPeerDevicePointer for this rank: the buffer itself). */
+static ncclResult_t no_mapping(const char *func, void **out) {
+  if (out == NULL) return log_err(ncclInvalidArgument, "%s: outPtr is NULL", func);
+  return log_err(ncclInvalidUsage,
+                 "%s: windows are not mapped by their peers in this version of Braid (no device API, no "
+                 "multicast)",
+                 func);
+}
+
+NCCL_API(ncclResult_t, ncclGetPeerDevicePointer, ncclWindow_t window, size_t offset, int peer,
+         void **outPtr) {
+  void *mine = NULL;
+  ncclComm_t comm = NULL;
+  if (window != NULL && outPtr != NULL && mem_window_owner(window, &comm, &mine) == ncclSuccess &&
+      peer == comm->rank) {
+    *outPtr = (char *)mine + offset;
+    return ncclSuccess;
+  }
+  return no_mapping("ncclGetPeerDevicePointer", outPtr);
+}
+
+NCCL_API(ncclResult_t, ncclGetLsaDevicePointer, ncclWindow_t window, size_t offset, int lsaRank,
+         void **outPtr) {
+  return no_mapping("ncclGetLsaDevicePointer", outPtr);
+}
+
+NCCL_API(ncclResult_t, ncclGetLsaMultimemDevicePointer, ncclWindow_t window, size_t offset, void **outPtr) {
+  return no_mapping("ncclGetLsaMultimemDevicePointer", outPtr);
+}
+
+/* multimem is NCCL's ncclMultimemHandle_t: one pointer, passed by value as a pointer is. */
+NCCL_API(ncclResult_t, ncclGetMultimemDevicePointer, ncclWindow_t window, size_t offset, void *multimem,
+         void **outPtr) {
+  return no_mapping("ncclGetMultimemDevicePointer", outPtr);
+}
+
+/* NCCL also exports this internal name, without a "p" twin; it re-reads the logging variables as
+ * ncclResetDebugInit does. */
+__attribute__((visibility("default"))) void ncclResetDebugInitInternal(void);
+void ncclResetDebugInitInternal(void) {
   ncclResetDebugInit();
 }

@@ -12,11 +12,17 @@
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "core/group.h"
+#include "core/recover.h"
 #include "gpu/gpu.h"
+
+/* The newest NCCL release whose whole host API works here. 2.29 added one-sided calls (ncclPutSignal,
+ * ncclSignal, ncclWaitSignal) that Braid refuses, so a framework that enables features by the run-time
+ * version must not take them for working; nccl.h still declares the 2.30.7 surface. */
+#define API_VERSION_COMPLETE 22809
 
 NCCL_API(ncclResult_t, ncclGetVersion, int *version) {
   if (version == NULL) return log_err(ncclInvalidArgument, "ncclGetVersion: version is NULL");
-  *version = NCCL_VERSION_CODE;
+  *version = API_VERSION_COMPLETE;
   return ncclSuccess;
 }
 
@@ -146,7 +152,7 @@ static ncclResult_t run_split(void *arg) {
 
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
          ncclConfig_t *config) {
-  CHECK(group_error(comm_check_ready(comm, "ncclCommSplit")));
+  CHECK(group_error(comm_check_parent(comm, "ncclCommSplit")));
   if (newcomm == NULL) return group_error(log_err(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL"));
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
     return group_error(log_err(
@@ -166,15 +172,134 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   return group_job(run_split, a, NULL);
 }
 
+/* A deferred shrink or grow: the parent, the child's place, and a copy of what the caller passed. */
+typedef struct {
+  ncclComm_t parent;
+  ncclComm_t *newcomm;
+  int flags, nranks, has_id, has_config, n;
+  ncclUniqueId id;
+  ncclConfig_t config;
+  int excl[];
+} resize_args_t;
+
+static ncclResult_t run_shrink(void *arg) {
+  resize_args_t *a = arg;
+  ncclResult_t res =
+      comm_shrink(a->parent, a->excl, a->n, a->has_config ? &a->config : NULL, a->flags, a->newcomm);
+  free(a);
+  return res;
+}
+
+static ncclResult_t run_grow(void *arg) {
+  resize_args_t *a = arg;
+  ncclResult_t res = comm_grow(a->parent, a->nranks, a->has_id ? &a->id : NULL,
+                               a->has_config ? &a->config : NULL, a->newcomm);
+  free(a);
+  return res;
+}
+
+/* The arguments of a shrink or grow, copied for the group's end (n excluded ranks). */
+static ncclResult_t resize_args(const char *func, ncclComm_t comm, ncclComm_t *newcomm,
+                                const ncclConfig_t *config, int n, resize_args_t **a_p) {
+  resize_args_t *a = calloc(1, sizeof *a + (size_t)n * sizeof(int));
+  if (a == NULL) return log_err(ncclSystemError, "%s: out of host memory", func);
+  *a = (resize_args_t){.parent = comm, .newcomm = newcomm, .has_config = config != NULL, .n = n};
+  ncclResult_t res = config != NULL ? comm_config_check(config, &a->config) : ncclSuccess;
+  if (res != ncclSuccess) {
+    free(a);
+    return res;
+  }
+  *a_p = a;
+  return ncclSuccess;
+}
+
+static ncclResult_t check_exclusion(ncclComm_t comm, const int *excl, int n, int flags) {
+  if (n < 1)
+    return log_err(ncclInvalidArgument,
+                   "ncclCommShrink: excludeRanksCount is %d; it must be at least 1 (ncclCommSplit copies a "
+                   "communicator)",
+                   n);
+  if (excl == NULL) return log_err(ncclInvalidArgument, "ncclCommShrink: excludeRanksList is NULL");
+  if (flags & ~NCCL_SHRINK_ABORT)
+    return log_err(
+        ncclInvalidArgument,
+        "ncclCommShrink: shrinkFlags 0x%x has unknown bits (NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT)",
+        flags);
+  for (int i = 0; i < n; i++) {
+    if (excl[i] < 0 || excl[i] >= comm->nranks)
+      return log_err(ncclInvalidArgument, "ncclCommShrink: excludeRanksList[%d] is %d, outside 0..%d", i,
+                     excl[i], comm->nranks - 1);
+    if (excl[i] == comm->rank)
+      return log_err(ncclInvalidArgument,
+                     "ncclCommShrink: rank %d is in excludeRanksList; an excluded rank must not call it",
+                     comm->rank);
+  }
+  return ncclSuccess;
+}
+
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
          ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
-  CHECK(comm_check(comm, "ncclCommShrink"));
-  return log_err(ncclInvalidUsage, "ncclCommShrink is not supported by this version of Braid");
+  CHECK(group_error(comm_check_parent(comm, "ncclCommShrink")));
+  if (newcomm == NULL) return group_error(log_err(ncclInvalidArgument, "ncclCommShrink: newcomm is NULL"));
+  CHECK(group_error(check_exclusion(comm, excludeRanksList, excludeRanksCount, shrinkFlags)));
+  resize_args_t *a;
+  CHECK(group_error(resize_args("ncclCommShrink", comm, newcomm, config, excludeRanksCount, &a)));
+  a->flags = shrinkFlags;
+  memcpy(a->excl, excludeRanksList, (size_t)excludeRanksCount * sizeof(int));
+  *newcomm = NULL;
+  return group_job(run_shrink, a, NULL);
 }
 
 NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+  if (comm == NULL) return ncclSuccess; /* as NCCL */
   CHECK(comm_check(comm, "ncclCommRevoke"));
-  return log_err(ncclInvalidUsage, "ncclCommRevoke is not supported by this version of Braid");
+  if (revokeFlags != NCCL_REVOKE_DEFAULT)
+    return log_err(ncclInvalidArgument, "ncclCommRevoke: revokeFlags is 0x%x; it must be NCCL_REVOKE_DEFAULT",
+                   revokeFlags);
+  return comm_revoke(comm);
+}
+
+NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId *uniqueId) {
+  CHECK(comm_check_ready(comm, "ncclCommGetUniqueId"));
+  if (uniqueId == NULL) return log_err(ncclInvalidArgument, "ncclCommGetUniqueId: uniqueId is NULL");
+  return comm_grow_id(comm, uniqueId);
+}
+
+/* A new rank of a grow: an init of its own on the coordinator's token. */
+static ncclResult_t grow_new_rank(int nranks, const ncclUniqueId *id, int rank, ncclComm_t *newcomm,
+                                  const ncclConfig_t *config) {
+  if (id == NULL)
+    return log_err(
+        ncclInvalidArgument,
+        "ncclCommGrow: a new rank (comm NULL) passes the token the coordinator's ncclCommGetUniqueId "
+        "made; uniqueId is NULL");
+  if (rank < 0)
+    return log_err(ncclInvalidArgument, "ncclCommGrow: a new rank (comm NULL) passes its rank; rank is %d",
+                   rank);
+  return init_rank("ncclCommGrow", newcomm, nranks, rank, 1, id, config, -1);
+}
+
+NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+         ncclComm_t *newcomm, ncclConfig_t *config) {
+  if (newcomm == NULL) return group_error(log_err(ncclInvalidArgument, "ncclCommGrow: newcomm is NULL"));
+  if (comm == NULL) return grow_new_rank(nRanks, uniqueId, rank, newcomm, config);
+  CHECK(group_error(comm_check_ready(comm, "ncclCommGrow")));
+  if (rank != -1)
+    return group_error(log_err(ncclInvalidArgument,
+                               "ncclCommGrow: rank is %d; an existing rank passes -1 (it keeps its rank, %d)",
+                               rank, comm->rank));
+  if (nRanks <= comm->nranks)
+    return group_error(log_err(ncclInvalidArgument,
+                               "ncclCommGrow: nRanks is %d; it must exceed %s's %d ranks", nRanks, comm->name,
+                               comm->nranks));
+  if (uniqueId != NULL) CHECK(group_error(boot_check_id(uniqueId)));
+  resize_args_t *a;
+  CHECK(group_error(resize_args("ncclCommGrow", comm, newcomm, config, 0, &a)));
+  a->nranks = nRanks;
+  a->has_id = uniqueId != NULL;
+  if (uniqueId != NULL) a->id = *uniqueId;
+  *newcomm = NULL;
+  return group_job(run_grow, a, NULL);
 }
 
 static ncclResult_t deferred_finalize(void *arg) {

@@ -76,7 +76,7 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
          int winFlags) {
   CHECK(comm_check_ready(comm, "ncclCommWindowRegister"));
   if (win == NULL) return log_err(ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
-  if (winFlags & ~NCCL_WIN_COLL_SYMMETRIC)
+  if (winFlags & ~(NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING))
     return log_err(ncclInvalidArgument, "ncclCommWindowRegister: unknown flags 0x%x", winFlags);
   if ((winFlags & NCCL_WIN_COLL_SYMMETRIC) && (uintptr_t)buff % NCCL_WIN_REQUIRED_ALIGNMENT != 0)
     return log_err(ncclInvalidArgument,
@@ -88,4 +88,24 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
 NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   CHECK(comm_check(comm, "ncclCommWindowDeregister"));
   return reg_drop(comm, (reg_t *)win, "ncclCommWindowDeregister");
+}
+
+ncclResult_t mem_window_owner(ncclWindow_t win, ncclComm_t *comm_p, void **buff_p) {
+  const reg_t *r = (const reg_t *)win;
+  if (r == NULL || r->magic != REG_MAGIC) return ncclInvalidArgument;
+  *comm_p = r->comm;
+  *buff_p = r->buff;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, void **outUserPtr) {
+  CHECK(comm_check(comm, "ncclWinGetUserPtr"));
+  if (outUserPtr == NULL) return log_err(ncclInvalidArgument, "ncclWinGetUserPtr: outUserPtr is NULL");
+  ncclComm_t owner = NULL;
+  void *buff = NULL;
+  if (mem_window_owner(win, &owner, &buff) != ncclSuccess || owner != comm)
+    return log_err(ncclInvalidArgument, "ncclWinGetUserPtr: win %p is not a window of this communicator",
+                   (void *)win);
+  *outUserPtr = buff;
+  return ncclSuccess;
 }

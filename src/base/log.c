@@ -182,6 +182,8 @@ const char *log_result_name(ncclResult_t res) {
     return "remote process exited or there was a network error";
   case ncclInProgress:
     return "operation in progress";
+  case ncclTimeout:
+    return "timeout";
   default:
     return "unknown result code";
   }

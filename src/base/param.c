@@ -149,6 +149,19 @@ const char *param_source(param_id_t id) {
   return params[id].source != NULL ? params[id].source : "default";
 }
 
+int param_find(const char *name) {
+  const param_t *p = lookup(name, strlen(name));
+  return p != NULL ? (int)(p - params) : -1;
+}
+
+int param_is_text(param_id_t id) {
+  return params[id].kind == KIND_STR;
+}
+
+const char *param_default(param_id_t id) {
+  return params[id].def;
+}
+
 void param_format(param_id_t id, char *buf, int len) {
   ensure_loaded();
   if (params[id].kind == KIND_INT)

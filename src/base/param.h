@@ -28,6 +28,12 @@ int param_is_set(param_id_t id);
 const char *param_name(param_id_t id);
 const char *param_help(param_id_t id);
 const char *param_source(param_id_t id);
+/* The knob named `name` (its full name, e.g. NCCL_DEBUG), or -1 when there is none. */
+int param_find(const char *name);
+/* Whether the knob holds text (PARAM_STR) rather than an integer. */
+int param_is_text(param_id_t id);
+/* The knob's default, as text. */
+const char *param_default(param_id_t id);
 /* Writes the value as text into buf (for listings). */
 void param_format(param_id_t id, char *buf, int len);
 /* Reads the environment and configuration files again (logging reset and tests). */

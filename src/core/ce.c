@@ -216,9 +216,11 @@ static ncclResult_t peer_open(ce_t *ce, const tp_peer_t *peers, links_t *links, 
                                                                         CE_CHUNK_ALIGN * CE_CHUNK_ALIGN
                                                                   : CE_CHUNK_ALIGN,
                        .pidns = tp_pid_namespace()};
+  mem_doing("copy-engine flag words (optional: without them the copy engines stay off)");
   if (gpu_dev_alloc(ce->dev, W_COUNT * sizeof(uint32_t), &p->words) != ncclSuccess ||
       (!p->local && gpu_mem_export(p->words, &mine->words) != ncclSuccess))
     mine->min_bytes = 0;
+  mem_doing(NULL);
   if (p->words != NULL) {
     mine->words_at = (uint64_t)(uintptr_t)gpu_mem_ptr(p->words);
     mem_charge(ce->acct, gpu_mem_size(p->words), 1, "copy-engine flag words");

@@ -47,6 +47,13 @@ ncclResult_t comm_config_check(const ncclConfig_t *config, ncclConfig_t *out) {
   if (out->CTAPolicy != NCCL_CONFIG_UNDEF_INT &&
       (out->CTAPolicy < 0 || out->CTAPolicy > NCCL_CTA_POLICY_ZERO))
     return log_err(ncclInvalidArgument, "config: CTAPolicy is %d; it must be 0, 1 or 2", out->CTAPolicy);
+  if (out->graphUsageMode != NCCL_CONFIG_UNDEF_INT && (out->graphUsageMode < 0 || out->graphUsageMode > 2))
+    return log_err(ncclInvalidArgument, "config: graphUsageMode is %d; it must be 0, 1 or 2",
+                   out->graphUsageMode);
+  if (out->graphStreamOrdering != NCCL_CONFIG_UNDEF_INT && out->graphStreamOrdering != 0 &&
+      out->graphStreamOrdering != 1)
+    return log_err(ncclInvalidArgument, "config: graphStreamOrdering is %d; it must be 0 or 1",
+                   out->graphStreamOrdering);
   if (out->minCTAs != NCCL_CONFIG_UNDEF_INT && out->maxCTAs != NCCL_CONFIG_UNDEF_INT &&
       out->minCTAs > out->maxCTAs)
     return log_err(ncclInvalidArgument, "config: minCTAs %d exceeds maxCTAs %d", out->minCTAs, out->maxCTAs);
@@ -59,6 +66,7 @@ ncclResult_t comm_alloc(int nranks, int rank, const ncclConfig_t *config, ncclCo
   ncclComm_t comm = calloc(1, sizeof *comm);
   if (comm == NULL) return log_err(ncclSystemError, "out of host memory allocating a communicator");
   comm->magic = COMM_MAGIC;
+  comm->dp_acct.parent = &comm->acct; /* the data path's charges are the communicator's too */
   comm->rank = rank;
   comm->nranks = nranks;
   comm->dev = -1;
@@ -178,9 +186,9 @@ static ncclResult_t init_links(ncclComm_t comm) {
                     .abort_flag = &comm->abort_flag,
                     .ring_bytes = comm->ring_bytes,
                     .nch = tune_rings(comm->nranks, comm->nch),
-                    .acct = &comm->acct,
+                    .acct = &comm->dp_acct,
                     .net_name = comm->config.netName};
-  return links_init(comm->boot, &tc, &comm->acct, &comm->links);
+  return links_init(comm->boot, &tc, &comm->dp_acct, &comm->links);
 }
 
 /* GPU communicators connect to every peer now (so that nothing is set up inside a captured call) and make
@@ -192,12 +200,27 @@ static ncclResult_t init_gpu(ncclComm_t comm) {
   if (comm->dev < 0) return ncclSuccess;
   CHECK(links_connect_all(comm->links));
   CHECK(boot_barrier(comm->boot));
-  CHECK(gx_init(comm->dev, comm->rank, comm->nranks, comm->nch, comm->links, &comm->acct, comm->name,
+  CHECK(gx_init(comm->dev, comm->rank, comm->nranks, comm->nch, comm->links, &comm->dp_acct, comm->name,
                 &comm->gx));
   CHECK(ce_init(comm->dev, comm->rank, comm->nranks, comm->peers, comm->links, comm->boot, &comm->abort_flag,
-                &comm->acct, comm->name, &comm->ce));
+                &comm->dp_acct, comm->name, &comm->ce));
   gx_set_ce(comm->gx, comm->ce);
   return ncclSuccess;
+}
+
+ncclResult_t comm_dp_free(ncclComm_t comm) {
+  /* waits until no kernel or copy uses the rings (no graph holds them: the callers refuse then) */
+  ncclResult_t res = gx_destroy(comm->gx);
+  if (res == ncclSuccess) links_destroy(comm->links);
+  comm->gx = NULL;
+  comm->ce = NULL;
+  comm->links = NULL;
+  return res;
+}
+
+ncclResult_t comm_dp_build(ncclComm_t comm) {
+  CHECK(init_links(comm));
+  return init_gpu(comm);
 }
 
 /* Makes the communicator usable: the release store orders every field written by init before the state. */
@@ -231,8 +254,7 @@ ncclResult_t comm_init(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
   }
   CHECK_GOTO(init_bootstrap(comm, ids, nid), res, fail_leave);
   CHECK_GOTO(init_peers(comm), res, fail_leave);
-  CHECK_GOTO(init_links(comm), res, fail_leave);
-  CHECK_GOTO(init_gpu(comm), res, fail_leave);
+  CHECK_GOTO(comm_dp_build(comm), res, fail_leave);
   if (comm->dev >= 0) gpu_leave(&scope);
   publish(comm);
   INFO(LOG_INIT, "%s rank %d: init took %.1f ms", comm->name, comm->rank, (time_now() - t0) * 1e3);
@@ -351,6 +373,14 @@ ncclResult_t comm_check_ready(ncclComm_t comm, const char *func) {
                    comm->name[0] ? comm->name : "the communicator");
   case COMM_FINALIZED:
     return log_err(ncclInvalidUsage, "%s: %s was finalized", func, comm->name);
+  case COMM_REVOKED:
+    return log_err(
+        ncclInvalidUsage,
+        "%s: %s was revoked (ncclCommRevoke, or ncclCommShrink with NCCL_SHRINK_ABORT); it can only "
+        "be shrunk, split, aborted or destroyed",
+        func, comm->name);
+  case COMM_SUSPENDED:
+    return log_err(ncclInvalidUsage, "%s: %s is suspended; call ncclCommResume first", func, comm->name);
   default:
     break;
   }
@@ -359,9 +389,22 @@ ncclResult_t comm_check_ready(ncclComm_t comm, const char *func) {
                  comm->cause);
 }
 
+ncclResult_t comm_check_parent(ncclComm_t comm, const char *func) {
+  CHECK(comm_check(comm, func));
+  int state = atomic_load_explicit(&comm->state, memory_order_acquire);
+  if (state == COMM_FAILED || state == COMM_REVOKED) return ncclSuccess;
+  return comm_check_ready(comm, func);
+}
+
+ncclResult_t comm_accepts_work(ncclComm_t comm) {
+  if (atomic_load(&comm->state) == COMM_READY) return ncclSuccess;
+  return comm_check_ready(comm, "ncclGroupEnd");
+}
+
 ncclResult_t comm_async_error(ncclComm_t comm) {
   ncclResult_t res = (ncclResult_t)atomic_load_explicit(&comm->async_error, memory_order_acquire);
-  if (res != ncclSuccess || comm->gx == NULL) return res;
+  /* a revoked communicator's kernels were stopped on purpose: their error is not the communicator's */
+  if (res != ncclSuccess || comm->gx == NULL || atomic_load(&comm->state) == COMM_REVOKED) return res;
   res = gx_error(comm->gx);
   if (res != ncclSuccess) comm_set_error(comm, res);
   return res;
@@ -377,7 +420,10 @@ void comm_set_error(ncclComm_t comm, ncclResult_t res) {
     expected = ncclInProgress;
     atomic_compare_exchange_strong(&comm->async_error, &expected, res);
   }
-  atomic_store_explicit(&comm->state, COMM_FAILED, memory_order_release);
+  int state = atomic_load(&comm->state);
+  /* a revoked communicator stays revoked: it can be shrunk or split either way */
+  while (state != COMM_REVOKED && !atomic_compare_exchange_weak(&comm->state, &state, COMM_FAILED)) {
+  }
   if (comm->links != NULL) links_fail(comm->links);
 }
 

@@ -28,8 +28,17 @@
 #define COMM_MAGIC 0x4272616964436f6dull /* a live communicator */
 #define COMM_DEAD  0x4272616964446564ull /* a destroyed one */
 
-/* Life of a communicator. */
-typedef enum { COMM_INITIALIZING, COMM_READY, COMM_FINALIZED, COMM_FAILED } comm_state_t;
+/* Life of a communicator. REVOKED (ncclCommRevoke, or ncclCommShrink with NCCL_SHRINK_ABORT) and FAILED
+ * ones can still be split, shrunk, aborted or destroyed; SUSPENDED ones only resumed, aborted or destroyed.
+ */
+typedef enum {
+  COMM_INITIALIZING,
+  COMM_READY,
+  COMM_FINALIZED,
+  COMM_FAILED,
+  COMM_REVOKED,
+  COMM_SUSPENDED
+} comm_state_t;
 
 struct ncclComm {
   uint64_t magic;          /* COMM_MAGIC, COMM_DEAD after destroy */
@@ -52,10 +61,14 @@ struct ncclComm {
   plan_t plan;         /* the current group's calls and plan */
   uint64_t next_seq;   /* sequence number of the next call */
   size_t ring_bytes;   /* staging ring per connection, the same on all ranks; plans slice by half of it */
-  redop_table_t redops;        /* PreMulSum operations made on this communicator */
-  alloc_acct_t acct;           /* memory charged to this communicator */
-  pthread_t init_thread;       /* non-blocking init runs here */
-  int init_thread_live;        /* init_thread must be joined */
+  redop_table_t redops;  /* PreMulSum operations made on this communicator */
+  alloc_acct_t acct;     /* memory charged to this communicator */
+  alloc_acct_t dp_acct;  /* the part of it that ncclCommSuspend gives back: links, rings, GPU executor */
+  uint32_t epoch;        /* shrinks and grows made from this communicator (keys their bootstrap messages) */
+  int grow_id_live;      /* ncclCommGetUniqueId made grow_id and no grow has used it yet */
+  ncclUniqueId grow_id;  /* that token */
+  pthread_t init_thread; /* non-blocking init runs here */
+  int init_thread_live;  /* init_thread must be joined */
   struct ncclComm *group_next; /* next communicator with calls in the calling thread's group */
   int in_group;                /* on the calling thread's group list */
   char cause[256];             /* the message of the failure that failed the communicator, or "" */
@@ -83,6 +96,19 @@ ncclResult_t comm_async_error(ncclComm_t comm);
 void comm_set_error(ncclComm_t comm, ncclResult_t res);
 /* Finalize: waits for every rank, then no more work is accepted. */
 ncclResult_t comm_finalize(ncclComm_t comm);
+/* Revoke, shrink, grow, suspend and resume, and what they share with init (core/recover.c). */
+/* Makes the data path (links; on a GPU: every connection, the executor and the copy engines), charged to
+ * dp_acct: init and ncclCommResume. */
+ncclResult_t comm_dp_build(ncclComm_t comm);
+/* Frees the data path (ncclCommSuspend, a failed resume); no CUDA graph may hold the communicator.
+ * ncclSystemError when a kernel may still use it: it is then left allocated, as gx_destroy says. */
+ncclResult_t comm_dp_free(ncclComm_t comm);
+/* ncclSuccess while the communicator accepts work; checked again by ncclGroupEnd after it has counted itself
+ * busy, so that a call that passed its checks before a revoke or suspend does not run after it. */
+ncclResult_t comm_accepts_work(ncclComm_t comm);
+/* Like comm_check, and the communicator may be a parent of split or shrink: ready, failed or revoked. */
+ncclResult_t comm_check_parent(ncclComm_t comm, const char *func);
+
 /* Frees everything but the dead header. */
 void comm_destroy(ncclComm_t comm);
 /* Stops all work (waiting for threads inside the communicator to leave) and destroys it. */

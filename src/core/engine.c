@@ -167,6 +167,12 @@ static ncclResult_t check_stall(exec_t *ex, double now) {
 
 /* One round of one exec. */
 static ncclResult_t progress_exec(exec_t *ex, double now, int *progressed_p) {
+  if (*ex->abort_flag == ENGINE_STOP_REVOKE)
+    return log_err(ncclInvalidUsage,
+                   "%s rank %d: %s (call #%lu) stopped: the communicator was revoked (ncclCommRevoke, or "
+                   "ncclCommShrink with NCCL_SHRINK_ABORT)",
+                   ex->comm_name, ex->links->rank, plan_op_name(ex->plan->steps[ex->step].task->kind),
+                   (unsigned long)ex->plan->steps[ex->step].task->seq);
   if (*ex->abort_flag)
     return log_err(ncclInvalidUsage, "%s rank %d: aborted by ncclCommAbort", ex->comm_name, ex->links->rank);
   int progressed = 0, step_done = 0;

@@ -16,6 +16,9 @@
 #include "core/links.h"
 #include "core/plan.h"
 
+/* The abort flag's value when the communicator was revoked rather than aborted (only the message differs). */
+#define ENGINE_STOP_REVOKE 2
+
 /* One plan being run. */
 typedef struct {
   plan_t *plan;                   /* the plan (built) */

@@ -72,7 +72,9 @@ static ncclResult_t upload(gx_t *gx, links_t *links) {
                                  (recv[p * gx->rings].marks != NULL ? PEER_MARKS_FROM : 0));
   }
   void *flags_dev = NULL;
+  mem_doing("the executor's flags");
   ncclResult_t res = gpu_host_alloc(sizeof(flags_t), (void **)&gx->flags, &flags_dev);
+  mem_doing(NULL);
   if (res == ncclSuccess) {
     flags_t *fd = flags_dev;
     gx->dcomm = (dev_comm_t){.rank = gx->rank,
@@ -104,9 +106,12 @@ static ncclResult_t queue_init(gx_t *gx) {
   uint64_t cap = wq_size(param_int(P_NCCL_WORK_FIFO_BYTES), param_is_set(P_NCCL_WORK_FIFO_BYTES),
                          param_int(P_NCCL_WORK_FIFO_DEPTH), param_is_set(P_NCCL_WORK_FIFO_DEPTH));
   CHECK(wq_init(&gx->wq, cap));
-  CHECK(gpu_host_alloc(cap, (void **)&gx->q_host, (void **)&gx->q_host_dev));
-  mem_charge(gx->acct, cap, 0, "work queue (page-locked)");
-  CHECK(gpu_dev_alloc(gx->dev, cap, &gx->q_dev));
+  mem_doing("the work queue");
+  ncclResult_t res = gpu_host_alloc(cap, (void **)&gx->q_host, (void **)&gx->q_host_dev);
+  if (res == ncclSuccess) mem_charge(gx->acct, cap, 0, "work queue (page-locked)");
+  if (res == ncclSuccess) res = gpu_dev_alloc(gx->dev, cap, &gx->q_dev);
+  mem_doing(NULL);
+  CHECK(res);
   mem_charge(gx->acct, gpu_mem_size(gx->q_dev), 1, "work queue (device copy)");
   return ncclSuccess;
 }
@@ -163,7 +168,10 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->spread = tune_spread(nranks);
   gx->link = slowest_link(links, rank, nranks);
   CHECK_GOTO(MEM_CALLOC(acct, gx->peer_caps, (size_t)nranks, "GPU executor: rings per peer"), res, fail);
-  CHECK_GOTO(gpu_dev_alloc(dev, layout(nranks, gx->rings).total, &gx->mem), res, fail);
+  mem_doing("the kernel view of the communicator");
+  res = gpu_dev_alloc(dev, layout(nranks, gx->rings).total, &gx->mem);
+  mem_doing(NULL);
+  if (res != ncclSuccess) goto fail;
   mem_charge(acct, gpu_mem_size(gx->mem), 1, "kernel view of the communicator");
   CHECK_GOTO(upload(gx, links), res, fail);
   CHECK_GOTO(gpu_event_create(&gx->done), res, fail);
@@ -219,7 +227,10 @@ static ncclResult_t scratch_eager(gx_t *gx, size_t need, gpu_mem_t **mem_p) {
     gpu_mem_release(gx->scratch);
     gx->scratch = NULL;
   }
-  CHECK(gpu_dev_alloc(gx->dev, need, &gx->scratch));
+  mem_doing("in-place all-to-all staging");
+  ncclResult_t res = gpu_dev_alloc(gx->dev, need, &gx->scratch);
+  mem_doing(NULL);
+  CHECK(res);
   mem_charge(gx->acct, gpu_mem_size(gx->scratch), 1, "in-place all-to-all staging");
 out:
   *mem_p = gx->scratch;

@@ -105,7 +105,9 @@ ncclResult_t gx_token_alloc(gx_t *gx, token_t *t, size_t bytes, int staged, tbuf
   int saved;
   CHECK(gpu_capture_relax(&saved));
   void *unused;
+  mem_doing("graph-owned work or scratch");
   ncclResult_t res = gpu_dev_alloc(gx->dev, bytes, &b->mem);
+  mem_doing(NULL);
   if (res == ncclSuccess) mem_charge(gx->acct, gpu_mem_size(b->mem), 1, "graph-owned work or scratch");
   if (res == ncclSuccess && staged) {
     res = gpu_host_alloc(bytes, &b->stage, &unused);

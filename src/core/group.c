@@ -202,6 +202,8 @@ static ncclResult_t run_calls(void) {
   for (ncclComm_t c = g->comms; c != NULL; c = c->group_next, i++) {
     atomic_fetch_add(&c->busy, 1);
     engine_start(&g->execs[i], &c->plan, c->links, &c->abort_flag, c->name);
+    /* a revoke or suspend that came after the call's checks waits for `busy`: seen here, or it sees us */
+    if ((g->execs[i].result = comm_accepts_work(c)) != ncclSuccess) continue;
     if (c->gx != NULL) {
       /* the same calls as the last launch go again as they went, unplanned (gx_relaunch) */
       int took = 0;

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/check.h"
 #include "base/fdpass.h"
 #include "base/log.h"
@@ -65,7 +66,8 @@ ncclResult_t cu_fail(CUresult r, const char *call, const char *fmt, ...) {
   if (drv.cuGetErrorName == NULL || drv.cuGetErrorName(r, &name) != CUDA_SUCCESS || name == NULL)
     name = "unknown CUresult";
   if (r == CUDA_ERROR_OUT_OF_MEMORY)
-    return log_err(ncclUnhandledCudaError, "out of device memory: %s (%s) failed: %s", call, what, name);
+    return log_err(ncclUnhandledCudaError, "out of device memory allocating %s: %s (%s) failed: %s",
+                   mem_doing_name("memory"), call, what, name);
   return log_err(ncclUnhandledCudaError, "%s (%s) failed: %s (%d)", call, what, name, (int)r);
 }
 
@@ -485,6 +487,7 @@ static void release_mapping(gpu_mem_t *m) {
 static ncclResult_t dev_alloc(int dev, size_t bytes, int zero, gpu_mem_t **mem_p) {
   CHECK(gpu_cuda_check_dev(dev, "gpu_dev_alloc"));
   if (bytes == 0) return log_err(ncclInvalidArgument, "gpu_dev_alloc: 0 bytes requested on device %d", dev);
+  CHECK(mem_fault(NULL, bytes, 1));
   gpu_mem_t *m = calloc(1, sizeof *m);
   if (m == NULL) return log_err(ncclSystemError, "gpu_dev_alloc: out of host memory");
   m->dev = dev;
@@ -655,6 +658,7 @@ err_free:
 /* ---- Host memory ---- */
 
 ncclResult_t gpu_host_alloc(size_t bytes, void **host_p, void **dev_p) {
+  CHECK(mem_fault(NULL, bytes, 0));
   gpu_scope_t scope;
   CHECK(enter_current(&scope));
   ncclResult_t res = ncclSuccess;
@@ -683,6 +687,7 @@ void gpu_host_free(void *host) {
 }
 
 ncclResult_t gpu_host_register(void *host, size_t bytes, void **dev_p) {
+  CHECK(mem_fault(NULL, bytes, 0));
   gpu_scope_t scope;
   CHECK(enter_current(&scope));
   ncclResult_t res = ncclSuccess;

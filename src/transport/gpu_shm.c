@@ -65,7 +65,9 @@ static ncclResult_t register_segment(gpu_shm_conn_t *c, int nch) {
   void *dev_ptr = NULL;
   gpu_scope_t scope;
   CHECK(gpu_enter(c->dev, &scope));
+  mem_doing("gpu_shm rings (page-locking)");
   ncclResult_t res = gpu_host_register(c->seg.base, c->seg.bytes, &dev_ptr);
+  mem_doing(NULL);
   gpu_leave(&scope);
   CHECK(res);
   c->registered = 1;

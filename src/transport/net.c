@@ -183,6 +183,9 @@ static ncclResult_t new_conn(tp_ctx_t *ctx, int peer, int is_send, int staged, s
   const tp_config_t *cfg = tp_ctx_config(ctx);
   tp_conn_t base;
   CHECK(tp_conn_init(ctx, &tp_net_ops, peer, is_send, &base));
+  char what[64];
+  snprintf(what, sizeof what, "the TCP staging ring with rank %d", peer);
+  CHECK(mem_fault(what, cfg->ring_bytes, 0));
   net_conn_t *c = calloc(1, sizeof *c);
   if (c == NULL) return log_err(ncclSystemError, "net connection with rank %d: out of memory", peer);
   c->base = base;

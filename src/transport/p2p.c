@@ -86,7 +86,10 @@ static void free_conn(p2p_conn_t *c) {
  * the sender checks the blob's pid against its own). */
 static ncclResult_t make_rings(p2p_conn_t *c, const tp_config_t *cfg, p2p_blob_t *b) {
   size_t bytes = p2p_bytes(cfg->nch);
-  CHECK(gpu_dev_alloc(c->dev, bytes, &c->mem));
+  mem_doing("p2p rings");
+  ncclResult_t res = gpu_dev_alloc(c->dev, bytes, &c->mem);
+  mem_doing(NULL);
+  CHECK(res);
   tp_charge_dev(&c->base, gpu_mem_size(c->mem), "p2p rings");
   CHECK(tp_conn_set_rings(&c->base, cfg->nch, gpu_mem_ptr(c->mem)));
   tp_conn_set_ll(&c->base, (char *)gpu_mem_ptr(c->mem) + p2p_ll_at(cfg->nch));

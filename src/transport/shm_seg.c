@@ -30,6 +30,7 @@ static ncclResult_t map_fd(int fd, size_t bytes, const char *what, void **base_p
 ncclResult_t tp_seg_create(const tp_config_t *config, int peer, size_t bytes, const char *what,
                            tp_seg_t *seg_p) {
   ncclResult_t res;
+  CHECK(mem_fault(what, bytes, 0));
   tp_seg_t s = {.bytes = bytes};
   snprintf(s.name, sizeof s.name, "/braid-%016llx-r%d-s%d-p%d-%u", (unsigned long long)config->nonce,
            config->rank, peer, (int)getpid(),

@@ -31,6 +31,7 @@ static void version_and_strings(void) {
     EXPECT(ncclGetErrorString((ncclResult_t)r) != NULL, "string of %d", r);
   EXPECT(strcmp(ncclGetErrorString(ncclSuccess), "no error") == 0, "success string");
   EXPECT(strstr(ncclGetErrorString(ncclNumResults), "unknown") != NULL, "unknown code");
+  EXPECT(strcmp(ncclGetErrorString(ncclTimeout), "timeout") == 0, "ncclTimeout's string");
 }
 
 /* Every host function of NCCL 2.28.9 is exported under both names, and nothing else is. */
@@ -139,6 +140,24 @@ static void config_versions(void) {
   EXPECT_OK(ncclGetUniqueId(&id));
   EXPECT_OK(ncclCommInitRankConfig(&comm, 1, id, 0, &big.cfg));
   EXPECT_OK(ncclCommDestroy(comm));
+  /* NCCL 2.28's and 2.29's layouts: the fields after theirs are not read */
+  const size_t layouts[2] = {offsetof(ncclConfig_t, graphUsageMode), offsetof(ncclConfig_t, maxP2pPeers)};
+  for (int i = 0; i < 2; i++) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.size = layouts[i];
+    cfg.version = i == 0 ? 22809 : 22907;
+    if (i == 0) cfg.graphUsageMode = 99; /* invalid, but not part of NCCL 2.28's layout */
+    cfg.graphStreamOrdering = 99;        /* nor of 2.29's */
+    EXPECT_OK(ncclGetUniqueId(&id));
+    EXPECT_OK(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg));
+    EXPECT_OK(ncclCommDestroy(comm));
+  }
+  ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+  bad.graphUsageMode = 3;
+  EXPECT_ERR(ncclCommInitRankConfig(&comm, 1, id, 0, &bad), ncclInvalidArgument, "graphUsageMode");
+  bad = (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
+  bad.graphStreamOrdering = 2;
+  EXPECT_ERR(ncclCommInitRankConfig(&comm, 1, id, 0, &bad), ncclInvalidArgument, "graphStreamOrdering");
   ncclConfig_t old = NCCL_CONFIG_INITIALIZER;
   old.size = offsetof(ncclConfig_t, blocking) + sizeof(int);
   old.cgaClusterSize = 12345; /* beyond the old size: must be ignored */
@@ -194,7 +213,39 @@ static void bad_calls(void) {
   EXPECT_ERR(ncclGroupSimulateEnd(&sim), ncclInvalidArgument, "magic");
   sim = (ncclSimInfo_t)NCCL_SIM_INFO_INITIALIZER;
   EXPECT_OK(ncclGroupSimulateEnd(&sim));
-  EXPECT_ERR(ncclCommShrink(comm, NULL, 0, NULL, NULL, 0), ncclInvalidUsage, "ncclCommShrink");
+  EXPECT_ERR(ncclCommShrink(comm, NULL, 0, NULL, NULL, 0), ncclInvalidArgument, "newcomm");
+  ncclComm_t child = (ncclComm_t)fake;
+  int self = 0, outside = 3;
+  EXPECT_ERR(ncclCommShrink(comm, NULL, 0, &child, NULL, 0), ncclInvalidArgument, "excludeRanksCount");
+  EXPECT_ERR(ncclCommShrink(comm, NULL, 1, &child, NULL, 0), ncclInvalidArgument, "excludeRanksList is NULL");
+  EXPECT_ERR(ncclCommShrink(comm, &self, 1, &child, NULL, 0), ncclInvalidArgument, "must not call");
+  EXPECT_ERR(ncclCommShrink(comm, &outside, 1, &child, NULL, 0), ncclInvalidArgument, "outside 0..0");
+  EXPECT_ERR(ncclCommShrink(comm, &outside, 1, &child, NULL, 4), ncclInvalidArgument, "shrinkFlags");
+  EXPECT_ERR(ncclCommRevoke(comm, 1), ncclInvalidArgument, "revokeFlags");
+  EXPECT_OK(ncclCommRevoke(NULL, 0));
+  ncclUniqueId gid;
+  EXPECT_ERR(ncclCommGetUniqueId(NULL, &gid), ncclInvalidArgument, "comm is NULL");
+  EXPECT_ERR(ncclCommGetUniqueId(comm, NULL), ncclInvalidArgument, "uniqueId");
+  EXPECT_ERR(ncclCommGrow(comm, 2, NULL, 0, NULL, NULL), ncclInvalidArgument, "newcomm");
+  EXPECT_ERR(ncclCommGrow(comm, 2, NULL, 0, &child, NULL), ncclInvalidArgument, "passes -1");
+  EXPECT_ERR(ncclCommGrow(comm, 1, NULL, -1, &child, NULL), ncclInvalidArgument, "must exceed");
+  EXPECT_ERR(ncclCommGrow(NULL, 2, NULL, 1, &child, NULL), ncclInvalidArgument, "uniqueId is NULL");
+  EXPECT_ERR(ncclCommGrow(NULL, 2, &id, -1, &child, NULL), ncclInvalidArgument, "rank is -1");
+  EXPECT_OK(ncclCommGetUniqueId(comm, &gid));
+  EXPECT_ERR(ncclCommGetUniqueId(comm, &gid), ncclInvalidUsage, "no ncclCommGrow has used");
+  /* a grow whose existing ranks pass no token fails on all of them, naming the cause */
+  EXPECT_ERR(ncclCommGrow(comm, 2, NULL, -1, &child, NULL), ncclInvalidArgument, "no existing rank passed");
+  EXPECT(child == NULL, "a failed grow left newcomm set");
+  EXPECT_ERR(ncclPutSignal(buf, 1, ncclFloat, 0, NULL, 0, 0, 0, 0, comm, NULL), ncclInvalidUsage,
+             "ncclPutSignal");
+  EXPECT_ERR(ncclSignal(0, 0, 0, 0, comm, NULL), ncclInvalidUsage, "ncclSignal");
+  EXPECT_ERR(ncclWaitSignal(0, NULL, comm, NULL), ncclInvalidUsage, "ncclWaitSignal");
+  /* after a revoke, every call fails and says why; the communicator can still be destroyed */
+  EXPECT_OK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
+  EXPECT_ERR(ncclAllReduce(buf, buf, 8, ncclFloat, ncclSum, comm, NULL), ncclInvalidUsage, "revoked");
+  EXPECT_ERR(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclInvalidUsage, "revoked already");
+  EXPECT_ERR(ncclCommFinalize(comm), ncclInvalidUsage, "revoked");
+  EXPECT_ERR(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclInvalidUsage, "revoked");
   int count;
   EXPECT_ERR(ncclCommCount(comm, NULL), ncclInvalidArgument, "count");
   EXPECT_OK(ncclCommDestroy(comm));

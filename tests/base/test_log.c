@@ -219,14 +219,14 @@ static void test_last_error_threads(void) {
 }
 
 static void test_result_names(void) {
-  for (int r = 0; r <= 7; r++) {
+  for (int r = 0; r <= 8; r++) {
     const char *name = log_result_name((ncclResult_t)r);
     EXPECT(name != NULL && name[0] != '\0', "result %d has no name", r);
     EXPECT(strcmp(name, "unknown result code") != 0, "result %d is unknown", r);
     for (int q = 0; q < r; q++)
       EXPECT(strcmp(name, log_result_name((ncclResult_t)q)) != 0, "results %d and %d share a name", q, r);
   }
-  EXPECT(strcmp(log_result_name((ncclResult_t)8), "unknown result code") == 0);
+  EXPECT(strcmp(log_result_name((ncclResult_t)9), "unknown result code") == 0);
   EXPECT(strcmp(log_result_name((ncclResult_t)1000), "unknown result code") == 0);
 }
 
