@@ -143,6 +143,27 @@ static ncclResult_t check_tuning(ncclComm_t comm, const peer_msg_t *all) {
 /* Every rank tells the others its host, process, device, ring size and tuning knobs; the ring size cuts
  * plans into slices and the knobs pick algorithms and protocols, so all ranks must agree on them (DESIGN.md,
  * principle 2). */
+/* Ranks of other processes on this rank's GPU (the same host and device index, as transport selection
+ * assumes): the GPU time-slices the processes' kernels, so every wait between them lasts a slice. Said once
+ * per process at WARN, naming the ranks and the GPU. */
+static void warn_shared_gpu(const ncclComm_t comm) {
+  static _Atomic int warned;
+  const tp_peer_t *me = &comm->peers[comm->rank];
+  if (comm->dev < 0 || atomic_load_explicit(&warned, memory_order_relaxed)) return;
+  char ranks[160];
+  int n = 0, len = snprintf(ranks, sizeof ranks, "%d", comm->rank);
+  for (int r = 0; r < comm->nranks; r++) {
+    const tp_peer_t *p = &comm->peers[r];
+    if (r == comm->rank || p->host_hash != me->host_hash || p->dev != me->dev || p->pid == me->pid) continue;
+    n++;
+    if (len < (int)sizeof ranks - 16) len += snprintf(ranks + len, sizeof ranks - (size_t)len, ", %d", r);
+  }
+  if (n == 0 || atomic_exchange(&warned, 1)) return;
+  WARN("%s: ranks %s share CUDA device %d from separate processes; the GPU time-slices their kernels, so "
+       "each collective among them waits for time slices (give each process a GPU of its own for speed)",
+       comm->name, ranks, comm->dev);
+}
+
 static ncclResult_t init_peers(ncclComm_t comm) {
   CHECK(MEM_CALLOC(&comm->acct, comm->peers, comm->nranks, "peer table"));
   comm->ring_bytes = ring_bytes();
@@ -169,6 +190,7 @@ static ncclResult_t init_peers(ncclComm_t comm) {
          comm->name, comm->rank, nch, comm->nch);
     comm->nch = nch;
   }
+  warn_shared_gpu(comm);
   for (int r = 0; r < comm->nranks; r++)
     if (comm->peers[r].ring_bytes != comm->ring_bytes)
       return log_err(ncclInvalidUsage,

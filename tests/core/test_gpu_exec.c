@@ -445,6 +445,42 @@ static void launch_overlap(void) {
 /* ncclCommInitAll where one device's init fails (its memory runs out): the call returns that error, and the
  * other rank, which waits for the failed one, stops waiting at once instead of after BRAID_TIMEOUT_S (the
  * 60 s this process is given would end first). */
+/* Two processes on one GPU: init says so once at WARN, naming both ranks and the device. */
+static void shared_rank(int rank, int nranks, void *arg) {
+  char path[128], want[64];
+  setenv("NCCL_DEBUG", "WARN", 1);
+  rank_log(arg, rank, path, sizeof path);
+  ncclComm_t comm, again;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, ((const shared_t *)arg)->id, rank));
+  EXPECT_OK(ncclCommSplit(comm, 0, rank, &again, NULL)); /* a second communicator: no second warning */
+  snprintf(want, sizeof want, "ranks %d, %d share CUDA device 0", rank, 1 - rank);
+  EXPECT(test_file_lines(path, want) == 1 && test_file_lines(path, "time-slices") == 1,
+         "rank %d: the log has %d lines with \"%s\" and %d in all", rank, test_file_lines(path, want), want,
+         test_file_lines(path, "time-slices"));
+  EXPECT_OK(ncclCommDestroy(again));
+  EXPECT_OK(ncclCommDestroy(comm));
+  unsetenv("NCCL_DEBUG");
+}
+
+/* Two ranks of one process on two GPUs share nothing: no warning. */
+static void unshared_proc(int rank, int nranks, void *arg) {
+  char path[128];
+  setenv("NCCL_DEBUG", "WARN", 1);
+  rank_log(arg, rank, path, sizeof path);
+  ncclComm_t comms[2];
+  EXPECT_OK(ncclCommInitAll(comms, 2, NULL));
+  EXPECT(test_file_lines(path, "time-slices") == 0, "a warning about a shared GPU without one");
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclCommDestroy(comms[i]));
+  unsetenv("NCCL_DEBUG");
+}
+
+static void shared_gpu_warning(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  unsetenv("MOCK_CUDA_STUCK");
+  run_with_logs(shared_rank, 60);
+  run_one_process(unshared_proc, 60);
+}
+
 static void init_all_fail_proc(int rank, int nranks, void *arg) {
   char log_path[128];
   rank_log(arg, rank, log_path, sizeof log_path);
@@ -473,6 +509,7 @@ int main(int argc, char **argv) {
   TEST(launch_memo, 60);
   TEST(launch_overlap, 120);
   TEST(init_all_failure, 90);
+  TEST(shared_gpu_warning, 60);
   return test_summary();
 }
 
