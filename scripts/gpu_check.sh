@@ -6,7 +6,8 @@
 #   3. runs every nccl-tests *_perf binary with result checking (-c 1) against the reference NCCL and against
 #      Braid (swapped in with LD_LIBRARY_PATH), one binary after the other, in four modes: one process per GPU
 #      under mpirun up to a large size (the bandwidth table), CUDA graphs, every data type and operation for
-#      the reducing collectives, and one process driving all GPUs;
+#      the reducing collectives, and one process driving all GPUs; on one GPU, instead of the last, two
+#      processes sharing it, on Braid alone (NCCL refuses that), and the GPU tests run two ranks on it;
 #   3a. runs the PyTorch suite (tests/torch) on Braid with 1, 2 and 4 ranks, then on PyTorch's own NCCL;
 #   4. with time to spare (or REF_TESTS=1, which runs them right after step 2), runs the GPU tests on the
 #      reference NCCL too, which checks the tests themselves;
@@ -142,6 +143,9 @@ declare -A gt_ranks=([test_cuda_shrink]="--gpus $(( ngpus > 4 ? ngpus : 4 )) --d
 gt_order="test_cuda_coll test_cuda_group test_cuda_mem test_cuda_huge test_cuda_abort test_cuda_graphs test_cuda_graphs2
           test_cuda_order test_cuda_shrink test_cuda_oom"
 gt_budget=${GPU_TESTS_S:-200}
+# one GPU: two ranks share it (Braid runs that, NCCL refuses it: the reference's GPU tests fail there)
+gt_default="--gpus $ngpus"
+[ "$ngpus" = 1 ] && gt_default="--gpus 2 --devices 1"
 
 # run_gpu_tests LIB LIBDIR: every GPU test on one library; a row per test in $gtests.
 run_gpu_tests() {
@@ -167,7 +171,7 @@ run_gpu_tests() {
     fi
     echo "# $t on $lib ($resolved), limit $limit s" >"$log"
     t0=$SECONDS
-    LD_LIBRARY_PATH=$libdir timeout -k 10 "$limit" "$bin" ${gt_ranks[$t]:---gpus $ngpus} >>"$log" 2>&1
+    LD_LIBRARY_PATH=$libdir timeout -k 10 "$limit" "$bin" ${gt_ranks[$t]:-$gt_default} >>"$log" 2>&1
     status=$?
     verdict=$(gt_verdict $status)
     detail=$(grep -m1 -E '^FAIL|timed out' "$log" | cut -c1-300 | tr '\t|`' '   ')
@@ -217,6 +221,9 @@ nt_run() {
     procs)
       timeout -k 10 "$limit" mpirun --allow-run-as-root --bind-to none -np "$ngpus" -x LD_LIBRARY_PATH="$libdir" \
         -x NCCL_NVLS_ENABLE "$work/tests/$bin" -g 1 "$@" >>"$log" 2>&1 ;;
+    shared) # two processes on GPU 0 (Braid only: NCCL refuses ranks that share a GPU)
+      timeout -k 10 "$limit" mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH="$libdir" \
+        -x NCCL_NVLS_ENABLE -x NCCL_TESTS_DEVICE=0 "$work/tests/$bin" -g 1 "$@" >>"$log" 2>&1 ;;
     *)
       LD_LIBRARY_PATH=$libdir timeout -k 10 "$limit" "$work/tests/$bin" -g "$ngpus" "$@" >>"$log" 2>&1 ;;
   esac
@@ -260,7 +267,10 @@ nt_pair() {
 if [ "$run_nccl_tests" = 1 ]; then
   echo "== nccl-tests"
   bins=$(cd "$work/tests" && ls *_perf | sort)
-  for mode in ${MODES:-procs graphs alltypes onegpu}; do
+  # one GPU: two ranks sharing it are the only multi-rank runs there are (Braid alone)
+  default_modes="procs graphs alltypes onegpu"
+  [ "$ngpus" = 1 ] && default_modes="shared procs graphs alltypes"
+  for mode in ${MODES:-$default_modes}; do
     case $mode in
       procs) for bin in $bins; do nt_pair procs "$bin" -b 8 -e "$large" -f 2 -c 1; done ;;
       graphs) for bin in $bins; do nt_pair graphs "$bin" -b 8 -e 128M -f 4 -c 1 -G 5; done ;;
@@ -269,6 +279,17 @@ if [ "$run_nccl_tests" = 1 ]; then
           nt_pair alltypes "$bin" -b 8 -e 1M -f 32 -c 1 -d all -o all
         done ;;
       onegpu) for bin in $bins; do nt_pair onegpu "$bin" -b 8 -e 128M -f 4 -c 1; done ;;
+      shared)
+        for bin in $bins; do
+          limit=$(min 90 "$(left)")
+          if [ "$limit" -lt 20 ]; then
+            printf '%s\t%s\t%s\tskipped: out of time\t0\t\t\t\t\n' braid shared "$bin" >>"$results"
+            continue
+          fi
+          nt_run braid shared "$bin" "$limit" -b 8 -e 16M -f 8 -c 1
+          printf '%-8s %-22s Braid: %s\n' shared "$bin" "$(awk -F'\t' -v b="$bin" \
+            '$1 == "braid" && $2 == "shared" && $3 == b { v = $4 } END { print v }' "$results")"
+        done ;;
       *) echo "unknown nccl-tests mode $mode (MODES)" >&2 ;;
     esac
   done
