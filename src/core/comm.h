@@ -23,6 +23,7 @@
 #include "core/links.h"
 #include "core/plan.h"
 #include "core/redop.h"
+#include "ras/ras.h"
 #include "transport/transport.h"
 
 #define COMM_MAGIC 0x4272616964436f6dull /* a live communicator */
@@ -54,6 +55,7 @@ struct ncclComm {
   size_t ring_bytes;     /* staging ring per connection, the same on all ranks; plans slice by half of it */
   redop_table_t redops;  /* PreMulSum operations made on this communicator */
   alloc_acct_t acct;     /* memory charged to this communicator */
+  ras_comm_t *ras;       /* its record in monitoring (ras.h); NULL without */
   pthread_t init_thread; /* non-blocking init runs here */
   int init_thread_live;  /* init_thread must be joined */
   struct ncclComm *group_next; /* next communicator with calls in the calling thread's group */

@@ -84,7 +84,8 @@ typedef struct {
 
 struct gx {
   int dev, rank, nranks;
-  int nch;   /* channels a transfer takes at most: what the widest step's lanes fit (gx_channels) */
+  int last_captured; /* the last gx_launch was captured (gx_captured) */
+  int nch;           /* channels a transfer takes at most: what the widest step's lanes fit (gx_channels) */
   int rings; /* rings per connection (gx_rings): the channels of one-way collectives' transfers (wide_step) */
   int wide;  /* BRAID_WIDE_STEPS: which collectives' steps take `rings` channels (wide_step) */
   unsigned grid_max; /* blocks a launch takes at most: the widest step's lanes of nch channels */
@@ -1671,6 +1672,7 @@ ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
   CHECK_GOTO(flush(gx, &lc, 0), res, out);
   res = after(gx, plan, lc.s, lc.capturing);
   if (res == ncclSuccess) recall_keep(gx, plan, lc.capturing);
+  gx->last_captured = lc.capturing;
 out:
   gpu_leave(&scope);
   return res;
@@ -1706,6 +1708,10 @@ ncclResult_t gx_relaunch(gx_t *gx, const plan_t *plan, int *took) {
     gx->recall.valid = 0;
   gpu_leave(&scope);
   return res;
+}
+
+int gx_captured(const gx_t *gx) {
+  return gx != NULL && gx->last_captured;
 }
 
 uint64_t gx_relaunches(const gx_t *gx) {
