@@ -22,34 +22,12 @@
 #include <poll.h>
 #include <stddef.h>
 
+#include "ras/proto.h"
 #include "ras/report.h"
 
-#define CLIENT_LINE_MAX     1024        /* bytes of one command line, newline included */
-#define CLIENT_MAX_ERRORS   16          /* bad commands before the connection is closed */
-#define CLIENT_OUT_MAX      (16u << 20) /* bytes a client may leave unread */
-#define RAS_CLIENT_PROTOCOL 2
-
-/* A parsed command line. */
-typedef enum {
-  CMD_PROTOCOL, /* CLIENT PROTOCOL n */
-  CMD_TIMEOUT,  /* TIMEOUT n (value) */
-  CMD_FORMAT,   /* SET FORMAT (value: 0 text, 1 json) */
-  CMD_STATUS,   /* STATUS (value: 1 for VERBOSE STATUS) */
-  CMD_MONITOR,  /* MONITOR (value: mask of CLIENT_EV_*) */
-  CMD_EMPTY,    /* an empty line: ignored */
-  CMD_ERROR,    /* anything else: `error` holds the answer */
-} cmd_kind_t;
-
-enum { CLIENT_EV_LIFECYCLE = 1, CLIENT_EV_TRACE = 2 };
-
-typedef struct {
-  cmd_kind_t kind;
-  long value;
-  char error[160]; /* CMD_ERROR: the answer line, newline included */
-} client_cmd_t;
-
-/* Parses one line (without its newline; a trailing '\r' is ignored). Case-insensitive, as NCCL's server. */
-void client_parse(const char *line, size_t len, client_cmd_t *cmd);
+#define CLIENT_LINE_MAX   1024        /* bytes of one command line, newline included */
+#define CLIENT_MAX_ERRORS 16          /* bad commands before the connection is closed */
+#define CLIENT_OUT_MAX    (16u << 20) /* bytes a client may leave unread */
 
 /* Monitor thread: binds the client listener (or plans to try again). */
 void client_start(void);

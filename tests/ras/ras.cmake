@@ -1,0 +1,16 @@
+# Monitoring tests (included by tests/CMakeLists.txt). tests/ras/test_*.c are built and registered by the
+# general rule (label "ras"); they share the strict JSON parser. The polling test also carries the label
+# "ras_stress": the sanitizer builds run it (ctest -L ras_stress). Helpers: ras_json_check (a status document's
+# facts, for the scripts) and ras_rank (one rank of a job that runs until told to stop, for the multi-host
+# and NCCL-client scripts). The libFuzzer targets are built by tests/ras/fuzz.sh with clang, not here.
+foreach(t test_ras_unit test_ras_poll test_ras_fault)
+  target_sources(${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/ras/json.c ${CMAKE_CURRENT_SOURCE_DIR}/ras/ras_util.c)
+endforeach()
+set_tests_properties(ras/test_ras_poll PROPERTIES LABELS "ras;ras_stress")
+add_executable(ras_json_check ras/ras_json_check.c ras/json.c)
+target_compile_options(ras_json_check PRIVATE ${BRAID_WARNINGS})
+target_include_directories(ras_json_check PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/ras)
+add_executable(ras_rank ras/ras_rank.c)
+target_link_libraries(ras_rank PRIVATE braid_testlib nccl)
+target_compile_options(ras_rank PRIVATE ${BRAID_WARNINGS})
+set_tests_properties(ras/test_ncclras PROPERTIES SKIP_RETURN_CODE 77)
