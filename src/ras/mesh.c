@@ -76,6 +76,7 @@ static struct {
   double factor, last_loop, next_ka;
   uint64_t query_id;
   int query_active;
+  ras_proc_t query_self; /* this process's records when the query began */
   double query_start, query_deadline;
   struct pollfd *pfd;
   int cap_pfd;
@@ -225,6 +226,12 @@ static void connect_out(peer_t *p, double now) {
   p->out.fd = fd;
   p->out.connecting = err == EINPROGRESS;
   wire_put_hello(&p->out.out, p->job, &m.self);
+  /* a keep-alive at once: a process that stops right after it connected is still known by its state */
+  ras_proc_t proc;
+  if (ras_local_snapshot(&proc, 1) == 0) {
+    wire_put_snapshot(&p->out.out, WIRE_KEEPALIVE, 0, &proc, 1);
+    free(proc.recs);
+  }
   if (err != 0 && err != EINPROGRESS) {
     close(fd);
     p->out.fd = -1;
@@ -532,7 +539,8 @@ static void query_finish(double now) {
   if (v.procs != NULL) {
     v.procs[0].state = PEER_SELF;
     v.procs[0].fresh = 1;
-    if (ras_local_snapshot(&v.procs[0].proc, 0) != 0) v.procs[0].proc = (ras_proc_t){.id = m.self};
+    v.procs[0].proc = m.query_self;
+    m.query_self = (ras_proc_t){0};
     v.nprocs = 1;
     for (int i = 0; i < m.npeers; i++) {
       peer_t *p = m.peers[i];
@@ -574,13 +582,18 @@ void mesh_query(double timeout_s) {
   if (timeout_s <= 0) timeout_s = DEAD_S * m.factor; /* "no timeout" still ends: every wait is bounded */
   m.query_id++;
   m.query_active = 1;
+  /* this process's records as of now, when the others are asked for theirs */
+  free(m.query_self.recs);
+  if (ras_local_snapshot(&m.query_self, 0) != 0) m.query_self = (ras_proc_t){.id = m.self};
   m.query_start = now;
   m.query_deadline = now + timeout_s;
   wire_buf_t b = {0};
   wire_put_request(&b, m.query_id);
   for (int i = 0; i < m.npeers && !b.failed; i++) {
     peer_t *p = m.peers[i];
-    if (p->out.fd < 0 || p->state == PEER_DEAD || p->state == PEER_LEFT) continue;
+    /* an unresponsive peer is not waited for: its last keep-alive stands in for it */
+    if (p->out.fd < 0 || p->state == PEER_DEAD || p->state == PEER_LEFT || p->state == PEER_UNRESPONSIVE)
+      continue;
     if (conn_queue(&p->out, &b) == 0)
       p->asked = m.query_id;
     else

@@ -124,11 +124,6 @@ static int failed_result(int res) {
   return res != ncclSuccess && res != ncclInProgress;
 }
 
-/* Collectives launched (send and receive calls differ between ranks by design). */
-static uint64_t colls(const ras_rec_t *r) {
-  return r->colls;
-}
-
 static void comm_stats(comm_t *c) {
   c->missing = c->nranks - c->n;
   c->errors = c->missing > 0 ? ERR_INCOMPLETE : 0;
@@ -290,8 +285,8 @@ static int waiting(const ras_rec_t *r) {
   return r->now.kind >= 0 && r->now.waited_ms >= VERDICT_WAIT_MS;
 }
 
-/* What rank `e` (a laggard of communicator `c`, behind the call its peers wait in) does, in words. */
-static void laggard_words(rpt_t *out, const sorted_t *s, const comm_t *c, int rank) {
+/* What rank `rank` of communicator `c`, which the waiting ranks wait for, does, in words. */
+static void culprit_words(rpt_t *out, const sorted_t *s, const comm_t *c, int rank, uint64_t seq) {
   int stale;
   const ent_t *e = find_rank(s, c->nonce, rank, &stale);
   if (e == NULL) {
@@ -310,12 +305,12 @@ static void laggard_words(rpt_t *out, const sorted_t *s, const comm_t *c, int ra
   rpt_printf(out, "rank %d (process %d on %s), which ", rank, e->proc->proc.id.pid, e->proc->proc.id.host);
   if (stale) rpt_printf(out, "does not answer; when last heard from %.0f s ago it ", e->proc->silent_s);
   if (r->launched == 0)
-    rpt_printf(out, "had launched no call");
+    rpt_printf(out, "%s launched no call", stale ? "had" : "has");
   else
-    rpt_printf(out, "%s launched only up to #%llu", stale ? "had" : "has",
+    rpt_printf(out, "%s launched %sup to #%llu", stale ? "had" : "has", r->launched <= seq ? "only " : "",
                (unsigned long long)(r->launched - 1));
   /* what that process waits in: this communicator first, then any other */
-  const ras_rec_t *w = waiting(r) ? r : NULL;
+  const ras_rec_t *w = r->now.kind >= 0 && (stale || waiting(r)) ? r : NULL;
   for (uint32_t i = 0; w == NULL && i < e->proc->proc.nrecs; i++)
     if (waiting(&e->proc->proc.recs[i])) w = &e->proc->proc.recs[i];
   if (w == NULL) {
@@ -325,7 +320,7 @@ static void laggard_words(rpt_t *out, const sorted_t *s, const comm_t *c, int ra
       rpt_printf(out, " and %s idle for %.0f s", stale ? "was" : "is", r->now.waited_ms / 1e3);
     return;
   }
-  rpt_printf(out, " and %s in %s #%llu", stale ? "waited" : "waits", ras_op_name(w->now.kind),
+  rpt_printf(out, " and %s in %s #%llu", stale ? "was" : "waits", ras_op_name(w->now.kind),
              (unsigned long long)w->now.seq);
   if (w != r) {
     char lb[RAS_NAME_MAX + 32];
@@ -335,24 +330,45 @@ static void laggard_words(rpt_t *out, const sorted_t *s, const comm_t *c, int ra
   rpt_printf(out, " (%.0f s)", w->now.waited_ms / 1e3);
 }
 
+/* A rank that waits, counted in a verdict: its record answered the query and has waited long enough. */
+static const ras_rec_t *waiter(const sorted_t *s, const comm_t *c, int rank) {
+  int stale;
+  const ent_t *e = find_rank(s, c->nonce, rank, &stale);
+  return e != NULL && !stale && waiting(e->rec) ? e->rec : NULL;
+}
+
+/* Where the chain of waits from `rank` ends: the first rank that does not wait (missing, silent, idle, busy
+ * elsewhere), or -1 when the chain goes round (ranks that wait for each other) or has no known peer. */
+static int chain_end(const sorted_t *s, const comm_t *c, int rank, int *mark) {
+  int start = rank + 1;
+  for (int hops = 0; hops <= c->nranks; hops++) {
+    const ras_rec_t *r = waiter(s, c, rank);
+    if (r == NULL) return rank;
+    if (r->now.peer < 0 || r->now.peer >= c->nranks || mark[r->now.peer] == start) return -1;
+    mark[rank] = start;
+    rank = r->now.peer;
+  }
+  return -1;
+}
+
 /* The verdict of one communicator, if its ranks wait; returns whether it wrote one. */
 static int comm_verdict(rpt_t *out, const sorted_t *s, const comm_t *c, int lead) {
-  int nw = 0, nlag = 0;
-  uint64_t top = 0;
-  const ras_rec_t *first = NULL;
-  for (int i = 0; i < c->n; i++)
-    if (waiting(c->ranks[i].rec) && colls(c->ranks[i].rec) >= top) top = colls(c->ranks[i].rec);
-  int *wr = malloc(sizeof(int) * (size_t)c->nranks), *lag = malloc(sizeof(int) * (size_t)c->nranks);
-  if (wr == NULL || lag == NULL) goto out;
+  int nw = 0, nend = 0;
+  if (c->nranks > (1 << 20)) return 0; /* not a real job: no verdict */
+  int *wr = malloc(sizeof(int) * (size_t)c->nranks), *ends = malloc(sizeof(int) * (size_t)c->nranks);
+  int *mark = calloc((size_t)c->nranks, sizeof *mark);
+  const ras_rec_t *first = NULL, *last = NULL;
+  if (wr == NULL || ends == NULL || mark == NULL) goto out;
   for (int rank = 0; rank < c->nranks; rank++) {
-    int stale;
-    const ent_t *e = find_rank(s, c->nonce, rank, &stale);
-    if (e == NULL || (colls(e->rec) < top && !(waiting(e->rec) && colls(e->rec) == top))) {
-      if (nlag < c->nranks) lag[nlag++] = rank;
-    } else if (!stale && waiting(e->rec) && colls(e->rec) == top) {
-      if (first == NULL) first = e->rec;
-      wr[nw++] = rank;
-    }
+    const ras_rec_t *r = waiter(s, c, rank);
+    if (r == NULL) continue;
+    wr[nw++] = rank;
+    if (first == NULL || r->now.seq < first->now.seq) first = r;
+    if (last == NULL || r->now.seq > last->now.seq) last = r;
+    int end = chain_end(s, c, rank, mark);
+    int dup = end < 0;
+    for (int i = 0; i < nend && !dup; i++) dup = ends[i] == end;
+    if (!dup) ends[nend++] = end;
   }
   if (nw == 0) goto out;
   char lb[RAS_NAME_MAX + 32];
@@ -360,24 +376,28 @@ static int comm_verdict(rpt_t *out, const sorted_t *s, const comm_t *c, int lead
   ranges(out, wr, nw);
   rpt_printf(out, " wait%s in %s #%llu", nw > 1 ? "" : "s", ras_op_name(first->now.kind),
              (unsigned long long)first->now.seq);
-  if (nlag == 0) {
+  if (last->now.seq != first->now.seq)
+    rpt_printf(out, "-%s#%llu", last->now.kind == first->now.kind ? "" : ras_op_name(last->now.kind),
+               (unsigned long long)last->now.seq);
+  if (nend == 0) {
     const ras_rec_t *longest = first;
     for (int i = 0; i < c->n; i++)
       if (waiting(c->ranks[i].rec) && c->ranks[i].rec->now.waited_ms > longest->now.waited_ms)
         longest = c->ranks[i].rec;
-    rpt_printf(out, " and no rank is behind; the longest wait: rank %d for rank %d, %.0f s", longest->rank,
-               longest->now.peer, longest->now.waited_ms / 1e3);
+    rpt_printf(out, " for each other (no rank is behind); the longest wait: rank %d for rank %d, %.0f s",
+               longest->rank, longest->now.peer, longest->now.waited_ms / 1e3);
   } else {
     rpt_printf(out, " for ");
-    for (int i = 0; i < nlag && i < 3; i++) {
+    for (int i = 0; i < nend && i < 3; i++) {
       if (i > 0) rpt_printf(out, "; and for ");
-      laggard_words(out, s, c, lag[i]);
+      culprit_words(out, s, c, ends[i], first->now.seq);
     }
-    if (nlag > 3) rpt_printf(out, "; and %d more ranks behind", nlag - 3);
+    if (nend > 3) rpt_printf(out, "; and for %d more ranks", nend - 3);
   }
 out:
   free(wr);
-  free(lag);
+  free(ends);
+  free(mark);
   return nw > 0;
 }
 

@@ -37,7 +37,10 @@ static int hex4(st_t *s, unsigned *v) {
   for (int i = 0; i < 4; i++, s->p++) {
     if (s->p >= s->end) return 0;
     char c = *s->p;
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    int d = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                   : -1;
     if (d < 0) return 0;
     *v = *v * 16 + (unsigned)d;
   }
@@ -207,11 +210,16 @@ static void value(st_t *s, js_t *v, int depth) {
     v->str = string(s);
     return;
   }
-  if (lit(s, "true")) *v = (js_t){.type = JS_BOOL, .num = 1};
-  else if (lit(s, "false")) *v = (js_t){.type = JS_BOOL};
-  else if (lit(s, "null")) *v = (js_t){.type = JS_NULL};
-  else if (c == '-' || (c >= '0' && c <= '9')) number(s, v);
-  else fail(s, "unexpected character");
+  if (lit(s, "true"))
+    *v = (js_t){.type = JS_BOOL, .num = 1};
+  else if (lit(s, "false"))
+    *v = (js_t){.type = JS_BOOL};
+  else if (lit(s, "null"))
+    *v = (js_t){.type = JS_NULL};
+  else if (c == '-' || (c >= '0' && c <= '9'))
+    number(s, v);
+  else
+    fail(s, "unexpected character");
 }
 
 static void js_clear(js_t *v) {

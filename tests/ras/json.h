@@ -11,11 +11,11 @@ typedef enum { JS_NULL, JS_BOOL, JS_NUM, JS_STR, JS_ARR, JS_OBJ } js_type_t;
 
 typedef struct js {
   js_type_t type;
-  double num;         /* JS_NUM; JS_BOOL: 0 or 1 */
-  char *str;          /* JS_STR (decoded, UTF-8) */
-  int n;              /* JS_ARR, JS_OBJ: entries */
-  struct js *items;   /* [n] */
-  char **keys;        /* JS_OBJ: [n] */
+  double num;       /* JS_NUM; JS_BOOL: 0 or 1 */
+  char *str;        /* JS_STR (decoded, UTF-8) */
+  int n;            /* JS_ARR, JS_OBJ: entries */
+  struct js *items; /* [n] */
+  char **keys;      /* JS_OBJ: [n] */
 } js_t;
 
 /* Parses text[0..len); returns a tree (free with js_free), or NULL with the reason and offset in err. */

@@ -32,7 +32,8 @@ int rt_free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = loopback(0);
   socklen_t len = sizeof a;
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &len))
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &len))
     return -1;
   close(fd); /* the kernel does not hand out a port it just gave for a while */
   return ntohs(a.sin_port);
@@ -115,8 +116,9 @@ char *rt_status(int port, int json, int verbose, double timeout_s, char *err, si
   snprintf(cmd, sizeof cmd, "CLIENT PROTOCOL 2\nSET FORMAT %s\n%sSTATUS\n", json ? "json" : "text",
            verbose ? "VERBOSE " : "");
   size_t len = 0;
-  char *all = send(fd, cmd, strlen(cmd), MSG_NOSIGNAL) == (ssize_t)strlen(cmd) ? rt_read_all(fd, timeout_s, &len)
-                                                                               : NULL;
+  char *all = send(fd, cmd, strlen(cmd), MSG_NOSIGNAL) == (ssize_t)strlen(cmd)
+                  ? rt_read_all(fd, timeout_s, &len)
+                  : NULL;
   close(fd);
   if (all == NULL) {
     snprintf(err, err_size, "no whole answer within %.0f s", timeout_s);

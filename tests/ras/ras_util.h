@@ -15,7 +15,8 @@ void rt_use_port(int port);
 int rt_connect(int port, double timeout_s);
 /* Reads one line (newline kept) into buf; returns its length, 0 at end of stream, -1 on a timeout. */
 int rt_line(int fd, char *buf, size_t size, double timeout_s);
-/* Reads until the server closes; returns the bytes (NUL-terminated, *len_p without it) or NULL on a timeout. */
+/* Reads until the server closes; returns the bytes (NUL-terminated, *len_p without it) or NULL on a timeout.
+ */
 char *rt_read_all(int fd, double timeout_s, size_t *len_p);
 /* A whole status exchange: CLIENT PROTOCOL 2, SET FORMAT, (VERBOSE) STATUS. Returns the report alone (the
  * answer lines before it checked and stripped), or NULL with the reason in err. */

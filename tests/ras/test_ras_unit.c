@@ -66,8 +66,15 @@ static void wire_round_trip(void) {
   for (int i = 0; i < 5; i++) {
     recs[i] = rec(rnd(), i, 5 + i, rnd() % 1000);
     for (int k = 0; k < RAS_OPS; k++) recs[i].counts[k][0] = rnd(), recs[i].counts[k][1] = rnd();
-    recs[i].now = (ras_wait_t){.kind = i % RAS_OPS, .peer = i, .channel = i - 1, .step = 3, .is_send = i & 1,
-                               .seq = rnd(), .bytes = rnd(), .done = rnd(), .waited_ms = rnd()};
+    recs[i].now = (ras_wait_t){.kind = i % RAS_OPS,
+                               .peer = i,
+                               .channel = i - 1,
+                               .step = 3,
+                               .is_send = i & 1,
+                               .seq = rnd(),
+                               .bytes = rnd(),
+                               .done = rnd(),
+                               .waited_ms = rnd()};
     recs[i].host_bytes = rnd(), recs[i].dev_bytes = rnd(), recs[i].peak_bytes = rnd();
     recs[i].init_state = i, recs[i].async_error = i + 1, recs[i].state = i;
     snprintf(recs[i].name, sizeof recs[i].name, "n\"a\\m\ne\x01%d", i);
@@ -111,7 +118,8 @@ static void wire_refusals(void) {
   wire_msg_t m;
   uint32_t len;
   for (size_t n = WIRE_HEADER; n < b.len; n++)
-    EXPECT(wire_decode(b.data, b.data + WIRE_HEADER, n - WIRE_HEADER, &m) != 0, "a %zu-byte prefix decoded", n);
+    EXPECT(wire_decode(b.data, b.data + WIRE_HEADER, n - WIRE_HEADER, &m) != 0, "a %zu-byte prefix decoded",
+           n);
   for (size_t i = 0; i < b.len; i++)
     for (int bit = 0; bit < 8; bit++) {
       char *c = malloc(b.len);
@@ -144,21 +152,28 @@ static void proto_parse(void) {
     long value;
     const char *error;
   } cases[] = {
-      {"CLIENT PROTOCOL 2", CMD_PROTOCOL, 0, NULL},   {"client protocol 99", CMD_PROTOCOL, 0, NULL},
-      {"TIMEOUT 0", CMD_TIMEOUT, 0, NULL},            {"timeout 17\r", CMD_TIMEOUT, 17, NULL},
+      {"CLIENT PROTOCOL 2", CMD_PROTOCOL, 0, NULL},
+      {"client protocol 99", CMD_PROTOCOL, 0, NULL},
+      {"TIMEOUT 0", CMD_TIMEOUT, 0, NULL},
+      {"timeout 17\r", CMD_TIMEOUT, 17, NULL},
       {"TIMEOUT -1", CMD_ERROR, 0, "ERROR: Invalid timeout value -1\n"},
       {"TIMEOUT 1x", CMD_ERROR, 0, "ERROR: Invalid timeout value 1x\n"},
       {"TIMEOUT 9999999999", CMD_ERROR, 0, "ERROR: Invalid timeout value 9999999999\n"},
-      {"SET FORMAT json", CMD_FORMAT, 1, NULL},       {"set format TEXT", CMD_FORMAT, 0, NULL},
+      {"SET FORMAT json", CMD_FORMAT, 1, NULL},
+      {"set format TEXT", CMD_FORMAT, 0, NULL},
       {"SET FORMAT xml", CMD_ERROR, 0, "ERROR: Invalid format xml\n"},
-      {"STATUS", CMD_STATUS, 0, NULL},                {"Verbose Status", CMD_STATUS, 1, NULL},
+      {"STATUS", CMD_STATUS, 0, NULL},
+      {"Verbose Status", CMD_STATUS, 1, NULL},
       {"STATUSES", CMD_ERROR, 0, "ERROR: Unknown command STATUSES\n"},
-      {"MONITOR", CMD_MONITOR, CLIENT_EV_LIFECYCLE, NULL}, {"monitor trace", CMD_MONITOR, CLIENT_EV_TRACE, NULL},
-      {"MONITOR lifecycle,trace", CMD_MONITOR, 3, NULL},   {"MONITOR all", CMD_MONITOR, 3, NULL},
+      {"MONITOR", CMD_MONITOR, CLIENT_EV_LIFECYCLE, NULL},
+      {"monitor trace", CMD_MONITOR, CLIENT_EV_TRACE, NULL},
+      {"MONITOR lifecycle,trace", CMD_MONITOR, 3, NULL},
+      {"MONITOR all", CMD_MONITOR, 3, NULL},
       {"MONITOR   all", CMD_MONITOR, 3, NULL},
       {"MONITOR life", CMD_ERROR, 0, "ERROR: Invalid event group 'life'\n"},
       {"MONITOR trace,", CMD_MONITOR, CLIENT_EV_TRACE, NULL},
-      {"", CMD_EMPTY, 0, NULL},                        {"\r", CMD_EMPTY, 0, NULL},
+      {"", CMD_EMPTY, 0, NULL},
+      {"\r", CMD_EMPTY, 0, NULL},
       {"hello\x1b[2J", CMD_ERROR, 0, "ERROR: Unknown command hello?[2J\n"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -191,10 +206,13 @@ static void job_make(job_t *j, int state2, const char *host) {
   int first[3] = {0, 4, 6}, count[3] = {4, 2, 2};
   for (int p = 0; p < 3; p++) {
     for (int i = 0; i < count[p]; i++) j->recs[p][i] = rec(0xa11ce, first[p] + i, 8, 641);
-    j->procs[p] = (view_proc_t){.proc = {.id = peer_id(p, host), .nrecs = (uint32_t)count[p], .recs = j->recs[p]},
-                                .state = p == 0 ? PEER_SELF : p == 1 ? PEER_ALIVE : state2,
-                                .fresh = p < 2,
-                                .silent_s = p == 2 ? 12 : 0};
+    j->procs[p] =
+        (view_proc_t){.proc = {.id = peer_id(p, host), .nrecs = (uint32_t)count[p], .recs = j->recs[p]},
+                      .state = p == 0   ? PEER_SELF
+                               : p == 1 ? PEER_ALIVE
+                                        : state2,
+                      .fresh = p < 2,
+                      .silent_s = p == 2 ? 12 : 0};
   }
 }
 
@@ -219,7 +237,8 @@ static void check_comm_json(const js_t *c, int *missing_p) {
     const js_t *r = js_get_type(e, "rank", JS_NUM);
     EXPECT(r != NULL && r->num >= 0 && r->num < size->num && r->num < 64 && !seen[(int)r->num], "rank");
     seen[(int)r->num] = 1;
-    EXPECT(js_get_type(e, "status", JS_OBJ) && js_get_type(e, "host", JS_STR) && js_get_type(e, "pid", JS_NUM));
+    EXPECT(js_get_type(e, "status", JS_OBJ) && js_get_type(e, "host", JS_STR) &&
+           js_get_type(e, "pid", JS_NUM));
   }
   *missing_p = (int)mc->num;
 }
@@ -270,7 +289,8 @@ static void text_missing_counts(void) {
   report_text(&v, 0, &out);
   EXPECT(out.data != NULL);
   EXPECT(strstr(out.data, "Missing communicator data from 4 ranks\n") != NULL, "%s", out.data);
-  EXPECT(count_lines(out.data, "  Rank ") >= 4 && strstr(out.data, "  Rank 4 -- ") && strstr(out.data, "  Rank 7 -- "));
+  EXPECT(count_lines(out.data, "  Rank ") >= 4 && strstr(out.data, "  Rank 4 -- ") &&
+         strstr(out.data, "  Rank 7 -- "));
   EXPECT(strstr(out.data, "  Rank 3 -- ") == NULL, "a rank that answered is listed missing");
   EXPECT(strstr(out.data, "Missing communicator data from 1 job process\n") != NULL, "%s", out.data);
   EXPECT(strstr(out.data, "1 job process is considered dead") != NULL, "%s", out.data);
@@ -286,17 +306,23 @@ static void verdict_words(void) {
     a[r] = rec(0xa, r, 8, r < 7 ? 642 : 641);
     a[r].launched = r < 7 ? 642 : 641;
     if (r < 7)
-      a[r].now = (ras_wait_t){.kind = RAS_OP_ALLREDUCE, .peer = (r + 7) % 8, .channel = -1, .step = 0,
-                              .seq = 641, .bytes = 4096, .waited_ms = 30000};
+      a[r].now = (ras_wait_t){.kind = RAS_OP_ALLREDUCE,
+                              .peer = (r + 7) % 8,
+                              .channel = -1,
+                              .step = 0,
+                              .seq = 641,
+                              .bytes = 4096,
+                              .waited_ms = 30000};
   }
   b[0] = rec(0xb, 0, 2, 13);
-  b[0].now = (ras_wait_t){.kind = RAS_OP_ALLGATHER, .peer = 1, .channel = -1, .step = 0, .seq = 12,
-                          .waited_ms = 31000};
+  b[0].now = (ras_wait_t){
+      .kind = RAS_OP_ALLGATHER, .peer = 1, .channel = -1, .step = 0, .seq = 12, .waited_ms = 31000};
   snprintf(b[0].name, sizeof b[0].name, "B");
   b[1] = rec(0xb, 1, 2, 12);
-  view_proc_t procs[3] = {{.proc = {.id = peer_id(0, "n0"), .nrecs = 7, .recs = a}, .state = PEER_SELF, .fresh = 1},
-                          {.proc = {.id = peer_id(1, "n1"), .nrecs = 1, .recs = &a[7]}, .state = PEER_ALIVE, .fresh = 1},
-                          {.proc = {.id = peer_id(2, "n2"), .nrecs = 2, .recs = b}, .state = PEER_ALIVE, .fresh = 1}};
+  view_proc_t procs[3] = {
+      {.proc = {.id = peer_id(0, "n0"), .nrecs = 7, .recs = a}, .state = PEER_SELF, .fresh = 1},
+      {.proc = {.id = peer_id(1, "n1"), .nrecs = 1, .recs = &a[7]}, .state = PEER_ALIVE, .fresh = 1},
+      {.proc = {.id = peer_id(2, "n2"), .nrecs = 2, .recs = b}, .state = PEER_ALIVE, .fresh = 1}};
   /* rank 7 of A runs in the process of rank 0 of B */
   procs[1].proc.nrecs = 2;
   ras_rec_t both[2] = {a[7], b[0]};
@@ -307,8 +333,10 @@ static void verdict_words(void) {
   rpt_t out = {0};
   report_verdict(&v, &out);
   EXPECT(out.data != NULL);
-  EXPECT(strstr(out.data, "comm 000000000000000a: ranks 0-6 wait in AllReduce #641 for rank 7 (process 1001 on n1), "
-                          "which has launched only up to #640 and waits in AllGather #12 of B for rank 1 (31 s)") != NULL,
+  EXPECT(strstr(out.data,
+                "comm 000000000000000a: ranks 0-6 wait in AllReduce #641 for rank 7 (process 1001 on n1), "
+                "which has launched only up to #640 and waits in AllGather #12 of B for rank 1 (31 s)") !=
+             NULL,
          "verdict: %s", out.data);
   EXPECT(strstr(out.data, "B: rank 0 waits in AllGather #12 for rank 1") != NULL, "verdict: %s", out.data);
   rpt_free(&out);
@@ -319,7 +347,8 @@ static void verdict_words(void) {
   b[0].now.kind = -1;
   both[1] = b[0];
   report_verdict(&v, &out);
-  EXPECT(out.data != NULL && strstr(out.data, "ranks 0-7 wait in AllReduce #641 and no rank is behind") != NULL,
+  EXPECT(out.data != NULL &&
+             strstr(out.data, "ranks 0-7 wait in AllReduce #641 for each other (no rank is behind)") != NULL,
          "verdict: %s", out.data);
   rpt_free(&out);
 }
@@ -337,7 +366,11 @@ static void *churn(void *arg) {
   for (uint64_t i = 0; !atomic_load(&churn_stop); i++) {
     ras_comm_t *rc;
     ras_peer_t self;
-    ras_comm_info_t info = {.nonce = base + i, .rank = (int)(i % 4), .nranks = 4, .dev = -1, .name = "churn",
+    ras_comm_info_t info = {.nonce = base + i,
+                            .rank = (int)(i % 4),
+                            .nranks = 4,
+                            .dev = -1,
+                            .name = "churn",
                             .acct = &churn_acct};
     ras_comm_join(&info, &rc, &self);
     EXPECT(rc != NULL, "monitoring is on");
@@ -488,7 +521,8 @@ static void peer_churn(void) {
     deads += strstr(line, "] PEER_DEAD: Process ") != NULL;
     EXPECT(strstr(line, "stranger") == NULL, "a process without the job's proof was let in: %s", line);
   }
-  EXPECT(news == 60 && deads == 60, "%d PEER_NEW and %d PEER_DEAD events for 60 processes that died", news, deads);
+  EXPECT(news == 60 && deads == 60, "%d PEER_NEW and %d PEER_DEAD events for 60 processes that died", news,
+         deads);
   close(mon);
   ras_comm_retire(rc);
 }
@@ -521,7 +555,8 @@ static void client_limits(void) {
   char big[3000];
   memset(big, 'x', sizeof big);
   EXPECT(say(fd, big, sizeof big));
-  EXPECT(rt_line(fd, line, sizeof line, 10) > 0 && strstr(line, "ERROR: line longer than 1023 bytes") == line, "%s", line);
+  EXPECT(rt_line(fd, line, sizeof line, 10) > 0 && strstr(line, "ERROR: line longer than 1023 bytes") == line,
+         "%s", line);
   EXPECT(rt_line(fd, line, sizeof line, 10) == 0, "the connection stays open after an over-long line");
   close(fd);
   /* too many bad commands */
@@ -534,14 +569,16 @@ static void client_limits(void) {
   /* a client that stalls mid-line is told why and closed */
   fd = rt_connect(port, 10);
   say(fd, "STAT", 4);
-  EXPECT(rt_line(fd, line, sizeof line, 10) > 0 && strstr(line, "ERROR: no command within") == line, "%s", line);
+  EXPECT(rt_line(fd, line, sizeof line, 10) > 0 && strstr(line, "ERROR: no command within") == line, "%s",
+         line);
   close(fd);
   /* clients over the limit get one error line; those within it are still served */
   int held[6];
   for (int i = 0; i < 6; i++) held[i] = rt_connect(port, 10);
   usleep(300000);
   fd = rt_connect(port, 10);
-  EXPECT(rt_line(fd, line, sizeof line, 10) > 0 && strstr(line, "ERROR: too many clients") == line, "%s", line);
+  EXPECT(rt_line(fd, line, sizeof line, 10) > 0 && strstr(line, "ERROR: too many clients") == line, "%s",
+         line);
   close(fd);
   EXPECT(say(held[0], "CLIENT PROTOCOL 2\n", 18) && rt_line(held[0], line, sizeof line, 10) > 0);
   for (int i = 0; i < 6; i++) close(held[i]);
