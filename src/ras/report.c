@@ -12,6 +12,7 @@
 
 #include "nccl.h"
 #include "base/log.h"
+#include "base/socket.h"
 
 /* Communicators' missing ranks listed one by one at most (the count is always exact). */
 #define MISSING_LIST_MAX 4096
@@ -124,18 +125,31 @@ static int failed_result(int res) {
   return res != ncclSuccess && res != ncclInProgress;
 }
 
+static int waiting(const ras_rec_t *r);
+
+/* Whether the ranks' counts of one collective differ while a rank waits: ranks of a running job are often a
+ * call or a few apart, which says nothing until one of them waits. */
+static int counts_differ(const comm_t *c) {
+  int waits = 0, differ = 0;
+  for (int i = 0; i < c->n; i++) {
+    const ras_rec_t *r = c->ranks[i].rec, *r0 = c->ranks[0].rec;
+    waits |= waiting(r);
+    for (int k = 0; k < RAS_OP_SEND; k++)
+      differ |= r->counts[k][0] + r->counts[k][1] != r0->counts[k][0] + r0->counts[k][1];
+  }
+  return waits && differ;
+}
+
 static void comm_stats(comm_t *c) {
   c->missing = c->nranks - c->n;
   c->errors = c->missing > 0 ? ERR_INCOMPLETE : 0;
   c->nodes = 0;
   c->per_node_min = c->per_node_max = 0;
+  if (counts_differ(c)) c->errors |= ERR_MISMATCH;
   for (int i = 0; i < c->n; i++) {
     const ras_rec_t *r = c->ranks[i].rec;
     c->status |= nccl_status(r);
     if (failed_result(r->init_state) || failed_result(r->async_error)) c->errors |= ERR_ERROR;
-    for (int k = 0; k < RAS_OP_SEND; k++)
-      if (r->counts[k][0] + r->counts[k][1] != c->ranks[0].rec->counts[k][0] + c->ranks[0].rec->counts[k][1])
-        c->errors |= ERR_MISMATCH;
     int first = 1, here = 0;
     for (int j = 0; j < c->n; j++) {
       if (c->ranks[j].proc->proc.id.host_hash != c->ranks[i].proc->proc.id.host_hash) continue;
@@ -542,6 +556,8 @@ void report_json(const ras_view_t *v, rpt_t *out) {
     const view_proc_t *vp = &v->procs[p];
     rpt_printf(out, "%s\n      {\"host\": ", p ? "," : "");
     json_str(out, vp->proc.id.host);
+    char a[SOCK_ADDR_STRLEN];
+    rpt_printf(out, ", \"address\": \"%s\"", sock_addr_str(&vp->proc.id.addr, a));
     rpt_printf(out, ", \"pid\": %d, \"state\": \"%s\", \"answered\": %s, \"silent_s\": %.1f}",
                vp->proc.id.pid, vp->state == PEER_SELF ? "self" : state_words(vp->state),
                vp->fresh ? "true" : "false", vp->state == PEER_SELF ? 0.0 : vp->silent_s);
@@ -725,18 +741,18 @@ static void text_rank_errors(rpt_t *out, const shown_t *sh) {
 }
 
 /* Ranks whose counts of one collective differ, as NCCL words it. */
-static void text_mismatch(rpt_t *out, const shown_t *sh) {
+static void text_mismatch(rpt_t *out, const shown_t *sh, int verbose) {
   const comm_t *c = sh->c;
   rpt_printf(out, "#%d-%d (%016llx) MISMATCH\n", sh->group, sh->index, (unsigned long long)c->nonce);
   if (c->status & (c->status - 1)) rpt_printf(out, "  Communicator ranks have different status\n");
-  for (int k = 0; k < RAS_OP_SEND; k++) {
+  for (int k = 0; k < RAS_OP_SEND && counts_differ(c); k++) {
     uint64_t first = c->ranks[0].rec->counts[k][0] + c->ranks[0].rec->counts[k][1];
     int differ = 0;
     for (int i = 1; i < c->n && !differ; i++)
       differ = c->ranks[i].rec->counts[k][0] + c->ranks[i].rec->counts[k][1] != first;
     if (!differ) continue;
     rpt_printf(out, "  Communicator ranks have different %s operation counts\n", ras_op_name(k));
-    for (int i = 0; i < c->n; i++) {
+    for (int i = 0; i < c->n && (verbose || i < 10); i++) {
       const ras_rec_t *r = c->ranks[i].rec;
       rpt_printf(out, "  Rank %d has launched %llu -- ", r->rank,
                  (unsigned long long)(r->counts[k][0] + r->counts[k][1]));
@@ -806,7 +822,7 @@ static void text_sections(rpt_t *out, const ras_view_t *v, const sorted_t *s, sh
   for (int i = 0; i < s->ncomms; i++) {
     if (sh[i].c->errors & ERR_INCOMPLETE) text_missing_ranks(&errs, s, &sh[i], verbose);
     if (sh[i].c->errors & ERR_ERROR) text_rank_errors(&errs, &sh[i]);
-    if (sh[i].c->errors & ERR_MISMATCH) text_mismatch(&warns, &sh[i]);
+    if (sh[i].c->errors & ERR_MISMATCH) text_mismatch(&warns, &sh[i], verbose);
   }
   if (v->timeouts > 0)
     rpt_printf(&warns, "TIMEOUT\n  %d process%s did not answer within the query's timeout\n\n", v->timeouts,

@@ -1,0 +1,52 @@
+/*
+ * ras_poll PORT HZ SECONDS [json|text]: a RAS client that asks 127.0.0.1:PORT for the status HZ times a
+ * second (a whole exchange each time, as NCCL's client makes it) for SECONDS, then prints how many answers
+ * came, how many failed and their mean and worst latency. For the monitoring benchmark.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ras_util.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: ras_poll PORT HZ SECONDS [json|text]\n");
+    return 2;
+  }
+  int port = atoi(argv[1]), json = argc > 4 && strcmp(argv[4], "json") == 0;
+  double hz = atof(argv[2]), secs = atof(argv[3]), t0 = now(), next = t0, total = 0, worst = 0;
+  long ok = 0, failed = 0;
+  while (now() - t0 < secs) {
+    double t = now();
+    char err[160];
+    char *s = rt_status(port, json, 0, 30, err, sizeof err);
+    double took = now() - t;
+    if (s != NULL) {
+      ok++;
+      total += took;
+      if (took > worst) worst = took;
+      free(s);
+    } else {
+      failed++;
+    }
+    next += 1.0 / hz;
+    double wait = next - now();
+    if (wait > 0)
+      usleep((useconds_t)(wait * 1e6));
+    else
+      next = now(); /* behind: no burst to catch up */
+  }
+  double span = now() - t0;
+  printf("ras_poll: %ld answers (%.0f/s asked %.0f/s), %ld failed, latency mean %.2f ms, worst %.2f ms\n", ok,
+         ok / span, hz, failed, ok ? total / ok * 1e3 : 0, worst * 1e3);
+  return failed > 0;
+}
