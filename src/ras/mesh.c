@@ -2,9 +2,10 @@
  * The monitor thread and its peer mesh (see mesh.h).
  *
  * Threads: everything here runs on the monitor thread, except mesh_start (under the registry lock of ras.c),
- * mesh_wake and mesh_view. The peer table's entries and their snapshots change only under `m.lock`, which
- * mesh_view takes to copy them; the monitor thread reads its own table without it. Lock order: the registry
- * lock of ras.c, then `m.lock`; nothing here calls into ras.c while holding `m.lock`.
+ * mesh_wake and mesh_view. The peer table and what mesh_view copies of each entry (identity, state, last
+ * heard, keep-alive snapshot) change only under `m.lock`; the monitor thread reads its own table without it.
+ * Lock order: the registry lock of ras.c, then `m.lock`; nothing here calls into ras.c while holding
+ * `m.lock`.
  */
 #include "mesh.h"
 
@@ -334,7 +335,9 @@ static void refresh_peers(double now) {
 /* ---- Messages ---- */
 
 static void heard(peer_t *p, double now) {
+  pthread_mutex_lock(&m.lock);
   p->last_heard = now;
+  pthread_mutex_unlock(&m.lock);
   if (p->state == PEER_ALIVE) return;
   int was = p->state;
   set_state(p, PEER_ALIVE);
@@ -516,7 +519,9 @@ static void give_time_back(double now) {
   double gap = now - m.last_loop;
   m.last_loop = now;
   if (gap <= 2 * KA_S * m.factor) return;
+  pthread_mutex_lock(&m.lock);
   for (int i = 0; i < m.npeers; i++) m.peers[i]->last_heard += gap - KA_S * m.factor;
+  pthread_mutex_unlock(&m.lock);
 }
 
 /* ---- Queries ---- */
@@ -763,6 +768,10 @@ ncclResult_t mesh_start(sock_addr_t *addr_p) {
   }
   m.self.addr = addr;
   atomic_store(&m.stop, 0);
+  char a[SOCK_ADDR_STRLEN];
+  /* logged before the thread exists: the first log line reads the logging knobs, which the thread reads too
+   */
+  INFO(LOG_RAS | LOG_INIT, "RAS: monitor starting, mesh address %s", addr_text(&addr, a));
   int err = pthread_create(&m.thread, NULL, mesh_main, NULL);
   if (err != 0) {
     res = log_err(ncclSystemError, "RAS: cannot start the monitor thread: %s", strerror(err));
@@ -771,8 +780,6 @@ ncclResult_t mesh_start(sock_addr_t *addr_p) {
   m.running = 1;
   m.pid = getpid();
   *addr_p = addr;
-  char a[SOCK_ADDR_STRLEN];
-  INFO(LOG_RAS | LOG_INIT, "RAS: monitor started, mesh address %s", addr_text(&addr, a));
   return ncclSuccess;
 err_close_pipe:
   close(m.wake[0]);

@@ -1,8 +1,10 @@
 /*
  * ras_poll PORT HZ SECONDS [json|text]: a RAS client that asks 127.0.0.1:PORT for the status HZ times a
  * second (a whole exchange each time, as NCCL's client makes it) for SECONDS, then prints how many answers
- * came, how many failed and their mean and worst latency. For the monitoring benchmark.
+ * came, how many failed and their mean and worst latency (also when stopped early by SIGINT or SIGTERM). For
+ * the monitoring benchmark.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,13 @@
 #include <unistd.h>
 
 #include "ras_util.h"
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig) {
+  (void)sig;
+  stop = 1;
+}
 
 static double now(void) {
   struct timespec ts;
@@ -25,11 +34,17 @@ int main(int argc, char **argv) {
   int port = atoi(argv[1]), json = argc > 4 && strcmp(argv[4], "json") == 0;
   double hz = atof(argv[2]), secs = atof(argv[3]), t0 = now(), next = t0, total = 0, worst = 0;
   long ok = 0, failed = 0;
-  while (now() - t0 < secs) {
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  while (!stop && now() - t0 < secs) {
     double t = now();
     char err[160];
     char *s = rt_status(port, json, 0, 30, err, sizeof err);
     double took = now() - t;
+    if (stop) {
+      free(s);
+      break;
+    }
     if (s != NULL) {
       ok++;
       total += took;

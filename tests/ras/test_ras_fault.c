@@ -31,12 +31,12 @@
 #define NRANKS 4
 
 typedef struct {
-  atomic_int done, watching, pids[NRANKS], calls[NRANKS];
+  atomic_int done, watching, pids[NRANKS], calls[NRANKS], id_ready;
+  char id[NCCL_UNIQUE_ID_BYTES];
   _Atomic double killed_at;
 } shared_t;
 
 static shared_t *sh;
-static ncclUniqueId id;
 static int port;
 static char logdir[256];
 
@@ -75,10 +75,23 @@ static const js_t *the_comm(const js_t *doc) {
   return &comms->items[0];
 }
 
+/* Rank 0 makes the id and hands it to the others: its bootstrap root runs there, so that the test process
+ * has no thread when it forks. */
+static void get_id(int rank, ncclUniqueId *id) {
+  if (rank == 0) {
+    EXPECT_OK(ncclGetUniqueId((ncclUniqueId *)sh->id));
+    atomic_store(&sh->id_ready, 1);
+  }
+  while (!atomic_load(&sh->id_ready)) usleep(1000);
+  memcpy(id, sh->id, sizeof *id);
+}
+
 /* ---- A rank killed ---- */
 
 static void killed_job(int rank) {
   ncclComm_t c;
+  ncclUniqueId id;
+  get_id(rank, &id);
   EXPECT_OK(ncclCommInitRank(&c, NRANKS, id, rank));
   float buf[256] = {0};
   for (int i = 0; i < 20; i++) EXPECT_OK(ncclAllReduce(buf, buf, 256, ncclFloat, ncclSum, c, NULL));
@@ -150,7 +163,6 @@ static void killed_main(int rank, int n, void *arg) {
 }
 
 static void killed_rank(void) {
-  EXPECT_OK(ncclGetUniqueId(&id));
   unsigned bad = run_ranks_mask(NRANKS + 1, 120, killed_main, NULL);
   EXPECT(bad == 1u << 3, "failed ranks 0x%x, expected only rank 3 (killed)", bad);
 }
@@ -159,6 +171,8 @@ static void killed_rank(void) {
 
 static void stopped_job(int rank) {
   ncclComm_t c;
+  ncclUniqueId id;
+  get_id(rank, &id);
   EXPECT_OK(ncclCommInitRank(&c, NRANKS, id, rank));
   int32_t buf[4096];
   for (int i = 0;; i++) {
@@ -262,7 +276,6 @@ static void stopped_main(int rank, int n, void *arg) {
 
 static void stopped_rank(void) {
   setenv("BRAID_STALL_WARN_S", "8", 1);
-  EXPECT_OK(ncclGetUniqueId(&id));
   EXPECT(run_ranks(NRANKS + 1, 150, stopped_main, NULL) == 0, "the job did not finish after SIGCONT");
 }
 

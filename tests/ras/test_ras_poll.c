@@ -33,10 +33,11 @@ typedef struct {
   atomic_int clients_done;
   atomic_int rounds[NRANKS];
   atomic_int events_seen, dead_events;
+  atomic_int id_ready;
+  char id[NCCL_UNIQUE_ID_BYTES];
 } shared_t;
 
 static shared_t *sh;
-static ncclUniqueId world_id;
 static int port;
 
 /* ---- The job ---- */
@@ -119,6 +120,15 @@ static void round_of(ncclComm_t w, int rank, int round) {
 
 static void job(int rank) {
   ncclComm_t w;
+  /* rank 0 makes the id (its bootstrap root runs there, so that the test process has no thread when it
+   * forks) and hands it to the others */
+  if (rank == 0) {
+    EXPECT_OK(ncclGetUniqueId((ncclUniqueId *)sh->id));
+    atomic_store(&sh->id_ready, 1);
+  }
+  while (!atomic_load(&sh->id_ready)) usleep(1000);
+  ncclUniqueId world_id;
+  memcpy(&world_id, sh->id, sizeof world_id);
   EXPECT_OK(ncclCommInitRank(&w, NRANKS, world_id, rank));
   for (int round = 0; !atomic_load(&sh->clients_done); round++) {
     if (round >= MAX_ROUNDS) {
@@ -288,7 +298,6 @@ static void polled_job(void) {
   setenv("BRAID_RAS_MIN_QUERY_MS", "0", 1);
   setenv("BRAID_RAS_MAX_STATUS_PER_S", "0", 1);
   rt_use_port(port);
-  EXPECT_OK(ncclGetUniqueId(&world_id));
   /* the ranks and the clients' process, all children (no thread exists here when they fork) */
   EXPECT(run_ranks(NRANKS + 1, 900, rank_main, NULL) == 0, "a rank or the clients failed");
   int rounds = atomic_load(&sh->rounds[0]);
