@@ -321,8 +321,8 @@ static void culprit_words(rpt_t *out, const sorted_t *s, const comm_t *c, int ra
   if (r->launched == 0)
     rpt_printf(out, "%s launched no call", stale ? "had" : "has");
   else
-    rpt_printf(out, "%s launched %sup to #%llu", stale ? "had" : "has", r->launched <= seq ? "only " : "",
-               (unsigned long long)(r->launched - 1));
+    rpt_printf(out, "%s launched %sup to #%llu", stale ? "had" : "has",
+               !stale && r->launched <= seq ? "only " : "", (unsigned long long)(r->launched - 1));
   /* what that process waits in: this communicator first, then any other */
   const ras_rec_t *w = r->now.kind >= 0 && (stale || waiting(r)) ? r : NULL;
   for (uint32_t i = 0; w == NULL && i < e->proc->proc.nrecs; i++)
