@@ -53,11 +53,11 @@ static struct {
   int nclients;
   double refuse_second;
   int refused_this_second;
-  ras_view_t last;      /* the last query's view */
-  double last_time;     /* when it ended (0: none) */
-  rpt_t renders[3];     /* the last view as text, verbose text and JSON, made on demand */
-  double budget_second; /* status answers this second */
-  int budget_used;
+  ras_view_t last;    /* the last query's view */
+  double last_time;   /* when it ended (0: none) */
+  rpt_t renders[3];   /* the last view as text, verbose text and JSON, made on demand */
+  double tokens;      /* status answers that may go now (budget) */
+  double budget_time; /* when the bucket was last filled */
 } cs = {.nlisten = 0};
 
 /* ---- The listener ---- */
@@ -174,15 +174,17 @@ static void answer_status(client_t *c, double now) {
   c->state = C_CLOSING;
 }
 
-/* Whether the status budget of this second has room (BRAID_RAS_MAX_STATUS_PER_S); takes one if so. */
+/* Whether a status answer may go now: a token bucket of BRAID_RAS_MAX_STATUS_PER_S answers a second, a tenth
+ * of a second's worth at once at most, so that clients over the rate wait a little each, not a second. */
 static int budget(double now) {
-  if (now - cs.budget_second >= 1.0) {
-    cs.budget_second = now;
-    cs.budget_used = 0;
-  }
-  int64_t max = param_int(P_BRAID_RAS_MAX_STATUS_PER_S);
-  if (max > 0 && cs.budget_used >= max) return 0;
-  cs.budget_used++;
+  int64_t rate = param_int(P_BRAID_RAS_MAX_STATUS_PER_S);
+  if (rate <= 0) return 1;
+  double burst = rate / 10.0 > 1 ? rate / 10.0 : 1;
+  cs.tokens += (now - cs.budget_time) * (double)rate;
+  if (cs.tokens > burst) cs.tokens = burst;
+  cs.budget_time = now;
+  if (cs.tokens < 1) return 0;
+  cs.tokens -= 1;
   return 1;
 }
 
@@ -387,7 +389,7 @@ double client_timers(double now) {
       client_close(pp);
       continue;
     }
-    if (c->state == C_QUERY) next = now + 0.01;
+    if (c->state == C_QUERY) next = now + 0.002;
     pp = &c->next;
   }
   return next;

@@ -33,25 +33,23 @@ int main(int argc, char **argv) {
   }
   int port = atoi(argv[1]), json = argc > 4 && strcmp(argv[4], "json") == 0;
   double hz = atof(argv[2]), secs = atof(argv[3]), t0 = now(), next = t0, total = 0, worst = 0;
+  double first = 0, last = 0;
   long ok = 0, failed = 0;
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   while (!stop && now() - t0 < secs) {
     double t = now();
     char err[160];
-    char *s = rt_status(port, json, 0, 30, err, sizeof err);
+    char *s = rt_status(port, json, 0, ok > 0 ? 30 : 0.2, err, sizeof err);
     double took = now() - t;
-    if (stop) {
-      free(s);
-      break;
-    }
     if (s != NULL) {
-      ok++;
+      if (ok++ == 0) first = t;
+      last = now();
       total += took;
       if (took > worst) worst = took;
       free(s);
-    } else {
-      failed++;
+    } else if (ok > 0 && !stop) {
+      failed++; /* before the first answer the job was not up yet */
     }
     next += 1.0 / hz;
     double wait = next - now();
@@ -60,8 +58,9 @@ int main(int argc, char **argv) {
     else
       next = now(); /* behind: no burst to catch up */
   }
-  double span = now() - t0;
-  printf("ras_poll: %ld answers (%.0f/s asked %.0f/s), %ld failed, latency mean %.2f ms, worst %.2f ms\n", ok,
-         ok / span, hz, failed, ok ? total / ok * 1e3 : 0, worst * 1e3);
+  double span = last > first ? last - first : 1;
+  printf("ras_poll: %ld answers in %.1f s (%.0f/s, asked %.0f/s), %ld failed, latency mean %.2f ms, worst "
+         "%.2f ms\n",
+         ok, span, ok / span, hz, failed, ok ? total / ok * 1e3 : 0, worst * 1e3);
   return failed > 0;
 }
