@@ -4,7 +4,8 @@
 # BRAID_RAS_MAX_STATUS_PER_S=0: every query goes to every process), the worst case. Runs `braid bench`
 # (all_reduce, three sizes) REPEATS times per mode, the modes interleaved so that the machine's drift hits
 # them alike, with ras_poll asking for the status (JSON) all along; prints the median time per size and mode,
-# the spread of the runs without a client (the run-to-run noise), and what the pollers got. Usage: bench_ras.sh BUILD_DIR [REPEATS] [bench options...]
+# the spread of the runs without a client (the run-to-run noise), and what the pollers got.
+# Usage: bench_ras.sh BUILD_DIR [REPEATS] [bench options...]
 # (default: 4 ranks on the host backend; on a GPU machine pass e.g. "-g 1 --device cuda").
 set -u
 build=${1:?usage: bench_ras.sh BUILD_DIR [REPEATS] [bench options...]}

@@ -1,7 +1,8 @@
 # Monitoring tests (included by tests/CMakeLists.txt). tests/ras/test_*.c are built and registered by the
-# general rule (label "ras"); they share the strict JSON parser and a small RAS client (ras_util.c). Helpers: ras_json_check (a status document's
-# facts, for the scripts) and ras_rank (one rank of a job that runs until told to stop, for the multi-host
-# and NCCL-client scripts). The libFuzzer targets are built by tests/ras/fuzz.sh with clang, not here.
+# general rule (label "ras"); they share the strict JSON parser and a small RAS client (ras_util.c). Helpers:
+# ras_json_check (a status document's facts, for the scripts), ras_rank (one rank of a job that runs until
+# told to stop, for the multi-host and NCCL-client scripts) and ras_poll (a client polling at a fixed rate,
+# for bench_ras.sh). The libFuzzer targets are built by tests/ras/fuzz.sh with clang, not here.
 foreach(t test_ras_unit test_ras_poll test_ras_fault)
   target_sources(${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/ras/json.c ${CMAKE_CURRENT_SOURCE_DIR}/ras/ras_util.c)
 endforeach()
