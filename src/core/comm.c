@@ -122,6 +122,7 @@ enum { TUNE_COUNT = TUNE_AGREED_COUNT };
 typedef struct {
   tp_peer_t peer;
   uint64_t tune[TUNE_COUNT];
+  ras_peer_t ras; /* where its process's monitor listens */
 } peer_msg_t;
 
 /* Fails where the knobs in effect differ between ranks (all[r].tune), on communicators whose ranks all have a
@@ -138,6 +139,15 @@ static ncclResult_t check_tuning(ncclComm_t comm, const peer_msg_t *all) {
                        comm->name, tune_agreed_name(k), (unsigned long long)all[0].tune[k],
                        (unsigned long long)all[r].tune[k], r);
   return ncclSuccess;
+}
+
+/* Hands monitoring every rank's identity (the allgather's ras fields). */
+static void ras_peers_hook(ncclComm_t comm, const peer_msg_t *all) {
+  ras_peer_t *ids = comm->ras != NULL ? malloc((size_t)comm->nranks * sizeof *ids) : NULL;
+  if (ids == NULL) return;
+  for (int r = 0; r < comm->nranks; r++) ids[r] = all[r].ras;
+  ras_comm_peers(comm->ras, ids);
+  free(ids);
 }
 
 /* Every rank tells the others its host, process, device, ring size and tuning knobs; the ring size cuts
@@ -175,8 +185,11 @@ static ncclResult_t init_peers(ncclComm_t comm) {
                                      .ring_bytes = comm->ring_bytes,
                                      .nch = comm->dev >= 0 ? comm->nch : 0};
   tune_agreed(all[comm->rank].tune);
+  ras_comm_info_t ri = {comm->nonce, comm->rank, comm->nranks, comm->dev, comm->name, &comm->acct};
+  ras_comm_join(&ri, &comm->ras, &all[comm->rank].ras);
   ncclResult_t res = boot_allgather(comm->boot, all, sizeof *all);
   for (int r = 0; res == ncclSuccess && r < comm->nranks; r++) comm->peers[r] = all[r].peer;
+  if (res == ncclSuccess) ras_peers_hook(comm, all);
   if (res == ncclSuccess) res = check_tuning(comm, all);
   free(all);
   if (res != ncclSuccess) return res;
@@ -249,6 +262,7 @@ ncclResult_t comm_dp_build(ncclComm_t comm) {
 static void publish(ncclComm_t comm) {
   atomic_store_explicit(&comm->async_error, ncclSuccess, memory_order_release);
   atomic_store_explicit(&comm->state, COMM_READY, memory_order_release);
+  ras_comm_ready(comm->ras);
   INFO(LOG_INIT, "%s rank %d nranks %d dev %d - Init COMPLETE", comm->name, comm->rank, comm->nranks,
        comm->dev);
 }
@@ -437,6 +451,7 @@ void comm_set_error(ncclComm_t comm, ncclResult_t res) {
   pthread_mutex_lock(&comm->cause_lock);
   if (comm->cause[0] == '\0') snprintf(comm->cause, sizeof comm->cause, "%s", log_last_error());
   pthread_mutex_unlock(&comm->cause_lock);
+  ras_comm_error(comm->ras, res, atomic_load(&comm->state) == COMM_INITIALIZING);
   int expected = ncclSuccess;
   if (!atomic_compare_exchange_strong(&comm->async_error, &expected, res)) {
     expected = ncclInProgress;
@@ -460,6 +475,7 @@ ncclResult_t comm_finalize(ncclComm_t comm) {
     return res;
   }
   atomic_store_explicit(&comm->state, COMM_FINALIZED, memory_order_release);
+  ras_comm_finalized(comm->ras);
   return ncclSuccess;
 }
 
@@ -468,6 +484,8 @@ void comm_destroy(ncclComm_t comm) {
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
   }
+  ras_comm_retire(comm->ras); /* first: monitoring reads its memory account until then */
+  comm->ras = NULL;
   if (gx_graphs(comm->gx) > 0) {
     /* CUDA graphs outlive the communicator: its eager work ends first, a later replay leaves at once (the
      * abort flag), and what a replay could reach (the kernel view, the rings, the copy-engine path's words
@@ -500,6 +518,7 @@ void comm_abort(ncclComm_t comm) {
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
   }
+  ras_comm_aborting(comm->ras); /* after the init thread: it sets comm->ras */
   if (comm->links != NULL) links_fail(comm->links);
   while (atomic_load(&comm->busy) > 0) time_sleep_us(1000);
   comm_destroy(comm);

@@ -23,6 +23,7 @@
 #include "core/links.h"
 #include "core/plan.h"
 #include "core/redop.h"
+#include "ras/ras.h"
 #include "transport/transport.h"
 
 #define COMM_MAGIC 0x4272616964436f6dull /* a live communicator */
@@ -67,6 +68,7 @@ struct ncclComm {
   uint32_t epoch;        /* shrinks and grows made from this communicator (keys their bootstrap messages) */
   int grow_id_live;      /* ncclCommGetUniqueId made grow_id and no grow has used it yet */
   ncclUniqueId grow_id;  /* that token */
+  ras_comm_t *ras;       /* its record in monitoring (ras.h); NULL without */
   pthread_t init_thread; /* non-blocking init runs here */
   int init_thread_live;  /* init_thread must be joined */
   struct ncclComm *group_next; /* next communicator with calls in the calling thread's group */

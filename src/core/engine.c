@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/check.h"
+#include "base/dtype.h"
 #include "base/log.h"
 #include "base/param.h"
 #include "base/timeutil.h"
@@ -23,7 +24,8 @@ void engine_start(exec_t *ex, plan_t *plan, links_t *links, const volatile int *
                  .abort_flag = abort_flag,
                  .comm_name = comm_name,
                  .last_progress = time_now(),
-                 .result = ncclSuccess};
+                 .result = ncclSuccess,
+                 .ras_step = -1};
 }
 
 /* Bytes a transfer moves through its connections: its data padded to XF_ALIGN (local copies are not padded).
@@ -143,6 +145,22 @@ static const xfer_t *first_pending(const exec_t *ex) {
   return &ex->plan->xfers[st->first];
 }
 
+/* Tells monitoring what the exec waits for: its step's first unfinished transfer, since `since`. */
+static void ras_publish(exec_t *ex, double since) {
+  const step_t *st = &ex->plan->steps[ex->step];
+  const xfer_t *x = first_pending(ex);
+  ras_wait_t w = {.kind = (int)st->task->kind,
+                  .peer = x->recv_peer >= 0 ? x->recv_peer : x->send_peer,
+                  .channel = -1,
+                  .step = ex->step,
+                  .is_send = x->recv_peer < 0,
+                  .seq = st->task->seq,
+                  .bytes = st->task->count * dtype_size(st->task->type),
+                  .done = x->done};
+  ras_comm_wait(ex->ras, &w, since);
+  ex->ras_step = ex->step;
+}
+
 /* Says what a stalled exec waits for: at WARN once, or as the error when it times out. */
 static ncclResult_t check_stall(exec_t *ex, double now) {
   int64_t warn_s = param_int(P_BRAID_STALL_WARN_S), timeout_s = param_int(P_BRAID_TIMEOUT_S);
@@ -161,6 +179,7 @@ static ncclResult_t check_stall(exec_t *ex, double now) {
   if (timed_out)
     return log_err(ncclSystemError, "%s; giving up after BRAID_TIMEOUT_S=%ld", what, (long)timeout_s);
   WARN("%s", what);
+  ras_stall_report(ex->ras); /* the job-wide verdict, in one more line */
   ex->warned = 1;
   return ncclSuccess;
 }
@@ -176,13 +195,20 @@ static ncclResult_t progress_exec(exec_t *ex, double now, int *progressed_p) {
   if (*ex->abort_flag)
     return log_err(ncclInvalidUsage, "%s rank %d: aborted by ncclCommAbort", ex->comm_name, ex->links->rank);
   int progressed = 0, step_done = 0;
+  if (ex->ras != NULL && ex->ras_step != ex->step) ras_publish(ex, now);
   CHECK(progress_step(ex, &progressed, &step_done));
   if (step_done) ex->step++;
   if (progressed || step_done) {
     ex->last_progress = now;
     ex->warned = 0;
+    ex->ras_stalled = 0;
     *progressed_p = 1;
     return ncclSuccess;
+  }
+  /* a wait of a quarter second is worth telling monitoring exactly (once per stall, off the fast path) */
+  if (ex->ras != NULL && !ex->ras_stalled && now - ex->last_progress > 0.25) {
+    ras_publish(ex, ex->last_progress);
+    ex->ras_stalled = 1;
   }
   return check_stall(ex, now);
 }
@@ -227,12 +253,15 @@ ncclResult_t engine_run(exec_t *execs, int n) {
         ex->result = res;
         if (first == ncclSuccess) first = res;
         links_fail(ex->links);
+        ras_comm_idle(ex->ras);
         continue;
       }
-      if (ex->step >= ex->plan->nsteps && flushed)
+      if (ex->step >= ex->plan->nsteps && flushed) {
         ex->step = -1;
-      else
+        ras_comm_idle(ex->ras);
+      } else {
         left++;
+      }
     }
     idle_rounds = progressed ? 0 : idle_rounds + 1;
     time_backoff(idle_rounds);

@@ -15,6 +15,7 @@
 #include "nccl.h"
 #include "core/links.h"
 #include "core/plan.h"
+#include "ras/ras.h"
 
 /* The abort flag's value when the communicator was revoked rather than aborted (only the message differs). */
 #define ENGINE_STOP_REVOKE 2
@@ -30,6 +31,9 @@ typedef struct {
   double last_progress;           /* time of the last byte moved */
   int warned;                     /* the stall warning was given */
   ncclResult_t result;            /* first error, or ncclSuccess */
+  ras_comm_t *ras; /* monitoring: what the rank waits for (NULL: none; set after engine_start) */
+  int ras_step;    /* the step monitoring was last told of (-1: none) */
+  int ras_stalled; /* monitoring was told which transfer this stall waits for */
 } exec_t;
 
 /* Prepares an exec for a built plan whose connections are ready. */

@@ -493,6 +493,7 @@ ncclResult_t gx_launch(gx_t *gx, const plan_t *plan) {
   /* copies alone on one stream touch no ring: the next launch need not wait for them, nor another stream */
   res = gx->copies_only && one_stream(plan) ? ncclSuccess : after(gx, plan, lc.s, lc.capturing);
   if (res == ncclSuccess) recall_keep(gx, plan, lc.capturing);
+  gx->last_captured = lc.capturing;
 out:
   gpu_leave(&scope);
   return res;
@@ -528,6 +529,10 @@ ncclResult_t gx_relaunch(gx_t *gx, const plan_t *plan, int *took) {
     gx->recall.valid = 0;
   gpu_leave(&scope);
   return res;
+}
+
+int gx_captured(const gx_t *gx) {
+  return gx != NULL && gx->last_captured;
 }
 
 uint64_t gx_relaunches(const gx_t *gx) {

@@ -42,6 +42,8 @@ ncclResult_t gx_launch(gx_t *gx, const plan_t *plan);
  * launch and that was one step on the LL or pair entry point, launches them again as gx_launch would and sets
  * *took; otherwise (or when the stream is capturing) sets *took to 0, and the caller takes the full path. */
 ncclResult_t gx_relaunch(gx_t *gx, const plan_t *plan, int *took);
+/* Whether the last gx_launch was captured into a CUDA graph (monitoring counts such calls apart). */
+int gx_captured(const gx_t *gx);
 /* How many launches gx_relaunch made (for tests). */
 uint64_t gx_relaunches(const gx_t *gx);
 /* Stops every kernel of the communicator that waits (they record DEV_ERR_ABORTED and leave). */

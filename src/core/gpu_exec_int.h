@@ -92,6 +92,7 @@ struct gx {
   gpu_event_t *capture_join; /* joins a captured group's streams */
   int launched;              /* done was recorded at least once */
   int copies_only;           /* the launch being built has only enqueued copies (no kernel) so far */
+  int last_captured;         /* the last gx_launch was captured (gx_captured) */
   cudaStream_t last;         /* stream of the last eager launch */
   gpu_event_t **joins;       /* one per extra stream of a group */
   int njoins;

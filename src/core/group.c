@@ -133,7 +133,10 @@ static void drop_calls(void) {
 }
 
 ncclResult_t group_enqueue(ncclComm_t comm, const task_t *task) {
-  if (plan_call_is_noop(task, comm->nranks)) return ncclSuccess;
+  if (plan_call_is_noop(task, comm->nranks)) { /* nothing to run, but monitoring counts the call */
+    if (comm->ras != NULL) ras_comm_launch(comm->ras, (int)task->kind, task->seq, 0);
+    return ncclSuccess;
+  }
   group_t *g = me();
   int implicit = g->depth == 0;
   if (implicit) g->depth = 1;
@@ -191,6 +194,14 @@ static ncclResult_t launch_calls(ncclComm_t c) {
   return gx_launch(c->gx, &c->plan);
 }
 
+/* Tells monitoring of the calls a plan launched (counts by kind, the last sequence number). */
+static void ras_launched(ncclComm_t c, int captured) {
+  _Static_assert((int)OP_COUNT == (int)RAS_OPS && (int)OP_SEND == (int)RAS_OP_SEND,
+                 "monitoring counts calls by op_kind_t");
+  for (int t = 0; c->ras != NULL && t < c->plan.ntasks; t++)
+    ras_comm_launch(c->ras, (int)c->plan.tasks[t].kind, c->plan.tasks[t].seq, captured);
+}
+
 /* Plans, connects and runs the calls of every communicator of the group: GPU communicators launch, host ones
  * run together on the host executor. */
 static ncclResult_t run_calls(void) {
@@ -204,20 +215,25 @@ static ncclResult_t run_calls(void) {
     engine_start(&g->execs[i], &c->plan, c->links, &c->abort_flag, c->name);
     /* a revoke or suspend that came after the call's checks waits for `busy`: seen here, or it sees us */
     if ((g->execs[i].result = comm_accepts_work(c)) != ncclSuccess) continue;
+    g->execs[i].ras = c->ras;
     if (c->gx != NULL) {
       /* the same calls as the last launch go again as they went, unplanned (gx_relaunch) */
       int took = 0;
       g->execs[i].result = gx_relaunch(c->gx, &c->plan, &took);
       if (!took && g->execs[i].result == ncclSuccess) g->execs[i].result = plan_calls(c);
       g->execs[i].step = took ? STEP_RELAUNCHED : STEP_PLANNED; /* nothing left for the host executor */
+      if (took && g->execs[i].result == ncclSuccess) ras_launched(c, 0);
     } else {
       g->execs[i].result = plan_build(&c->plan, c->rank, c->nranks, c->ring_bytes / 2, 0);
+      if (g->execs[i].result == ncclSuccess) ras_launched(c, 0);
     }
   }
   i = 0;
   for (ncclComm_t c = g->comms; c != NULL; c = c->group_next, i++)
-    if (c->gx != NULL && g->execs[i].result == ncclSuccess && g->execs[i].step == STEP_PLANNED)
+    if (c->gx != NULL && g->execs[i].result == ncclSuccess && g->execs[i].step == STEP_PLANNED) {
       g->execs[i].result = launch_calls(c);
+      if (g->execs[i].result == ncclSuccess) ras_launched(c, gx_captured(c->gx));
+    }
   for (int p = 0; p < 3; p++) connect_phase(p, g->execs, n);
   ncclResult_t res = engine_run(g->execs, n);
   i = 0;
