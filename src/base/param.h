@@ -30,6 +30,9 @@ const char *param_help(param_id_t id);
 const char *param_source(param_id_t id);
 /* Writes the value as text into buf (for listings). */
 void param_format(param_id_t id, char *buf, int len);
+/* Logs at INFO (ENV) every knob that is set and where from, as NCCL's "NCCL_X set by environment to V", then
+ * one line naming the NCCL_* variables of the environment that Braid does not implement. */
+void param_log_set(void);
 /* Reads the environment and configuration files again (logging reset and tests). */
 void param_reload(void);
 

@@ -258,8 +258,8 @@ static void publish(ncclComm_t comm) {
 }
 
 static void banner(void) {
-  LOG_AT(LOG_VERSION, LOG_ALL, "Braid %s (NCCL API %d.%d.%d)", BRAID_VERSION, NCCL_MAJOR, NCCL_MINOR,
-         NCCL_PATCH);
+  log_banner();
+  param_log_set();
 }
 
 static void print_banner(void) {
