@@ -27,6 +27,7 @@
 #include "base/fdpass.h"
 #include "base/log.h"
 #include "cu_launch.h"
+#include "device/dev.h"
 #include "gpu.h"
 #include "gpu_cuda.h"
 
@@ -983,6 +984,18 @@ static func_entry_t *func_find(int dev, const void *fatbin, const char *name, CU
   return NULL;
 }
 
+/* The error for a fatbin without code that device `dev` runs: the device's architecture and the build's. */
+static ncclResult_t no_code_for(int dev) {
+  int major = 0, minor = 0;
+  drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, devs[dev].dev);
+  drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, devs[dev].dev);
+  return log_err(
+      ncclUnhandledCudaError,
+      "device %d is sm_%d%d (compute capability %d.%d), and this build of Braid has no GPU code it runs: "
+      "it carries %s; build Braid with BRAID_CUDA_ARCHS including %d%d",
+      dev, major, minor, major, minor, dev_fatbin_archs[0] != '\0' ? dev_fatbin_archs : "none", major, minor);
+}
+
 /* Loads `name` (and its module, unless `module` is already loaded) on `dev`. Called with func_lock held. */
 static ncclResult_t func_add(int dev, const void *fatbin, const char *name, CUmodule module,
                              func_entry_t **entry_p) {
@@ -993,7 +1006,13 @@ static ncclResult_t func_add(int dev, const void *fatbin, const char *name, CUmo
   gpu_scope_t scope;
   CHECK_GOTO(gpu_enter(dev, &scope), res, err_free);
   if (module == NULL) {
-    CU_GOTO(cuModuleLoadData, (&module, fatbin), res, err_leave, "the kernels' fatbin on device %d", dev);
+    CUresult r = drv.cuModuleLoadData(&module, fatbin);
+    if (r != CUDA_SUCCESS) {
+      res = r == CUDA_ERROR_NO_BINARY_FOR_GPU
+                ? no_code_for(dev)
+                : cu_fail(r, "cuModuleLoadData", "the kernels' fatbin on device %d", dev);
+      goto err_leave;
+    }
     loaded = 1;
   }
   CUfunction func;
