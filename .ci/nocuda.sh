@@ -36,4 +36,4 @@ grep -q "Braid: no CUDA compiler" "$build.log" || { cat "$build.log"; echo "nocu
 cmake --build "$build" -j"$(nproc)" >>"$build.log" 2>&1 || { tail -50 "$build.log"; exit 1; }
 # The library without kernels: init on the host backend works, and `braid info` says why CUDA is not used.
 "$build/bin/braid" info | grep -q "^Kernels: none" || { "$build/bin/braid" info; exit 1; }
-ctest --test-dir "$build" -j"$(nproc)" --output-on-failure -L 'api|base|tools|device'
+ctest --test-dir "$build" -j"$(nproc)" --output-on-failure -L 'api|base|tools|device|install'
