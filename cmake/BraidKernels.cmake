@@ -8,8 +8,8 @@
 #
 # A fatbin is made in steps that run in parallel (make -j, ninja): nvcc makes the PTX of the highest
 # architecture and ptxas its cubin, one nvcc per other architecture makes its cubin, then fatbinary puts them
-# together. Each step prints a line when it starts and its time when it ends; a fatbin is rebuilt only when
-# its sources change. The kernels stay one translation unit: split into several, nvcc compiles the general
+# together. Each step prints a line when it starts and, through BraidStep.cmake, its time when it ends; a
+# fatbin is rebuilt only when its sources change. The kernels stay one translation unit: split into several, nvcc compiles the general
 # kernel's entry points into different machine code (it inlines differently), where ptxas's threads give the
 # same parallelism with the same code.
 
@@ -114,6 +114,7 @@ function(braid_fatbin name source symbol includes out_s)
   set(dir ${CMAKE_BINARY_DIR}/fatbin)
   set(fatbin ${dir}/${name}.fatbin)
   set(embed ${dir}/${name}.S)
+  set(braid_step ${CMAKE_SOURCE_DIR}/cmake/BraidStep.cmake)
   set(nvcc ${CMAKE_CUDA_COMPILER_LAUNCHER} ${CMAKE_CUDA_COMPILER} -O3 -std=c++17 ${fb_FLAGS})
   foreach(inc ${includes})
     list(APPEND nvcc -I${inc})
@@ -123,7 +124,8 @@ function(braid_fatbin name source symbol includes out_s)
   math(EXPR nsteps "${braid_narchs} + 1")
   set(ptx ${dir}/${name}.compute_${braid_ptx_arch}.ptx)
   add_custom_command(OUTPUT ${ptx}
-    COMMAND ${CMAKE_COMMAND} -E time ${nvcc} -ptx -arch=compute_${braid_ptx_arch} -o ${ptx} ${source}
+    COMMAND ${CMAKE_COMMAND} "-DSTEP=${name}: PTX for compute_${braid_ptx_arch}" -P ${braid_step}
+            ${nvcc} -ptx -arch=compute_${braid_ptx_arch} -o ${ptx} ${source}
     DEPENDS ${source} ${fb_DEPENDS}
     COMMENT "${name}: PTX for compute_${braid_ptx_arch} (1 of ${nsteps})"
     VERBATIM)
@@ -135,15 +137,16 @@ function(braid_fatbin name source symbol includes out_s)
     if(arch STREQUAL braid_ptx_arch)
       # The highest architecture's cubin from the PTX above, as nvcc makes it, without a second front end run.
       add_custom_command(OUTPUT ${cubin}
-        COMMAND ${CMAKE_COMMAND} -E time ${BRAID_PTXAS} -arch=sm_${arch} -m64 --split-compile=${braid_threads} ${ptx}
-                -o ${cubin}
+        COMMAND ${CMAKE_COMMAND} "-DSTEP=${name}: cubin for sm_${arch}" -P ${braid_step}
+                ${BRAID_PTXAS} -arch=sm_${arch} -m64 --split-compile=${braid_threads} ${ptx} -o ${cubin}
         DEPENDS ${ptx}
         COMMENT "${name}: cubin for sm_${arch} (${step} of ${nsteps})"
         VERBATIM)
     else()
       add_custom_command(OUTPUT ${cubin}
-        COMMAND ${CMAKE_COMMAND} -E time ${nvcc} -cubin -gencode arch=compute_${arch},code=sm_${arch}
-                -Xptxas --split-compile=${braid_threads} -o ${cubin} ${source}
+        COMMAND ${CMAKE_COMMAND} "-DSTEP=${name}: cubin for sm_${arch}" -P ${braid_step}
+                ${nvcc} -cubin -gencode arch=compute_${arch},code=sm_${arch} -Xptxas --split-compile=${braid_threads}
+                -o ${cubin} ${source}
         DEPENDS ${source} ${fb_DEPENDS}
         COMMENT "${name}: cubin for sm_${arch} (${step} of ${nsteps})"
         VERBATIM)
