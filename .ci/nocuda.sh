@@ -16,7 +16,8 @@ if [ "${BRAID_NOCUDA_INSIDE:-}" != 1 ]; then
   exec unshare --mount --propagation private env BRAID_NOCUDA_INSIDE=1 bash "$0" "$@"
 fi
 
-mount -t tmpfs -o size=1m none /usr/local
+case "$PWD" in /usr/local/*) echo "nocuda: the tree lies under /usr/local, which this hides" >&2; exit 1 ;; esac
+[ -d /usr/local ] && mount -t tmpfs -o size=1m none /usr/local
 for d in /opt/cuda /opt/nvidia; do [ -d "$d" ] && mount -t tmpfs -o size=1m none "$d"; done
 PATH=$(echo "$PATH" | tr : '\n' | grep -v -i cuda | paste -sd:)
 export PATH CC=${CC:-clang}
