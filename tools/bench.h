@@ -49,16 +49,26 @@ typedef enum {
 /* Where the buffers live, as --device asks. */
 typedef enum { BENCH_DEVICE_AUTO, BENCH_DEVICE_HOST, BENCH_DEVICE_CUDA } bench_device_t;
 
+/* How -a (nccl-tests' --average) reduces the ranks' times of a row to one: rank 0's, their mean, the
+ * fastest or the slowest (the bench's default). */
+typedef enum { BENCH_AVG_RANK0, BENCH_AVG_MEAN, BENCH_AVG_MIN, BENCH_AVG_MAX } bench_avg_t;
+
 /* What the command line asked for. */
 typedef struct {
   size_t min_bytes, max_bytes;
-  size_t step_factor;
-  int samples, batch, warmup, check, root, nranks; /* batch 0: chosen per size (stats_batch) */
-  int nranks_set;                                  /* -g was given */
+  size_t step_factor; /* 1: sizes grow by step_bytes instead (nccl-tests' -f 1 -i N) */
+  size_t step_bytes;
+  int samples, batch, warmup, root, nranks; /* batch 0: chosen per size (stats_batch) */
+  int check;                                /* -c: checked iterations per size (0: none) */
+  int agg;                                  /* -m: calls per iteration, in one group */
+  int cycles;                               /* -N: times the whole run is repeated (0: until the timeout) */
+  int blocking;        /* -z: 0 none; 1, 2 the host waits for every iteration; 3 for every sample */
+  bench_avg_t average; /* -a */
+  int nranks_set;      /* -g or -t was given */
   int gpus; /* --gpus: the ranks share the first `gpus` GPUs, rank r on GPU r % gpus; 0: one GPU each */
   bench_device_t device;
   int single;    /* one process drives every rank */
-  int graph;     /* time replays of CUDA graphs */
+  int graph;     /* -G N: each sample replays a CUDA graph of its iterations N times (0: eager calls) */
   int resources; /* --resources: memory, init and per-call host time instead of the sweep (bench_res.c) */
   int floor;     /* --floor: time the floor kernel in every row too (bench_floor.h) */
   int timeout_s; /* wall-clock limit for the whole run; 0: none */

@@ -6,8 +6,8 @@
  * counts for each; the order alternates with the size (A then B at even sizes in the sweep, B then A at odd
  * ones), so that drift over a run (clocks, temperature) does not favour one library. Each rank posts its
  * figures on the board; after the row's barrier every process reads every rank's: the reported time is the
- * slowest rank's median, the wrong count the sum over ranks. The process holding rank 0 prints the row and
- * keeps it for the JSON and PNG files it writes at the end.
+ * slowest rank's median (or as -a asks), the wrong count the sum over ranks. The process holding rank 0
+ * prints the row and keeps it for the JSON and PNG files it writes at the end.
  *
  * Communicators: one process per rank makes them with ncclCommInitRank, rank 0 making one unique id per
  * library and passing them through the board; one process for every rank (--single) calls ncclCommInitAll
@@ -206,7 +206,18 @@ static ncclResult_t measure_row(bench_proc_t *p, const coll_t *coll, int batch, 
   return ncclSuccess;
 }
 
-/* Reads every rank's figures of the current row (after its barrier): the slowest time, the summed wrongs. */
+/* The row's time from the ranks' times as -a asks: rank 0's, their mean, the fastest or the slowest. */
+static double rank_time(const bench_proc_t *p, int fig) {
+  double t = p->o->average == BENCH_AVG_MIN ? INFINITY : p->o->average == BENCH_AVG_MAX ? -INFINITY : 0;
+  for (int r = 0; r < p->o->nranks; r++) {
+    double v = board_figs(p->run->board, p->row, r)[fig];
+    if (p->o->average == BENCH_AVG_RANK0) return v;
+    t = p->o->average == BENCH_AVG_MIN ? fmin(t, v) : p->o->average == BENCH_AVG_MAX ? fmax(t, v) : t + v;
+  }
+  return p->o->average == BENCH_AVG_MEAN ? t / p->o->nranks : t;
+}
+
+/* Reads every rank's figures of the current row (after its barrier): the time (-a), the summed wrongs. */
 static void gather_row(bench_proc_t *p, bench_row_t *row) {
   for (int form = 0; form < 2; form++) {
     bench_form_t *f = &row->form[form];
@@ -214,13 +225,9 @@ static void gather_row(bench_proc_t *p, bench_row_t *row) {
     for (int l = 0; l < BENCH_MAX_LIBS; l++) {
       f->time_us[l] = f->wrong[l] = NAN;
       if (f->skipped || l >= p->run->nlibs) continue;
-      double t = -INFINITY, w = 0;
-      for (int r = 0; r < p->o->nranks; r++) {
-        const double *figs = board_figs(p->run->board, p->row, r);
-        t = fmax(t, figs[fig_time(l, form)]);
-        w += figs[fig_wrong(l, form)];
-      }
-      f->time_us[l] = t;
+      double w = 0;
+      for (int r = 0; r < p->o->nranks; r++) w += board_figs(p->run->board, p->row, r)[fig_wrong(l, form)];
+      f->time_us[l] = rank_time(p, fig_time(l, form));
       if (p->o->check) f->wrong[l] = w;
       if (p->o->check) p->wrong_total += w;
     }
@@ -289,7 +296,11 @@ static ncclResult_t sweep(bench_proc_t *p, const coll_t *coll, ncclDataType_t ty
   int index = 0;
   for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; index++) {
     CHECK(run_row(p, coll, type, op_kind, bytes, index));
-    if (bytes == 0)
+    if (o->step_factor == 1 && bytes > o->max_bytes - o->step_bytes)
+      break;
+    else if (o->step_factor == 1)
+      bytes += o->step_bytes; /* -f 1: nccl-tests adds -i */
+    else if (bytes == 0)
       bytes = 1;
     else if (bytes > o->max_bytes / o->step_factor)
       break;
@@ -384,7 +395,9 @@ static int finish_report(const bench_proc_t *p, int complete) {
 static ncclResult_t run_all(bench_proc_t *p) {
   CHECK(p->o->single ? init_all(p) : init_ranks(p));
   if (p->o->floor) CHECK(floor_setup(p));
-  for (int c = 0; c < p->o->ncolls; c++) CHECK(run_table(p, &bench_colls[p->o->colls[c]]));
+  /* -N: the whole run again, as nccl-tests' cycles; 0 repeats until the timeout ends it. */
+  for (int cycle = 0; p->o->cycles == 0 || cycle < p->o->cycles; cycle++)
+    for (int c = 0; c < p->o->ncolls; c++) CHECK(run_table(p, &bench_colls[p->o->colls[c]]));
   return destroy_comms(p);
 }
 

@@ -39,10 +39,19 @@ void table_run_header(const bench_opts_t *o, const bench_run_t *run) {
     snprintf(batch, sizeof(batch), "%d", o->batch);
   else
     snprintf(batch, sizeof(batch), "k (k per size: >= %.0f us, <= %d)", STATS_SAMPLE_MIN_US, STATS_BATCH_MAX);
-  printf("# sizes %zu to %zu bytes, step factor %zu; %d warm-up iterations, then %d samples of %s "
-         "iterations; check %d\n",
-         o->min_bytes, o->max_bytes, o->step_factor, o->warmup, o->samples, batch, o->check);
-  printf("# time: median over the samples of the time per iteration, slowest rank%s; NCCL_NVLS_ENABLE=0\n",
+  char step[64];
+  if (o->step_factor == 1)
+    snprintf(step, sizeof(step), "step %zu bytes", o->step_bytes);
+  else
+    snprintf(step, sizeof(step), "step factor %zu", o->step_factor);
+  printf("# sizes %zu to %zu bytes, %s; %d warm-up iterations, then %d samples of %s iterations",
+         o->min_bytes, o->max_bytes, step, o->warmup, o->samples, batch);
+  if (o->agg > 1) printf(" of %d calls in a group", o->agg);
+  if (o->graph > 0) printf(", captured in a CUDA graph replayed %d times per sample", o->graph);
+  if (o->blocking > 0) printf("; the host waits for each %s", o->blocking == 3 ? "sample" : "iteration");
+  printf("; %d checked iterations%s\n", o->check, o->cycles != 1 ? "; -N: the run repeats" : "");
+  static const char *avg[] = {"rank 0's", "mean over the ranks", "fastest rank", "slowest rank"};
+  printf("# time: median over the samples of the time per call, %s%s; NCCL_NVLS_ENABLE=0\n", avg[o->average],
          run->nlibs > 1 ? "; B/A time and A/B busbw > 1: A is faster" : "");
   if (o->floor)
     printf("# F: the floor kernel, timed the same way: one launch per rank that stores a 16-byte line into "

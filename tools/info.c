@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "base/param.h"
+#include "device/dev.h"
 #include "gpu/gpu.h"
 
 /* What the CUDA driver probe found. */
@@ -72,6 +73,10 @@ static void print_system(void) {
   cuda_probe_t p;
   probe_cuda(&p);
   printf("braid %s (NCCL API 2.28.9)\n", BRAID_VERSION);
+  if (dev_fatbin_archs[0] != '\0')
+    printf("Kernels: %s\n", dev_fatbin_archs);
+  else
+    printf("Kernels: none (built without nvcc): collectives run on the host backend only\n");
   if (!p.loadable)
     printf("CUDA driver: not loadable (%s)\n", p.why);
   else if (p.ngpus < 0)

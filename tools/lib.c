@@ -39,10 +39,16 @@ int lib_default_path(char *buf, size_t len) {
   exe[n] = '\0';
   char *slash = strrchr(exe, '/');
   if (slash != NULL) *slash = '\0';
-  if ((size_t)snprintf(buf, len, "%s/../lib/libnccl.so.2", exe) >= len) {
-    fprintf(stderr, "braid: library path beside %s is too long\n", exe);
-    return -1;
+  /* The build's lib folder, else the installed one (lib/<multiarch> under /usr). */
+  static const char *const dirs[] = {"lib", BRAID_INSTALL_LIBDIR};
+  for (int i = 0; i < 2; i++) {
+    if ((size_t)snprintf(buf, len, "%s/../%s/libnccl.so.2", exe, dirs[i]) >= len) {
+      fprintf(stderr, "braid: library path beside %s is too long\n", exe);
+      return -1;
+    }
+    if (access(buf, F_OK) == 0) return 0;
   }
+  snprintf(buf, len, "%s/../lib/libnccl.so.2", exe);
   return 0;
 }
 

@@ -15,14 +15,9 @@
 #include "core/recover.h"
 #include "gpu/gpu.h"
 
-/* The newest NCCL release whose whole host API works here. 2.29 added one-sided calls (ncclPutSignal,
- * ncclSignal, ncclWaitSignal) that Braid refuses, so a framework that enables features by the run-time
- * version must not take them for working; nccl.h still declares the 2.30.7 surface. */
-#define API_VERSION_COMPLETE 22809
-
 NCCL_API(ncclResult_t, ncclGetVersion, int *version) {
   if (version == NULL) return log_err(ncclInvalidArgument, "ncclGetVersion: version is NULL");
-  *version = API_VERSION_COMPLETE;
+  *version = LOG_API_CODE;
   return ncclSuccess;
 }
 

@@ -21,6 +21,10 @@ uint64_t log_mask = 0;
 
 static FILE *log_file;
 static char host_name[64];
+/* NCCL_DEBUG_TIMESTAMP_LEVELS (a bit per log level) and NCCL_DEBUG_TIMESTAMP_FORMAT (strftime's, with "_" for
+ * a space and "%<N>f" for N digits of the second's fraction): which lines start with the time, and how. */
+static unsigned stamp_levels;
+static char stamp_format[128];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local int thread_dev = -1;
 
@@ -71,6 +75,57 @@ static uint64_t parse_mask(const char *s) {
   return invert ? ~mask : mask;
 }
 
+/* NCCL_DEBUG_TIMESTAMP_LEVELS: "A,B" stamps those levels, "^A,B" all but those; ALL for every level. */
+static unsigned parse_stamp_levels(const char *s) {
+  int invert = s[0] == '^';
+  unsigned levels = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", s + invert);
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
+    levels |= strcasecmp(tok, "ALL") == 0 ? ~0u : parse_level(tok) != LOG_NONE ? 1u << parse_level(tok) : 0;
+  return invert ? ~levels : levels;
+}
+
+/* Keeps NCCL_DEBUG_TIMESTAMP_FORMAT with "_" as a space (spaces are awkward on command lines); a format too
+ * long to keep falls back to the default. */
+static void set_stamp_format(const char *fmt) {
+  if (strlen(fmt) >= sizeof stamp_format) fmt = "[%F %T] ";
+  snprintf(stamp_format, sizeof stamp_format, "%s", fmt);
+  for (char *c = stamp_format; *c != '\0'; c++)
+    if (*c == '_') *c = ' ';
+}
+
+/* Writes the current local time in stamp_format into buf; returns its length. "%<N>f" (N from 1 to 9)
+ * becomes N digits of the fraction of the second before strftime sees the format. */
+static size_t format_stamp(char *buf, size_t len) {
+  buf[0] = '\0';
+  if (stamp_format[0] == '\0') return 0;
+  struct timespec ts;
+  struct tm tm;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  localtime_r(&ts.tv_sec, &tm);
+  char fmt[sizeof stamp_format + 16];
+  size_t n = 0;
+  for (const char *c = stamp_format; *c != '\0' && n < sizeof fmt - 10; c++) {
+    if (c[0] == '%' && c[1] >= '1' && c[1] <= '9' && c[2] == 'f') {
+      int digits = c[1] - '0';
+      long frac = ts.tv_nsec;
+      for (int i = digits; i < 9; i++) frac /= 10;
+      n += (size_t)snprintf(fmt + n, sizeof fmt - n, "%0*ld", digits, frac);
+      c += 2;
+    } else {
+      if (c[0] == '%' && c[1] == '%') fmt[n++] = *c++; /* "%%" stays whole */
+      fmt[n++] = *c;
+    }
+  }
+  fmt[n] = '\0';
+  size_t got = strftime(buf, len, fmt, &tm);
+  if (got == 0) got = strftime(buf, len, "[%F %T] ", &tm); /* too long for buf: NCCL's default instead */
+  if (got == 0) buf[0] = '\0';
+  return got;
+}
+
 /* Expands %h (host name) and %p (pid) in NCCL_DEBUG_FILE and opens it. */
 static FILE *open_log_file(const char *pattern) {
   char path[4096];
@@ -107,6 +162,8 @@ void log_init(void) {
     if (f != NULL) log_file = f;
   }
   log_mask = parse_mask(param_str(P_NCCL_DEBUG_SUBSYS));
+  stamp_levels = parse_stamp_levels(param_str(P_NCCL_DEBUG_TIMESTAMP_LEVELS));
+  set_stamp_format(param_str(P_NCCL_DEBUG_TIMESTAMP_FORMAT));
   __atomic_store_n(&log_level, parse_level(param_str(P_NCCL_DEBUG)), __ATOMIC_RELEASE);
   pthread_mutex_unlock(&lock);
 }
@@ -115,22 +172,29 @@ void log_set_dev(int dev) {
   thread_dev = dev;
 }
 
+/* One line in NCCL's shape: the time when NCCL_DEBUG_TIMESTAMP_LEVELS has the level, then
+ * "host:pid:tid [dev] NCCL INFO msg"; a WARN carries the source "file:line" before "NCCL WARN" and, as NCCL's
+ * do, starts with an empty line; the banner (VERSION) is the message alone. */
 static void vwrite(log_level_t level, const char *file, int line, const char *fmt, va_list ap) {
   static const char *names[] = {"", "VERSION", "WARN", "INFO", "ABORT", "TRACE"};
-  char msg[1024];
+  char msg[1024], stamp[160] = "";
   vsnprintf(msg, sizeof msg, fmt, ap);
   long tid = syscall(SYS_gettid);
   pthread_mutex_lock(&lock);
+  if (stamp_levels & (1u << level)) format_stamp(stamp, sizeof stamp);
   if (level == LOG_TRACE) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    fprintf(log_file, "%s:%d:%ld [%d] %.6f %s:%d NCCL TRACE %s\n", host_name, (int)getpid(), tid, thread_dev,
-            ts.tv_sec + ts.tv_nsec * 1e-9, file, line, msg);
+    fprintf(log_file, "%s%s:%d:%ld [%d] %.6f %s:%d NCCL TRACE %s\n", stamp, host_name, (int)getpid(), tid,
+            thread_dev, ts.tv_sec + ts.tv_nsec * 1e-9, file, line, msg);
   } else if (level == LOG_VERSION) {
-    fprintf(log_file, "%s\n", msg);
+    fprintf(log_file, "%s%s\n", stamp, msg);
+  } else if (level == LOG_WARN) {
+    fprintf(log_file, "\n%s%s:%d:%ld [%d] %s:%d NCCL WARN %s\n", stamp, host_name, (int)getpid(), tid,
+            thread_dev, file, line, msg);
   } else {
-    fprintf(log_file, "%s:%d:%ld [%d] NCCL %s %s\n", host_name, (int)getpid(), tid, thread_dev, names[level],
-            msg);
+    fprintf(log_file, "%s%s:%d:%ld [%d] NCCL %s %s\n", stamp, host_name, (int)getpid(), tid, thread_dev,
+            names[level], msg);
   }
   fflush(log_file);
   pthread_mutex_unlock(&lock);
@@ -144,7 +208,26 @@ void log_write(log_level_t level, uint64_t subsys, const char *file, int line, c
   va_end(ap);
 }
 
-ncclResult_t log_err(ncclResult_t res, const char *fmt, ...) {
+#define STR_(x) #x
+#define STR(x)  STR_(x)
+#ifdef BRAID_CUDA_VERSION
+#define CUDA_SUFFIX "+cuda" BRAID_CUDA_VERSION
+#else
+#define CUDA_SUFFIX ""
+#endif
+/* A literal, so that `strings libnccl.so.2 | grep "NCCL version"` finds it as it finds NCCL's. */
+const char log_version_string[] = "NCCL version " STR(LOG_API_MAJOR) "." STR(LOG_API_MINOR) "." STR(
+    LOG_API_PATCH) "+braid." BRAID_VERSION CUDA_SUFFIX;
+
+void log_banner(void) {
+  if (log_level < 0) log_init();
+  if (log_level >= LOG_INFO)
+    LOG_AT(LOG_INFO, LOG_ALL, "%s", log_version_string);
+  else if (log_level >= LOG_VERSION)
+    log_write(LOG_VERSION, LOG_ALL, __FILE__, __LINE__, "%s", log_version_string);
+}
+
+ncclResult_t log_err_at(const char *file, int line, ncclResult_t res, const char *fmt, ...) {
   char msg[sizeof last_error];
   va_list ap;
   va_start(ap, fmt);
@@ -153,7 +236,7 @@ ncclResult_t log_err(ncclResult_t res, const char *fmt, ...) {
   pthread_mutex_lock(&lock);
   memcpy(last_error, msg, sizeof msg);
   pthread_mutex_unlock(&lock);
-  if (log_enabled(LOG_WARN, LOG_ALL)) log_write(LOG_WARN, LOG_ALL, __FILE__, __LINE__, "%s", msg);
+  if (log_enabled(LOG_WARN, LOG_ALL)) log_write(LOG_WARN, LOG_ALL, file, line, "%s", msg);
   return res;
 }
 
@@ -193,4 +276,21 @@ int log_first_of_class(_Atomic uint64_t *seen, uint64_t bytes) {
   int cls = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);
   uint64_t bit = 1ull << (cls > 63 ? 63 : cls);
   return !(atomic_fetch_or_explicit(seen, bit, memory_order_relaxed) & bit);
+}
+
+void log_params_set(void) {
+  for (int i = 0; i < P_COUNT; i++) {
+    if (!param_is_set((param_id_t)i)) continue;
+    char value[256];
+    param_format((param_id_t)i, value, sizeof value);
+    const char *src = param_source((param_id_t)i);
+    if (strcmp(src, "env") != 0)
+      INFO(LOG_ENV, "%s set by configuration file %s to %s", param_name((param_id_t)i), src, value);
+    else
+      INFO(LOG_ENV, "%s set by environment to %s%s", param_name((param_id_t)i), value,
+           param_is_text((param_id_t)i) ? "" : ".");
+  }
+  char list[1024];
+  param_unknown_nccl_vars(list, sizeof list);
+  if (list[0] != '\0') INFO(LOG_ENV, "NCCL variables set that Braid does not implement (ignored): %s", list);
 }

@@ -3,7 +3,9 @@
  *
  * NCCL_DEBUG picks the level (VERSION, WARN, INFO, TRACE), NCCL_DEBUG_SUBSYS the subsystems (a comma list,
  * "^" to exclude), NCCL_DEBUG_FILE the destination ("%h" host, "%p" pid). Lines read
- * "host:pid:tid [dev] NCCL INFO message", as NCCL's do, so existing log tooling keeps working.
+ * "host:pid:tid [dev] NCCL INFO message", as NCCL's do, so existing log tooling keeps working; WARN lines
+ * carry the source's "file:line", and NCCL_DEBUG_TIMESTAMP_LEVELS / NCCL_DEBUG_TIMESTAMP_FORMAT put the time
+ * in front of the lines of chosen levels (WARN by default), as NCCL 2.28 does.
  */
 #ifndef BRAID_BASE_LOG_H
 #define BRAID_BASE_LOG_H
@@ -70,11 +72,31 @@ int log_first_of_class(_Atomic uint64_t *seen, uint64_t bytes);
 #define INFO(subsys, ...)  LOG_AT(LOG_INFO, subsys, __VA_ARGS__)
 #define TRACE(subsys, ...) LOG_AT(LOG_TRACE, subsys, __VA_ARGS__)
 
-/* Reports an error where it starts: logs it at WARN, records it as the last error, and returns `res`. */
-ncclResult_t log_err(ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Reports an error where it starts: logs it at WARN (with the caller's file and line), records it as the last
+ * error, and returns `res`. */
+#define log_err(res, ...) log_err_at(__FILE__, __LINE__, res, __VA_ARGS__)
+ncclResult_t log_err_at(const char *file, int line, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The banner, "NCCL version 2.28.9+braid.<version>[+cuda<major>.<minor>]": NCCL's with Braid in the suffix.
+ */
+extern const char log_version_string[];
+/* Logs the banner: at NCCL_DEBUG=VERSION or WARN as a line of its own, from INFO up as an INFO line. */
+void log_banner(void);
 /* The name of a result code, as ncclGetErrorString gives it. */
 const char *log_result_name(ncclResult_t res);
 /* The last error's message, copied for the calling thread ("" when there was none). */
 const char *log_last_error(void);
+
+/* The newest NCCL release whose whole host API works here, which ncclGetVersion reports and the banner names.
+ * 2.29 added one-sided calls (ncclPutSignal, ncclSignal, ncclWaitSignal) that Braid refuses, so a framework
+ * that enables features by the run-time version must not take them for working; nccl.h still declares the
+ * 2.30.7 surface. */
+#define LOG_API_MAJOR 2
+#define LOG_API_MINOR 28
+#define LOG_API_PATCH 9
+#define LOG_API_CODE  (LOG_API_MAJOR * 10000 + LOG_API_MINOR * 100 + LOG_API_PATCH)
+/* Logs at INFO (ENV) every knob that is set and where from, as NCCL's "NCCL_X set by environment to V", then
+ * one line naming the NCCL_* variables of the environment that Braid does not implement. */
+void log_params_set(void);
 
 #endif

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+extern char **environ;
+
 typedef enum { KIND_INT, KIND_STR } kind_t;
 
 /* One knob: its declaration and its current value. */
@@ -168,4 +170,22 @@ void param_format(param_id_t id, char *buf, int len) {
     snprintf(buf, len, "%" PRId64, params[id].ival);
   else
     snprintf(buf, len, "%s", param_str(id));
+}
+
+/* Appends the NCCL_* variables of the environment that no knob reads to list ("" when none). nccl-tests reads
+ * NCCL_TESTS_* itself: those are not the library's. */
+void param_unknown_nccl_vars(char *list, size_t len) {
+  size_t n = 0;
+  list[0] = '\0';
+  for (char **e = environ; e != NULL && *e != NULL; e++) {
+    const char *eq = strchr(*e, '=');
+    if (strncmp(*e, "NCCL_", 5) != 0 || strncmp(*e, "NCCL_TESTS_", 11) == 0 || eq == NULL) continue;
+    if (lookup(*e, (size_t)(eq - *e)) != NULL) continue;
+    int w = snprintf(list + n, len - n, "%s%.*s", n > 0 ? " " : "", (int)(eq - *e), *e);
+    if (w < 0 || (size_t)w >= len - n) {
+      snprintf(list + len - 5, 5, " ...");
+      return;
+    }
+    n += (size_t)w;
+  }
 }

@@ -7,6 +7,7 @@
 #ifndef BRAID_BASE_PARAM_H
 #define BRAID_BASE_PARAM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum {
@@ -36,6 +37,9 @@ int param_is_text(param_id_t id);
 const char *param_default(param_id_t id);
 /* Writes the value as text into buf (for listings). */
 void param_format(param_id_t id, char *buf, int len);
+/* The NCCL_* variables of the environment that no knob reads, space-separated, into list ("" when none; "
+ * ..." ends a list cut short). nccl-tests reads NCCL_TESTS_* itself: those are not the library's. */
+void param_unknown_nccl_vars(char *list, size_t len);
 /* Reads the environment and configuration files again (logging reset and tests). */
 void param_reload(void);
 

@@ -268,8 +268,8 @@ static void publish(ncclComm_t comm) {
 }
 
 static void banner(void) {
-  LOG_AT(LOG_VERSION, LOG_ALL, "Braid %s (NCCL API %d.%d.%d)", BRAID_VERSION, NCCL_MAJOR, NCCL_MINOR,
-         NCCL_PATCH);
+  log_banner();
+  log_params_set();
 }
 
 static void print_banner(void) {

@@ -560,5 +560,8 @@ DEV_INLINE uint32_t dev_npieces(uint64_t len) {
  * reached through these symbols; dev_fatbin_size is 0 in a build without CUDA. */
 extern const unsigned char dev_fatbin[];
 extern const unsigned long long dev_fatbin_size;
+/* The architectures the fatbin carries, as text: "sm_80 sm_90 compute_90" (cubins, then the PTX); "" without.
+ */
+extern const char dev_fatbin_archs[];
 
 #endif

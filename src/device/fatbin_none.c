@@ -5,3 +5,4 @@
 
 const unsigned char dev_fatbin[1] = {0};
 const unsigned long long dev_fatbin_size = 0;
+const char dev_fatbin_archs[] = "";

@@ -28,6 +28,7 @@
 #include "base/fdpass.h"
 #include "base/log.h"
 #include "cu_launch.h"
+#include "device/dev.h"
 #include "gpu.h"
 #include "gpu_cuda.h"
 #include "gpu_cuda_int.h"
@@ -241,6 +242,17 @@ ncclResult_t gpu_device_sms(int dev, int *sms_p) {
           "multiprocessor count of device %d", dev);
   *sms_p = n;
   return ncclSuccess;
+}
+
+ncclResult_t gpu_cuda_no_code(int dev) {
+  int major = 0, minor = 0;
+  drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, devs[dev].dev);
+  drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, devs[dev].dev);
+  return log_err(
+      ncclUnhandledCudaError,
+      "device %d is sm_%d%d (compute capability %d.%d), and this build of Braid has no GPU code it runs: "
+      "it carries %s; build Braid with BRAID_CUDA_ARCHS including %d%d",
+      dev, major, minor, major, minor, dev_fatbin_archs[0] != '\0' ? dev_fatbin_archs : "none", major, minor);
 }
 
 ncclResult_t gpu_overlap_support(int dev, int *eager_p, int *captured_p) {

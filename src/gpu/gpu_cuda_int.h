@@ -49,5 +49,7 @@ ncclResult_t cu_fail(CUresult r, const char *call, const char *fmt, ...)
 ncclResult_t gpu_cuda_ready(const char *what);
 /* The same, and `dev` is one of its devices. */
 ncclResult_t gpu_cuda_check_dev(int dev, const char *what);
+/* The error for a fatbin without code device `dev` runs: the device's architecture and the build's. */
+ncclResult_t gpu_cuda_no_code(int dev);
 
 #endif

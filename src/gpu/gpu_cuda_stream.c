@@ -170,7 +170,13 @@ static ncclResult_t func_add(int dev, const void *fatbin, const char *name, CUmo
   gpu_scope_t scope;
   CHECK_GOTO(gpu_enter(dev, &scope), res, err_free);
   if (module == NULL) {
-    CU_GOTO(cuModuleLoadData, (&module, fatbin), res, err_leave, "the kernels' fatbin on device %d", dev);
+    CUresult r = drv.cuModuleLoadData(&module, fatbin);
+    if (r != CUDA_SUCCESS) {
+      res = r == CUDA_ERROR_NO_BINARY_FOR_GPU
+                ? gpu_cuda_no_code(dev)
+                : cu_fail(r, "cuModuleLoadData", "the kernels' fatbin on device %d", dev);
+      goto err_leave;
+    }
     loaded = 1;
   }
   CUfunction func;

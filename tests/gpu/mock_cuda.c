@@ -667,6 +667,8 @@ static CUresult mock_cuStreamSynchronize(CUstream stream) {
 static CUresult mock_cuModuleLoadData(CUmodule *mod, const void *image) {
   if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   if (image == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (strncmp(image, MOCK_CUDA_NO_CODE_IMAGE, sizeof MOCK_CUDA_NO_CODE_IMAGE) == 0)
+    return CUDA_ERROR_NO_BINARY_FOR_GPU;
   *mod = calloc(1, sizeof **mod);
   (*mod)->dev = current->dev;
   STAT_ADD(module_loads, 1);

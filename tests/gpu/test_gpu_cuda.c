@@ -328,6 +328,18 @@ static void test_kernels(void) {
   EXPECT_RES(gpu_overlap_support(2, &eager, &captured), ncclInvalidArgument);
 }
 
+/* A fatbin without code for the device: the error names the device's architecture and the build's. */
+static void test_no_code_for_device(void) {
+  static const char image[64] = MOCK_CUDA_NO_CODE_IMAGE;
+  gpu_func_t *f = NULL;
+  EXPECT_RES(gpu_func_load(0, image, MOCK_CUDA_KERNEL, &f), ncclUnhandledCudaError);
+  const char *msg = log_last_error();
+  EXPECT(contains(msg, "device 0 is sm_90 (compute capability 9.0)") && contains(msg, "BRAID_CUDA_ARCHS"),
+         "message: %s", msg);
+  EXPECT(contains(msg, dev_fatbin_archs[0] != '\0' ? dev_fatbin_archs : "carries none"), "message: %s", msg);
+  EXPECT(f == NULL && stats()->module_loads == 0, "%d modules loaded", stats()->module_loads);
+}
+
 static void test_backend_auto(void) {
   set_param("BRAID_DEVICE", "auto");
   gpu_backend_t b;
@@ -378,6 +390,7 @@ int main(int argc, char **argv) {
   TEST(test_graph_holds, 30);
   TEST(test_events_and_streams, 30);
   TEST(test_kernels, 30);
+  TEST(test_no_code_for_device, 30);
   TEST(test_backend_auto, 30);
   TEST(test_backend_cuda, 30);
   TEST(test_no_device, 30);

@@ -2,10 +2,11 @@
 # `braid bench --vs` on the host backend: library A is the build's libnccl.so.2 and B a copy of it at another
 # path, so that two instances of the library live in one process. Runs 2 and 4 ranks (one process per rank)
 # and 3 ranks in one process (--single), with checks; every #wrong column must be 0, the JSON file must parse
-# and hold the expected entries (json_check), and the PNG must be valid (png_check).
+# and hold the expected entries (json_check.py), and the PNG must be valid (png_check.py).
 # Run by ctest as: bash test_bench_vs.sh <build-dir>.
 set -u
 build=${1:?usage: test_bench_vs.sh <build-dir>}
+here=$(cd "$(dirname "$0")" && pwd)
 braid="$build/bin/braid"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -43,9 +44,9 @@ vs_run() {
     return
   fi
   check_vs_table "$name"
-  "$build/bin/json_check" "$tmp/r.json" 2 "$nranks" all_reduce all_gather broadcast sendrecv ||
+  python3 "$here/json_check.py" "$tmp/r.json" 2 "$nranks" all_reduce all_gather broadcast sendrecv ||
     fail "$name: JSON"
-  "$build/bin/png_check" "$tmp/r.png" 1000 1000 || fail "$name: PNG"
+  python3 "$here/png_check.py" "$tmp/r.png" 1000 1000 || fail "$name: PNG"
 }
 
 vs_run "2 ranks" 2
@@ -55,8 +56,8 @@ vs_run "3 ranks in one process" 3 --single
 # One library: the nccl-tests table, and the JSON with one figure per row and no ratios.
 if timeout 300 "$braid" bench -g 2 -b 64 -e 4K -f 8 -n 2 --json "$tmp/one.json" --png "$tmp/one.png" \
   reduce_scatter >"$tmp/out" 2>&1; then
-  "$build/bin/json_check" "$tmp/one.json" 1 2 reduce_scatter || fail "one library: JSON"
-  "$build/bin/png_check" "$tmp/one.png" || fail "one library: PNG"
+  python3 "$here/json_check.py" "$tmp/one.json" 1 2 reduce_scatter || fail "one library: JSON"
+  python3 "$here/png_check.py" "$tmp/one.png" || fail "one library: PNG"
 else
   fail "one library: exit status"
   tail -n 20 "$tmp/out"

@@ -40,6 +40,8 @@ check_table() {
 }
 
 run --version && { grep -qx 'braid [0-9.]* (NCCL API 2.28.9)' "$out" || fail "--version: $(cat "$out")"; }
+# NCCL's banner is a string in the library, for `strings libnccl.so.2 | grep "NCCL version"`.
+grep -qa 'NCCL version 2\.28\.9+braid\.[0-9]' "$build/lib/libnccl.so.2" || fail "no banner string in libnccl.so.2"
 
 if run info --params; then
   for knob in NCCL_DEBUG BRAID_HOST_BUFFSIZE; do
@@ -47,13 +49,16 @@ if run info --params; then
   done
 fi
 run info && { grep -q '^Backend: ' "$out" || fail "info prints no backend"; }
+# The architectures the kernels carry: cubins, then the PTX; none in a build without nvcc.
+run info && { grep -qE '^Kernels: ((sm_[0-9]+[af]? )+compute_[0-9]+|none \(built without nvcc\).*)$' "$out" ||
+  fail "info: no architectures: $(grep Kernels "$out")"; }
 
 # Usage errors are refused with status 2.
 "$braid" bench -d nosuchtype >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bench -d nosuchtype was not refused"
 "$braid" bench nosuchcollective >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bench with an unknown collective was not refused"
-run bench -a && { [ "$(wc -l <"$out")" -eq 9 ] || fail "bench -a does not list 9 collectives"; }
+run bench --list && { [ "$(wc -l <"$out")" -eq 9 ] || fail "bench --list does not list 9 collectives"; }
 
 bench -b 8 -e 64K -f 4 -n 2 -w 1 -g 3 -c 1 && check_table "float sum sweep"
 bench -b 8 -e 1K -f 8 -n 1 -w 0 -g 3 -c 1 -d all -o all && check_table "all types and ops"
