@@ -257,7 +257,7 @@ static int aborted(const volatile int *abort_flag) {
 static ncclResult_t wait_fd(int fd, short events, const volatile int *abort_flag, double deadline,
                             const char *doing, const char *where) {
   for (;;) {
-    if (aborted(abort_flag)) return log_err(ncclSystemError, "%s %s: aborted", doing, where);
+    if (aborted(abort_flag)) return log_err(ncclInternalError, "%s %s: aborted", doing, where);
     int slice = POLL_SLICE_MS;
     if (deadline > 0) {
       double left = deadline - time_now();
@@ -392,7 +392,7 @@ ncclResult_t sock_connect(const sock_addr_t *addr, const volatile int *abort_fla
     if (deadline > 0 && time_now() + CONNECT_RETRY_US * 1e-6 > deadline)
       return log_err(ncclSystemError, "connect to %s failed before the deadline (%lld attempts): %s", name,
                      (long long)attempt + 1, strerror(err));
-    if (aborted(abort_flag)) return log_err(ncclSystemError, "connecting to %s: aborted", name);
+    if (aborted(abort_flag)) return log_err(ncclInternalError, "connecting to %s: aborted", name);
     time_sleep_us(CONNECT_RETRY_US);
   }
 }

@@ -198,7 +198,7 @@ static int aborted(const volatile int *abort_flag) {
 /* Checks the abort flag and the deadline before a wait; returns the poll timeout for this slice. */
 static ncclResult_t slice_or_fail(const boot_t *b, double deadline, const char *doing, int *slice_p) {
   if (aborted(b->abort_flag))
-    return log_err(ncclSystemError, "bootstrap: rank %d %s: aborted", b->rank, doing);
+    return log_err(ncclInternalError, "bootstrap: rank %d %s: aborted", b->rank, doing);
   int slice = SLICE_MS;
   if (deadline > 0) {
     double left = deadline - time_now();

@@ -265,7 +265,7 @@ static ncclResult_t mbox_wait(ce_t *ce) {
     const double waited = time_now() - start;
     if (waited * 1e6 < CE_MBOX_SPIN_US) continue;
     if (ce->abort_flag != NULL && __atomic_load_n(ce->abort_flag, __ATOMIC_RELAXED) != 0)
-      return log_err(ncclSystemError, "%s rank %d: aborted while waiting for rank %d's step message",
+      return log_err(ncclInternalError, "%s rank %d: aborted while waiting for rank %d's step message",
                      ce->name, ce->rank, ce->peer);
     if (timeout > 0 && waited > (double)timeout)
       return log_err(

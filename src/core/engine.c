@@ -168,7 +168,7 @@ static ncclResult_t check_stall(exec_t *ex, double now) {
 /* One round of one exec. */
 static ncclResult_t progress_exec(exec_t *ex, double now, int *progressed_p) {
   if (*ex->abort_flag)
-    return log_err(ncclInvalidUsage, "%s rank %d: aborted by ncclCommAbort", ex->comm_name, ex->links->rank);
+    return log_err(ncclInternalError, "%s rank %d: aborted by ncclCommAbort", ex->comm_name, ex->links->rank);
   int progressed = 0, step_done = 0;
   CHECK(progress_step(ex, &progressed, &step_done));
   if (step_done) ex->step++;
@@ -217,6 +217,10 @@ ncclResult_t engine_run(exec_t *execs, int n) {
        * its peer may be waiting for them. Pushed once done, and whenever a round moved nothing. */
       if (res == ncclSuccess && (ex->step >= ex->plan->nsteps || !progressed))
         res = flush_all(ex, now, &flushed);
+      /* an abort fails the connections too: the call failed because of the abort, and says so */
+      if (res != ncclSuccess && res != ncclInternalError && __atomic_load_n(ex->abort_flag, __ATOMIC_ACQUIRE))
+        res = log_err(ncclInternalError, "%s rank %d: aborted by ncclCommAbort", ex->comm_name,
+                      ex->links->rank);
       if (res != ncclSuccess) {
         ex->result = res;
         if (first == ncclSuccess) first = res;

@@ -917,7 +917,7 @@ static ncclResult_t queue_reserve(gx_t *gx, uint64_t bytes, uint64_t seq, const 
     if (round == 0) start = time_now();
     if (gx->launched && !c.all_before_group) CHECK(gpu_event_query(gx->done, &c.all_before_group));
     if (__atomic_load_n(&gx->flags->abort, __ATOMIC_ACQUIRE))
-      return log_err(ncclInvalidUsage, "%s rank %d: aborted while waiting for room in the work queue",
+      return log_err(ncclInternalError, "%s rank %d: aborted while waiting for room in the work queue",
                      gx->name, gx->rank);
     CHECK(gx_error(gx));
     double waited = time_now() - start;
@@ -1776,7 +1776,7 @@ ncclResult_t gx_error(gx_t *gx) {
   const dev_error_t *e = &gx->flags->error;
   int32_t code = __atomic_load_n(&e->code, __ATOMIC_ACQUIRE);
   if (code == DEV_OK) return ncclSuccess;
-  ncclResult_t res = code == DEV_ERR_ABORTED   ? ncclInvalidUsage
+  ncclResult_t res = code == DEV_ERR_ABORTED   ? ncclInternalError
                      : code == DEV_ERR_TIMEOUT ? ncclRemoteError
                                                : ncclInternalError;
   if (gx->reported) return res;
