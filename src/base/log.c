@@ -24,10 +24,6 @@ static char host_name[64];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local int thread_dev = -1;
 
-/* The last error: written under `lock` by whichever thread failed, copied out per thread when read. */
-static char last_error[1024];
-static _Thread_local char last_error_copy[1024];
-
 static const struct {
   const char *name;
   uint64_t bit;
@@ -144,26 +140,6 @@ void log_write(log_level_t level, uint64_t subsys, const char *file, int line, c
   va_end(ap);
 }
 
-ncclResult_t log_err(ncclResult_t res, const char *fmt, ...) {
-  char msg[sizeof last_error];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  pthread_mutex_lock(&lock);
-  memcpy(last_error, msg, sizeof msg);
-  pthread_mutex_unlock(&lock);
-  if (log_enabled(LOG_WARN, LOG_ALL)) log_write(LOG_WARN, LOG_ALL, __FILE__, __LINE__, "%s", msg);
-  return res;
-}
-
-const char *log_last_error(void) {
-  pthread_mutex_lock(&lock);
-  memcpy(last_error_copy, last_error, sizeof last_error);
-  pthread_mutex_unlock(&lock);
-  return last_error_copy;
-}
-
 const char *log_result_name(ncclResult_t res) {
   switch (res) {
   case ncclSuccess:
@@ -185,6 +161,36 @@ const char *log_result_name(ncclResult_t res) {
   default:
     return "unknown result code";
   }
+}
+
+/* ---- The last error ----
+ *
+ * One message per thread, as NCCL keeps it: a failure on another thread (a bootstrap root, a non-blocking
+ * init, another caller) never overwrites the caller's. Work done on a thread of its own for a caller hands
+ * its message over with log_set_last_error; a communicator keeps the message of its own failure (core). */
+
+static _Thread_local char last_error[LOG_ERROR_MAX];
+
+ncclResult_t log_err(ncclResult_t res, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  if (log_enabled(LOG_WARN, LOG_ALL)) log_write(LOG_WARN, LOG_ALL, __FILE__, __LINE__, "%s", last_error);
+  return res;
+}
+
+void log_set_last_error(const char *fmt, ...) {
+  char msg[LOG_ERROR_MAX]; /* fmt's arguments may be the thread's own message */
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  memcpy(last_error, msg, sizeof msg);
+}
+
+const char *log_last_error(void) {
+  return last_error;
 }
 
 int log_first_of_class(_Atomic uint64_t *seen, uint64_t bytes) {

@@ -70,11 +70,17 @@ int log_first_of_class(_Atomic uint64_t *seen, uint64_t bytes);
 #define INFO(subsys, ...)  LOG_AT(LOG_INFO, subsys, __VA_ARGS__)
 #define TRACE(subsys, ...) LOG_AT(LOG_TRACE, subsys, __VA_ARGS__)
 
-/* Reports an error where it starts: logs it at WARN, records it as the last error, and returns `res`. */
+/* Longest last-error message kept (with its NUL). */
+#define LOG_ERROR_MAX 1024
+/* Reports an error where it starts: logs it at WARN, records it as the calling thread's last error, and
+ * returns `res`. */
 ncclResult_t log_err(ncclResult_t res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sets the calling thread's last error without logging it: a message handed over from the thread that did
+ * the work (a group's init thread). */
+void log_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The name of a result code, as ncclGetErrorString gives it. */
 const char *log_result_name(ncclResult_t res);
-/* The last error's message, copied for the calling thread ("" when there was none). */
+/* The calling thread's last error message ("" when there was none); valid until its next error. */
 const char *log_last_error(void);
 
 #endif

@@ -43,6 +43,21 @@ ncclResult_t comm_config_check(const ncclConfig_t *config, ncclConfig_t *out) {
     return log_err(ncclInvalidArgument, "config: blocking is %d; it must be 0 or 1", out->blocking);
   if (out->splitShare != NCCL_CONFIG_UNDEF_INT && out->splitShare != 0 && out->splitShare != 1)
     return log_err(ncclInvalidArgument, "config: splitShare is %d; it must be 0 or 1", out->splitShare);
+  if (out->collnetEnable != NCCL_CONFIG_UNDEF_INT && out->collnetEnable != 0 && out->collnetEnable != 1)
+    return log_err(ncclInvalidArgument, "config: collnetEnable is %d; it must be 0 or 1", out->collnetEnable);
+  if (out->shrinkShare != NCCL_CONFIG_UNDEF_INT && out->shrinkShare != 0 && out->shrinkShare != 1)
+    return log_err(ncclInvalidArgument, "config: shrinkShare is %d; it must be 0 or 1", out->shrinkShare);
+  if (out->cgaClusterSize != NCCL_CONFIG_UNDEF_INT && out->cgaClusterSize < 0)
+    return log_err(ncclInvalidArgument, "config: cgaClusterSize is %d; it must not be negative",
+                   out->cgaClusterSize);
+  const struct {
+    int value;
+    const char *name;
+  } counts[] = {{out->minCTAs, "minCTAs"}, {out->maxCTAs, "maxCTAs"}, {out->nvlsCTAs, "nvlsCTAs"}};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+    if (counts[i].value != NCCL_CONFIG_UNDEF_INT && counts[i].value < 1)
+      return log_err(ncclInvalidArgument, "config: %s is %d; it must be at least 1", counts[i].name,
+                     counts[i].value);
   if (out->CTAPolicy != NCCL_CONFIG_UNDEF_INT &&
       (out->CTAPolicy < 0 || out->CTAPolicy > NCCL_CTA_POLICY_ZERO))
     return log_err(ncclInvalidArgument, "config: CTAPolicy is %d; it must be 0, 1 or 2", out->CTAPolicy);
@@ -379,10 +394,16 @@ out:
   return res;
 }
 
+/* The magic of a handle, read once: another thread may be destroying the communicator. */
+static uint64_t magic_of(ncclComm_t comm) {
+  return __atomic_load_n(&comm->magic, __ATOMIC_ACQUIRE);
+}
+
 ncclResult_t comm_check(ncclComm_t comm, const char *func) {
   if (comm == NULL) return log_err(ncclInvalidArgument, "%s: comm is NULL", func);
-  if (comm->magic == COMM_DEAD) return log_err(ncclInvalidUsage, "%s: the communicator was destroyed", func);
-  if (comm->magic != COMM_MAGIC)
+  uint64_t magic = magic_of(comm);
+  if (magic == COMM_DEAD) return log_err(ncclInvalidUsage, "%s: the communicator was destroyed", func);
+  if (magic != COMM_MAGIC)
     return log_err(ncclInvalidArgument, "%s: comm %p is not a communicator", func, (void *)comm);
   return ncclSuccess;
 }
@@ -413,13 +434,23 @@ ncclResult_t comm_async_error(ncclComm_t comm) {
 }
 
 void comm_set_error(ncclComm_t comm, ncclResult_t res) {
-  int expected = ncclSuccess;
-  if (!atomic_compare_exchange_strong(&comm->async_error, &expected, res)) {
+  int expected = ncclSuccess, first = atomic_compare_exchange_strong(&comm->async_error, &expected, res);
+  if (!first) {
     expected = ncclInProgress;
-    atomic_compare_exchange_strong(&comm->async_error, &expected, res);
+    first = atomic_compare_exchange_strong(&comm->async_error, &expected, res);
+  }
+  if (first) { /* the failing thread's message is the communicator's from now on */
+    char *msg = strdup(log_last_error()), *none = NULL;
+    if (msg != NULL && !atomic_compare_exchange_strong(&comm->error_msg, &none, msg)) free(msg);
   }
   atomic_store_explicit(&comm->state, COMM_FAILED, memory_order_release);
   if (comm->links != NULL) links_fail(comm->links);
+}
+
+const char *comm_error_msg(ncclComm_t comm) {
+  uint64_t magic = magic_of(comm);
+  if (magic != COMM_MAGIC && magic != COMM_DEAD) return NULL;
+  return atomic_load_explicit(&comm->error_msg, memory_order_acquire);
 }
 
 ncclResult_t comm_graphs_check(ncclComm_t comm, const char *func) {
@@ -451,11 +482,46 @@ ncclResult_t comm_finalize(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-void comm_destroy(ncclComm_t comm) {
-  if (comm->init_thread_live) {
-    pthread_join(comm->init_thread, NULL);
-    comm->init_thread_live = 0;
-  }
+/* ---- Handle lifetime ---- */
+
+/* The newest COMM_DEAD_KEPT released headers; the oldest is freed when another comes. */
+static pthread_mutex_t dead_lock = PTHREAD_MUTEX_INITIALIZER;
+static ncclComm_t dead_ring[COMM_DEAD_KEPT];
+static unsigned dead_next;
+
+/* Keeps a destroyed header among the recent ones (freeing the oldest), with its calls freed. */
+static void release_header(ncclComm_t comm) {
+  plan_free(&comm->plan);
+  pthread_mutex_lock(&dead_lock);
+  ncclComm_t oldest = dead_ring[dead_next];
+  dead_ring[dead_next] = comm;
+  dead_next = (dead_next + 1) % COMM_DEAD_KEPT;
+  pthread_mutex_unlock(&dead_lock);
+  if (oldest == NULL) return;
+  free(atomic_load(&oldest->error_msg));
+  free(oldest);
+}
+
+ncclResult_t comm_hold(ncclComm_t comm, const char *func) {
+  unsigned prev = atomic_fetch_add(&comm->hold, 1);
+  if (!(prev & COMM_HOLD_DEAD)) return ncclSuccess;
+  atomic_fetch_sub(&comm->hold, 1); /* the destroy came first: it did not count this hold, and releases */
+  return log_err(ncclInvalidUsage, "%s: the communicator was destroyed", func);
+}
+
+int comm_unhold(ncclComm_t comm) {
+  unsigned prev = atomic_fetch_sub(&comm->hold, 1);
+  if (!(prev & COMM_HOLD_DEAD)) return 0;
+  if (prev == (COMM_HOLD_DEAD | 1u)) release_header(comm);
+  return 1;
+}
+
+int comm_dead(ncclComm_t comm) {
+  return (atomic_load(&comm->hold) & COMM_HOLD_DEAD) != 0;
+}
+
+/* Frees what the communicator owns but its header and its calls. */
+static void free_parts(ncclComm_t comm) {
   if (gx_graphs(comm->gx) > 0) {
     /* only after ncclCommAbort (destroy and finalize refuse): replays may still reach the kernel view, the
      * rings and the copy-engine path's words and mappings, so they stay until the last graph goes */
@@ -468,24 +534,41 @@ void comm_destroy(ncclComm_t comm) {
   comm->ce = NULL;
   if (comm->boot != NULL) boot_close(comm->boot);
   mem_free(&comm->acct, comm->peers, comm->nranks * sizeof *comm->peers);
-  plan_free(&comm->plan);
   redop_free(&comm->redops);
   INFO(LOG_INIT | LOG_ALLOC, "%s rank %d: destroyed; its memory peaked at %zu bytes", comm->name, comm->rank,
        atomic_load(&comm->acct.peak_bytes));
   comm->links = NULL;
   comm->boot = NULL;
   comm->peers = NULL;
-  comm->magic = COMM_DEAD;
+}
+
+/* Marks the communicator dead first (a group that has not run its calls yet drops them, and a thread that
+ * comes in now is refused), then waits for threads inside it to leave (an abort makes them leave at once) and
+ * frees it. */
+static void end_comm(ncclComm_t comm, int aborting) {
+  __atomic_store_n(&comm->magic, COMM_DEAD, __ATOMIC_RELEASE);
+  unsigned holds = atomic_fetch_or(&comm->hold, COMM_HOLD_DEAD);
+  if (comm->init_thread_live) {
+    /* a non-blocking init still waiting for its peers would wait up to BRAID_BOOTSTRAP_TIMEOUT_S */
+    if (atomic_load_explicit(&comm->state, memory_order_acquire) == COMM_INITIALIZING)
+      __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+    pthread_join(comm->init_thread, NULL);
+    comm->init_thread_live = 0;
+  }
+  if (aborting) {
+    gx_abort(comm->gx); /* kernels waiting for a peer leave */
+    if (comm->links != NULL) links_fail(comm->links);
+  }
+  while (atomic_load(&comm->busy) > 0) time_sleep_us(1000);
+  free_parts(comm);
+  if (holds == 0) release_header(comm); /* else the last group to drop its hold does */
+}
+
+void comm_destroy(ncclComm_t comm) {
+  end_comm(comm, 0);
 }
 
 void comm_abort(ncclComm_t comm) {
   __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
-  gx_abort(comm->gx);           /* kernels waiting for a peer leave */
-  if (comm->init_thread_live) { /* the abort flag ends its waits */
-    pthread_join(comm->init_thread, NULL);
-    comm->init_thread_live = 0;
-  }
-  if (comm->links != NULL) links_fail(comm->links);
-  while (atomic_load(&comm->busy) > 0) time_sleep_us(1000);
-  comm_destroy(comm);
+  end_comm(comm, 1);
 }

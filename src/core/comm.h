@@ -6,7 +6,9 @@
  * rather than their fields. Its state is published with a release store once init is complete; readers
  * (other threads, monitoring) load it with acquire before touching anything else (DESIGN.md, principle 7).
  * A destroyed communicator keeps its small header, marked dead, so that a stale handle is reported as
- * destroyed instead of touching freed memory.
+ * destroyed instead of touching freed memory; the most recent COMM_DEAD_KEPT headers are kept, older ones are
+ * freed. A group that holds calls or deferred work of a communicator holds its header (and its calls) until
+ * the group ends, whichever thread destroys or aborts it meanwhile (comm_hold).
  */
 #ifndef BRAID_CORE_COMM_H
 #define BRAID_CORE_COMM_H
@@ -27,6 +29,10 @@
 
 #define COMM_MAGIC 0x4272616964436f6dull /* a live communicator */
 #define COMM_DEAD  0x4272616964446564ull /* a destroyed one */
+/* Destroyed communicators whose header is kept so that a stale handle is recognised. */
+#define COMM_DEAD_KEPT 256
+/* comm.hold: this bit is set once the communicator is destroyed; the bits below count groups' holds. */
+#define COMM_HOLD_DEAD 0x40000000u
 
 /* Life of a communicator. */
 typedef enum { COMM_INITIALIZING, COMM_READY, COMM_FINALIZED, COMM_FAILED } comm_state_t;
@@ -58,6 +64,10 @@ struct ncclComm {
   int init_thread_live;  /* init_thread must be joined */
   struct ncclComm *group_next; /* next communicator with calls in the calling thread's group */
   int in_group;                /* on the calling thread's group list */
+  /* Holds of groups on the header and the calls (count), and COMM_HOLD_DEAD once destroyed: a destroy from
+   * any thread sets the bit; whoever drops the last hold of a destroyed communicator releases its header. */
+  _Atomic unsigned hold;
+  _Atomic(char *) error_msg; /* the message of the communicator's failure (ncclGetLastError); set once */
 };
 
 /* ncclSuccess when no CUDA graph holds captured work of the communicator, after waiting at most
@@ -86,9 +96,20 @@ ncclResult_t comm_async_error(ncclComm_t comm);
 void comm_set_error(ncclComm_t comm, ncclResult_t res);
 /* Finalize: waits for every rank, then no more work is accepted. */
 ncclResult_t comm_finalize(ncclComm_t comm);
-/* Frees everything but the dead header. */
+/* Frees everything but the dead header; raises the abort flag first when a non-blocking init still runs
+ * (it returns at once then instead of waiting for peers). */
 void comm_destroy(ncclComm_t comm);
 /* Stops all work (waiting for threads inside the communicator to leave) and destroys it. */
 void comm_abort(ncclComm_t comm);
+/* A group's hold on the header and calls of a communicator, taken by the thread that owns the group. Fails
+ * (ncclInvalidUsage naming `func`) when the communicator was destroyed already. */
+ncclResult_t comm_hold(ncclComm_t comm, const char *func);
+/* Drops a hold; returns whether the communicator was destroyed meanwhile (then, on the last hold, its calls
+ * are freed and its header released: the caller must not touch it again). */
+int comm_unhold(ncclComm_t comm);
+/* Whether the communicator was destroyed (by any thread); safe on a held header. */
+int comm_dead(ncclComm_t comm);
+/* The message of the communicator's failure, or NULL while it has none (ncclGetLastError). */
+const char *comm_error_msg(ncclComm_t comm);
 
 #endif
