@@ -20,6 +20,8 @@ int log_level = -1;
 uint64_t log_mask = 0;
 
 static FILE *log_file;
+/* Where the calling thread's next line goes instead of log_file (log_report). */
+static _Thread_local FILE *write_to;
 static char host_name[64];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local int thread_dev = -1;
@@ -117,18 +119,18 @@ static void vwrite(log_level_t level, const char *file, int line, const char *fm
   vsnprintf(msg, sizeof msg, fmt, ap);
   long tid = syscall(SYS_gettid);
   pthread_mutex_lock(&lock);
+  FILE *out = write_to != NULL ? write_to : log_file; /* log_report's stderr, or the log */
   if (level == LOG_TRACE) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    fprintf(log_file, "%s:%d:%ld [%d] %.6f %s:%d NCCL TRACE %s\n", host_name, (int)getpid(), tid, thread_dev,
+    fprintf(out, "%s:%d:%ld [%d] %.6f %s:%d NCCL TRACE %s\n", host_name, (int)getpid(), tid, thread_dev,
             ts.tv_sec + ts.tv_nsec * 1e-9, file, line, msg);
   } else if (level == LOG_VERSION) {
-    fprintf(log_file, "%s\n", msg);
+    fprintf(out, "%s\n", msg);
   } else {
-    fprintf(log_file, "%s:%d:%ld [%d] NCCL %s %s\n", host_name, (int)getpid(), tid, thread_dev, names[level],
-            msg);
+    fprintf(out, "%s:%d:%ld [%d] NCCL %s %s\n", host_name, (int)getpid(), tid, thread_dev, names[level], msg);
   }
-  fflush(log_file);
+  fflush(out);
   pthread_mutex_unlock(&lock);
 }
 
@@ -141,6 +143,7 @@ void log_write(log_level_t level, uint64_t subsys, const char *file, int line, c
 }
 
 const char *log_result_name(ncclResult_t res) {
+  if ((int)res == 8) return "timeout (a wait exceeded BRAID_TIMEOUT_S; NCCL 2.30's ncclTimeout)";
   switch (res) {
   case ncclSuccess:
     return "no error";
@@ -191,6 +194,15 @@ void log_set_last_error(const char *fmt, ...) {
 
 const char *log_last_error(void) {
   return last_error;
+}
+
+void log_report(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (!log_enabled(LOG_WARN, LOG_ALL)) write_to = stderr; /* NCCL_DEBUG unset: stderr, still NCCL's format */
+  vwrite(LOG_WARN, __FILE__, __LINE__, fmt, ap);
+  write_to = NULL;
+  va_end(ap);
 }
 
 int log_first_of_class(_Atomic uint64_t *seen, uint64_t bytes) {

@@ -78,6 +78,9 @@ ncclResult_t log_err(ncclResult_t res, const char *fmt, ...) __attribute__((form
 /* Sets the calling thread's last error without logging it: a message handed over from the thread that did
  * the work (a group's init thread). */
 void log_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Writes a WARN line that must be seen even when NCCL_DEBUG is unset (a stall report): to the log when WARN
+ * is enabled, else to stderr, in the same format. */
+void log_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The name of a result code, as ncclGetErrorString gives it. */
 const char *log_result_name(ncclResult_t res);
 /* The calling thread's last error message ("" when there was none); valid until its next error. */

@@ -72,6 +72,8 @@ struct boot {
   char failed[320];    /* why this bootstrap failed because of another rank ("" while it has not) */
   int culprit;         /* that rank (when `failed` is set) */
   int notice_out;      /* 1: a notice waits for the ring predecessor to connect; 2: sent */
+  int poll_now;        /* the next progress round does not wait (boot_poll_all) */
+  wd_t *wd;            /* the communicator's watchdog, or NULL */
   notice_t pending;    /* that notice */
 };
 
@@ -94,6 +96,5 @@ void boot_free_queue(boot_t *b);
 /* Opens a connection to `peer` and introduces ourselves (MSG_RING or MSG_P2P). */
 ncclResult_t boot_connect_peer(boot_t *b, int peer, uint32_t type, const sock_addr_t *addr, double deadline,
                                int *fd_p);
-double boot_deadline_after(int64_t seconds);
 
 #endif

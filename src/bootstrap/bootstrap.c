@@ -104,7 +104,7 @@ static ncclResult_t join_root(boot_t *b, const ncclUniqueId *ids, int nid, sock_
                   .prev_nonce = before.nonce,
                   .addr = b->addrs[b->rank],
                   .prev_root = before.root};
-  double deadline = boot_deadline_after(param_int(P_BRAID_BOOTSTRAP_TIMEOUT_S) + ROOT_REPLY_MARGIN_S);
+  double deadline = wd_deadline(param_int(P_BRAID_BOOTSTRAP_TIMEOUT_S) + ROOT_REPLY_MARGIN_S);
   char name[SOCK_ADDR_STRLEN], what[128];
   snprintf(what, sizeof what, "bootstrap: rank %d with the root at %s", b->rank,
            sock_addr_str(&mine.root, name));
@@ -173,7 +173,7 @@ ncclResult_t boot_init(const ncclUniqueId *ids, int nid, int rank, int nranks, c
     CHECK_GOTO(boot_start_root(&root_id.root, root_id.nonce), res, err_close_boot);
   sock_addr_t succ;
   CHECK_GOTO(join_root(b, ids, nid, &succ), res, err_close_boot);
-  double deadline = boot_deadline_after(param_int(P_BRAID_BOOTSTRAP_TIMEOUT_S));
+  double deadline = wd_deadline(param_int(P_BRAID_BOOTSTRAP_TIMEOUT_S));
   CHECK_GOTO(connect_ring(b, &succ, deadline), res, err_notify);
   CHECK_GOTO(ring_allgather(b, b->addrs, sizeof *b->addrs, deadline), res, err_notify);
   char root_name[SOCK_ADDR_STRLEN], self_name[SOCK_ADDR_STRLEN];
@@ -232,9 +232,13 @@ static ncclResult_t ring_allgather(boot_t *b, void *data, size_t size, double de
 }
 
 ncclResult_t boot_allgather(boot_t *boot, void *data, size_t size) {
+  wd_timer_t t; /* published for monitoring; the ring's deadline bounds it */
+  wd_begin(&t, boot->wd,
+           &(wd_wait_t){.kind = WD_BOOT, .peer = -1, .channel = -1, .op = "bootstrap allgather"}, NULL, NULL);
   fair_lock(&boot->lock);
-  ncclResult_t res = ring_allgather(boot, data, size, boot_deadline_after(param_int(P_BRAID_TIMEOUT_S)));
+  ncclResult_t res = ring_allgather(boot, data, size, wd_deadline(param_int(P_BRAID_TIMEOUT_S)));
   fair_unlock(&boot->lock);
+  wd_end(&t);
   return res;
 }
 

@@ -39,10 +39,6 @@ void fair_unlock(fair_lock_t *l) {
   pthread_mutex_unlock(&l->mu);
 }
 
-double boot_deadline_after(int64_t seconds) {
-  return seconds > 0 ? time_now() + (double)seconds : 0;
-}
-
 static int aborted(const volatile int *abort_flag) {
   /* Relaxed: the flag publishes no data; the poll slice bounds how late it is seen. */
   return abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_RELAXED) != 0;
@@ -55,7 +51,7 @@ ncclResult_t boot_slice(boot_t *b, double deadline, const char *doing, int *slic
     doing = "passing on why it failed"; /* a failed init's last rounds (notify_failure) */
   else if (b->failed[0] != '\0')
     return log_err(ncclRemoteError, "bootstrap: rank %d %s: %s", b->rank, doing, b->failed);
-  int slice = SLICE_MS;
+  int slice = b->poll_now ? 0 : SLICE_MS;
   if (deadline > 0) {
     double left = deadline - time_now();
     if (left <= 0)
@@ -191,7 +187,10 @@ static void file_connection(void *arg, int fd, const void *hello) {
 
 /* ---- Reading messages ---- */
 
+static msg_t *dequeue(boot_t *b, int peer, uint32_t tag);
+
 static void enqueue(boot_t *b, msg_t *m) {
+  if (m->tag == BOOT_TAG_STATUS) free(dequeue(b, m->peer, m->tag)); /* only the latest status is kept */
   m->next = NULL;
   *b->queue_tail = m;
   b->queue_tail = &m->next;
@@ -377,7 +376,7 @@ static ncclResult_t send_locked(boot_t *b, int peer, uint32_t tag, const void *d
     enqueue(b, m);
     return ncclSuccess;
   }
-  double deadline = boot_deadline_after(param_int(P_BRAID_TIMEOUT_S));
+  double deadline = wd_deadline(param_int(P_BRAID_TIMEOUT_S));
   char what[96];
   snprintf(what, sizeof what, "bootstrap: rank %d sending %zu bytes to rank %d (tag %u)", b->rank, size, peer,
            tag);
@@ -415,13 +414,22 @@ static ncclResult_t take_message(boot_t *b, int peer, uint32_t tag, void *data, 
   return res;
 }
 
+/* Says what a bootstrap wait is for (wd_describe_fn_t). */
+static void describe(void *arg, char *buf, size_t len) {
+  snprintf(buf, len, "the bootstrap %s", (const char *)arg);
+}
+
 ncclResult_t boot_recv(boot_t *boot, int peer, uint32_t tag, void *data, size_t size) {
   if (peer < 0 || peer >= boot->nranks)
     return log_err(ncclInvalidArgument, "bootstrap: receive from rank %d of %d", peer, boot->nranks);
-  double deadline = boot_deadline_after(param_int(P_BRAID_TIMEOUT_S));
+  double deadline = wd_deadline(param_int(P_BRAID_TIMEOUT_S));
   char what[96];
   snprintf(what, sizeof what, "waiting for %zu bytes from rank %d (tag %u)", size, peer, tag);
   ncclResult_t res = ncclSuccess;
+  wd_timer_t t;
+  wd_begin(&t, boot->wd, &(wd_wait_t){.kind = WD_BOOT, .peer = peer, .channel = -1, .op = "bootstrap"},
+           describe, what);
+  t.ask = 0; /* the other ranks are asked through this very bootstrap */
   fair_lock(&boot->lock);
   /* An outgoing connection to the peer lets us see it close (exit or crash) while we wait. */
   if (peer != boot->rank) CHECK_GOTO(ensure_send_conn(boot, peer, deadline), res, out_unlock);
@@ -434,7 +442,9 @@ ncclResult_t boot_recv(boot_t *boot, int peer, uint32_t tag, void *data, size_t 
       res = boot_blame(boot, peer, "%s: connection from rank %d closed (it exited or failed)", what, peer);
       goto out_unlock;
     }
-    CHECK_GOTO(boot_progress(boot, NULL, 0, deadline, what), res, out_unlock);
+    /* the watchdog times the wait out (naming the peer as the one behind) */
+    CHECK_GOTO(boot_progress(boot, NULL, 0, 0, what), res, out_unlock);
+    CHECK_GOTO(wd_check(&t, time_now()), res, out_unlock);
     /* Let other threads of this communicator send between slices of a long wait: any thread already
      * waiting for the lock gets it before this one does again. */
     fair_unlock(&boot->lock);
@@ -444,7 +454,65 @@ ncclResult_t boot_recv(boot_t *boot, int peer, uint32_t tag, void *data, size_t 
         tag);
 out_unlock:
   fair_unlock(&boot->lock);
+  wd_end(&t);
   return res;
+}
+
+/* ---- Status reports ---- */
+
+/* The tagged connection to `peer` for a post: made with a short deadline, and never to a peer that closed. */
+static int post_conn(boot_t *b, int peer, double deadline) {
+  if (b->send_fds[peer] >= 0) return 1;
+  if (b->closed_at[peer] != 0) return 0;
+  conn_hello_t h = {.magic = BOOT_MAGIC, .nonce = b->nonce, .type = MSG_P2P, .rank = b->rank};
+  int fd;
+  if (sock_connect_once(&b->addrs[peer], b->abort_flag, deadline, &fd) != ncclSuccess) return 0;
+  if (sock_send_all(fd, &h, sizeof h, b->abort_flag, deadline, "bootstrap: a status hello") != ncclSuccess) {
+    sock_close(fd);
+    return 0;
+  }
+  b->send_fds[peer] = fd;
+  return 1;
+}
+
+ncclResult_t boot_post(boot_t *boot, int peer, uint32_t tag, const void *data, size_t size) {
+  if (peer < 0 || peer >= boot->nranks || peer == boot->rank)
+    return log_err(ncclInvalidArgument, "bootstrap: post to rank %d of %d", peer, boot->nranks);
+  char keep[LOG_ERROR_MAX]; /* a report that cannot go is no error of the caller's */
+  snprintf(keep, sizeof keep, "%s", log_last_error());
+  fair_lock(&boot->lock);
+  double deadline = time_now() + 1;
+  ncclResult_t res = ncclSuccess;
+  if (post_conn(boot, peer, deadline)) {
+    msg_header_t h = {.tag = tag, .size = size};
+    res = send_bytes(boot, peer, (const char *)&h, sizeof h, deadline, "bootstrap: a status report");
+    if (res == ncclSuccess) res = send_bytes(boot, peer, data, size, deadline, "bootstrap: a status report");
+  }
+  fair_unlock(&boot->lock);
+  log_set_last_error("%s", keep);
+  return res;
+}
+
+ncclResult_t boot_poll_all(boot_t *boot, uint32_t tag, void *data, size_t size, int *have) {
+  fair_lock(&boot->lock);
+  boot->poll_now = 1;
+  ncclResult_t res = ncclSuccess;
+  /* a report on a new connection takes three rounds: accept, hello, message */
+  for (int round = 0; round < 4 && res == ncclSuccess; round++)
+    res = boot_progress(boot, NULL, 0, 0, "taking status reports");
+  boot->poll_now = 0;
+  for (int r = 0; r < boot->nranks; r++) {
+    msg_t *m = dequeue(boot, r, tag);
+    have[r] = m != NULL && m->size == size;
+    if (have[r]) memcpy((char *)data + (size_t)r * size, m->data, size);
+    free(m);
+  }
+  fair_unlock(&boot->lock);
+  return res;
+}
+
+void boot_set_watchdog(boot_t *boot, wd_t *wd) {
+  boot->wd = wd;
 }
 
 void boot_free_queue(boot_t *b) {

@@ -29,6 +29,7 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/timeutil.h"
+#include "base/watchdog.h"
 #include "device/dev.h"
 #include "gpu/gpu.h"
 
@@ -255,23 +256,34 @@ static int mbox_ready(const ce_t *ce) {
   return atomic_load_explicit(&ce->inbox->tail, memory_order_acquire) != ce->taken;
 }
 
-/* Waits for the peer's next message: spins for CE_MBOX_SPIN_US, then also sleeps between looks; gives up
- * after BRAID_TIMEOUT_S, on an abort, or when a peer in another process has exited. */
+/* Says what mbox_wait waits for (wd_describe_fn_t). */
+static void mbox_describe(void *arg, char *buf, size_t len) {
+  const ce_t *ce = arg;
+  snprintf(buf, len, "%s rank %d: the copy engines wait for rank %d's step message", ce->name, ce->rank,
+           ce->peer);
+}
+
+/* Waits for the peer's next message: spins for CE_MBOX_SPIN_US, then also sleeps between looks; the
+ * watchdog reports it after BRAID_STALL_WARN_S and ends it after BRAID_TIMEOUT_S; an abort or the exit of a
+ * peer in another process ends it too. */
 static ncclResult_t mbox_wait(ce_t *ce) {
   const double start = time_now();
-  const int64_t timeout = param_int(P_BRAID_TIMEOUT_S);
+  wd_timer_t t;
+  int timing = 0;
   for (unsigned spins = 1; !mbox_ready(ce); spins++) {
     if (spins % 256 != 0) continue;
-    const double waited = time_now() - start;
+    const double now = time_now(), waited = now - start;
     if (waited * 1e6 < CE_MBOX_SPIN_US) continue;
+    if (!timing) {
+      wd_begin(&t, NULL, &(wd_wait_t){.kind = WD_MAILBOX, .peer = ce->peer, .channel = -1, .op = "mailbox"},
+               mbox_describe, ce);
+      t.last = start;
+      timing = 1;
+    }
     if (ce->abort_flag != NULL && __atomic_load_n(ce->abort_flag, __ATOMIC_RELAXED) != 0)
       return log_err(ncclInternalError, "%s rank %d: aborted while waiting for rank %d's step message",
                      ce->name, ce->rank, ce->peer);
-    if (timeout > 0 && waited > (double)timeout)
-      return log_err(
-          ncclSystemError,
-          "%s rank %d: timed out after %.0f s waiting for rank %d's step message (BRAID_TIMEOUT_S)", ce->name,
-          ce->rank, waited, ce->peer);
+    CHECK(wd_check(&t, now));
     if (ce->peer_pid > 0 && kill(ce->peer_pid, 0) != 0 && errno == ESRCH)
       return log_err(ncclRemoteError,
                      "%s rank %d: rank %d (pid %d) exited while this rank waited for its step "

@@ -80,6 +80,13 @@ ncclResult_t comm_alloc(int nranks, int rank, const ncclConfig_t *config, ncclCo
   comm->blocking = cfg.blocking;
   atomic_store(&comm->state, COMM_INITIALIZING);
   atomic_store(&comm->async_error, ncclInProgress);
+  char name[32];
+  snprintf(name, sizeof name, "comm (init) rank %d", rank);
+  ncclResult_t res = wd_create(name, rank, nranks, cfg.version, &comm->wd);
+  if (res != ncclSuccess) {
+    free(comm);
+    return res;
+  }
   *comm_p = comm;
   return ncclSuccess;
 }
@@ -99,6 +106,23 @@ static uint64_t host_hash(void) {
   return hash_bytes(buf, strlen(buf));
 }
 
+/* How a stalled wait of the communicator tells the others what it waits for (wd_exchange_t). */
+static void stall_announce(void *arg, const wd_report_t *mine) {
+  ncclComm_t comm = arg;
+  for (int r = 0; r < comm->nranks; r++)
+    if (r != comm->rank) (void)boot_post(comm->boot, r, BOOT_TAG_STATUS, mine, sizeof *mine);
+}
+
+/* How it learns what the others wait for (wd_exchange_t). */
+static void stall_collect(void *arg, wd_report_t *reports, int *have) {
+  ncclComm_t comm = arg;
+  char keep[LOG_ERROR_MAX]; /* taking reports fails no call */
+  snprintf(keep, sizeof keep, "%s", log_last_error());
+  if (boot_poll_all(comm->boot, BOOT_TAG_STATUS, reports, sizeof *reports, have) != ncclSuccess)
+    memset(have, 0, (size_t)comm->nranks * sizeof *have);
+  log_set_last_error("%s", keep);
+}
+
 static ncclResult_t init_bootstrap(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
   CHECK(boot_init(ids, nid, comm->rank, comm->nranks, &comm->abort_flag, &comm->boot));
   comm->nonce = boot_id_nonce(&ids[0]);
@@ -106,6 +130,10 @@ static ncclResult_t init_bootstrap(ncclComm_t comm, const ncclUniqueId *ids, int
     snprintf(comm->name, sizeof comm->name, "%s", comm->config.commName);
   else
     snprintf(comm->name, sizeof comm->name, "comm %016lx", (unsigned long)comm->nonce);
+  wd_set_name(comm->wd, comm->name);
+  wd_set_exchange(comm->wd,
+                  &(wd_exchange_t){.announce = stall_announce, .collect = stall_collect, .arg = comm});
+  boot_set_watchdog(comm->boot, comm->wd);
   return ncclSuccess;
 }
 
@@ -439,18 +467,15 @@ void comm_set_error(ncclComm_t comm, ncclResult_t res) {
     expected = ncclInProgress;
     first = atomic_compare_exchange_strong(&comm->async_error, &expected, res);
   }
-  if (first) { /* the failing thread's message is the communicator's from now on */
-    char *msg = strdup(log_last_error()), *none = NULL;
-    if (msg != NULL && !atomic_compare_exchange_strong(&comm->error_msg, &none, msg)) free(msg);
-  }
+  if (first) wd_set_error(comm->wd, res, log_last_error()); /* the failing thread's message is the comm's */
   atomic_store_explicit(&comm->state, COMM_FAILED, memory_order_release);
   if (comm->links != NULL) links_fail(comm->links);
 }
 
 const char *comm_error_msg(ncclComm_t comm) {
-  uint64_t magic = magic_of(comm);
-  if (magic != COMM_MAGIC && magic != COMM_DEAD) return NULL;
-  return atomic_load_explicit(&comm->error_msg, memory_order_acquire);
+  if (magic_of(comm) != COMM_MAGIC) return NULL; /* a destroyed one's watchdog is gone */
+  const char *msg;
+  return wd_error(comm->wd, &msg) != ncclSuccess ? msg : NULL;
 }
 
 ncclResult_t comm_graphs_check(ncclComm_t comm, const char *func) {
@@ -497,8 +522,6 @@ static void release_header(ncclComm_t comm) {
   dead_ring[dead_next] = comm;
   dead_next = (dead_next + 1) % COMM_DEAD_KEPT;
   pthread_mutex_unlock(&dead_lock);
-  if (oldest == NULL) return;
-  free(atomic_load(&oldest->error_msg));
   free(oldest);
 }
 
@@ -540,6 +563,8 @@ static void free_parts(ncclComm_t comm) {
   comm->links = NULL;
   comm->boot = NULL;
   comm->peers = NULL;
+  wd_destroy(comm->wd); /* last: every wait that used it has ended */
+  comm->wd = NULL;
 }
 
 /* Marks the communicator dead first (a group that has not run its calls yet drops them, and a thread that

@@ -19,6 +19,7 @@
 
 #include "nccl.h"
 #include "base/alloc.h"
+#include "base/watchdog.h"
 #include "bootstrap/bootstrap.h"
 #include "core/launch.h"
 #include "core/ce.h"
@@ -67,7 +68,7 @@ struct ncclComm {
   /* Holds of groups on the header and the calls (count), and COMM_HOLD_DEAD once destroyed: a destroy from
    * any thread sets the bit; whoever drops the last hold of a destroyed communicator releases its header. */
   _Atomic unsigned hold;
-  _Atomic(char *) error_msg; /* the message of the communicator's failure (ncclGetLastError); set once */
+  wd_t *wd; /* its watchdog: current wait, stall reports, the failure and its message (base/watchdog.h) */
 };
 
 /* ncclSuccess when no CUDA graph holds captured work of the communicator, after waiting at most

@@ -234,7 +234,7 @@ static ncclResult_t run_calls(void) {
   int i = 0;
   for (ncclComm_t c = g->comms; c != NULL; c = c->group_next, i++) {
     atomic_fetch_add(&c->busy, 1);
-    engine_start(&g->execs[i], &c->plan, c->links, &c->abort_flag, c->name);
+    engine_start(&g->execs[i], &c->plan, c->links, &c->abort_flag, c->name, c->wd);
     if (comm_dead(c)) { /* aborted or destroyed (by any thread) since its calls were filed */
       g->execs[i].result = log_err(ncclInvalidUsage,
                                    "ncclGroupEnd: %s rank %d was aborted or destroyed while the group was "

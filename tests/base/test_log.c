@@ -230,7 +230,8 @@ static void test_result_names(void) {
     for (int q = 0; q < r; q++)
       EXPECT(strcmp(name, log_result_name((ncclResult_t)q)) != 0, "results %d and %d share a name", q, r);
   }
-  EXPECT(strcmp(log_result_name((ncclResult_t)8), "unknown result code") == 0);
+  EXPECT(strstr(log_result_name((ncclResult_t)8), "timeout") != NULL);
+  EXPECT(strcmp(log_result_name((ncclResult_t)9), "unknown result code") == 0);
   EXPECT(strcmp(log_result_name((ncclResult_t)1000), "unknown result code") == 0);
 }
 
