@@ -73,6 +73,7 @@ struct boot {
   int culprit;         /* that rank (when `failed` is set) */
   int notice_out;      /* 1: a notice waits for the ring predecessor to connect; 2: sent */
   int poll_now;        /* the next progress round does not wait (boot_poll_all) */
+  int addrs_known;     /* the address table is complete (init's allgather is done) */
   wd_t *wd;            /* the communicator's watchdog, or NULL */
   notice_t pending;    /* that notice */
 };
@@ -89,6 +90,8 @@ ncclResult_t boot_gone(boot_t *b, int culprit, const char *fmt, ...) __attribute
 /* Like boot_gone for a neighbour seen leaving, which may have left because another rank is gone: waits a
  * moment for a notice naming that rank, and fails with it if one comes. */
 ncclResult_t boot_blame(boot_t *b, int suspect, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Tag of the notices a rank that saw another leave sends every rank directly once addresses are known. */
+#define BOOT_TAG_NOTICE 0xffff4e54u
 /* Tells the ring that this rank's bootstrap failed for a reason of its own (`why`). */
 void boot_notify_failure(boot_t *b, const char *why);
 /* Frees the queue of received messages. */

@@ -176,6 +176,7 @@ ncclResult_t boot_init(const ncclUniqueId *ids, int nid, int rank, int nranks, c
   double deadline = wd_deadline(param_int(P_BRAID_BOOTSTRAP_TIMEOUT_S));
   CHECK_GOTO(connect_ring(b, &succ, deadline), res, err_notify);
   CHECK_GOTO(ring_allgather(b, b->addrs, sizeof *b->addrs, deadline), res, err_notify);
+  b->addrs_known = 1;
   char root_name[SOCK_ADDR_STRLEN], self_name[SOCK_ADDR_STRLEN];
   INFO(LOG_BOOTSTRAP, "bootstrap: rank %d of %d joined through the root at %s (id %d of %d), listening at %s",
        rank, nranks, sock_addr_str(&root_id.root, root_name), k, nid,
@@ -206,9 +207,9 @@ static ncclResult_t ring_exchange(boot_t *b, const char *out, char *in, size_t n
       return boot_blame(b, next, "rank %d closed its ring connection (it exited or failed)", next);
     if (sent < n &&
         sock_send_some(b->ring_send_fd, out + sent, n - sent, &moved_out, what_out) != ncclSuccess)
-      return boot_blame(b, next, "%s", log_last_error());
+      return boot_blame(b, next, "rank %d closed its ring connection (%s)", next, log_last_error());
     if (got < n && sock_recv_some(b->ring_recv_fd, in + got, n - got, &moved_in, what_in) != ncclSuccess)
-      return boot_blame(b, pred, "%s", log_last_error());
+      return boot_blame(b, pred, "rank %d closed its ring connection (%s)", pred, log_last_error());
     sent += moved_out;
     got += moved_in;
     if (moved_out > 0 || moved_in > 0) continue;

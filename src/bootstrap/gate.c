@@ -88,10 +88,9 @@ static int read_hello(gate_t *gate, int i) {
   return 1;
 }
 
-void gate_serve(gate_t *gate, const struct pollfd *pfds, double now, gate_fn_t fn, void *arg) {
-  /* pfds[j] belongs to the connection whose fd it names; the list reorders as connections leave */
-  int n = gate->n;
-  for (int j = 0; j < n; j++) {
+void gate_serve(gate_t *gate, const struct pollfd *pfds, int npfds, double now, gate_fn_t fn, void *arg) {
+  /* pfds[j] belongs to the connection whose fd it names; the list reorders as connections leave or come */
+  for (int j = 0; j < npfds; j++) {
     if (pfds[j].revents == 0) continue;
     int i = 0;
     while (i < gate->n && gate->conns[i].fd != pfds[j].fd) i++;

@@ -44,8 +44,8 @@ void gate_close(gate_t *gate);
 ncclResult_t gate_accept(gate_t *gate, int listen_fd);
 /* Poll entries of the waiting connections, into pfds (room for gate->n); returns how many. */
 int gate_poll_fds(const gate_t *gate, struct pollfd *pfds);
-/* After poll (pfds as gate_poll_fds filled them, with revents): reads what arrived, hands every complete
+/* After poll (the npfds entries gate_poll_fds filled, with revents): reads what arrived, hands every complete
  * hello to fn, and drops connections that closed or whose time is up. */
-void gate_serve(gate_t *gate, const struct pollfd *pfds, double now, gate_fn_t fn, void *arg);
+void gate_serve(gate_t *gate, const struct pollfd *pfds, int npfds, double now, gate_fn_t fn, void *arg);
 
 #endif

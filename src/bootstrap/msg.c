@@ -81,6 +81,11 @@ static void flush_notice(boot_t *b) {
 }
 
 /* Sends a notice against the ring (at most one per rank: it also stops a notice that went round). */
+static int post_locked(boot_t *b, int peer, uint32_t tag, const void *data, size_t size, double deadline);
+
+/* Sends a notice against the ring (at most one per rank: it also stops a notice that went round). The rank
+ * that saw the departure also tells every rank directly once it knows their addresses (for at most 2 s): a
+ * neighbour that leaves because of it then cannot be blamed instead, however slowly the ring passes it on. */
 static void send_notice(boot_t *b, int culprit, int reporter, const char *why) {
   if (b->notice_out != 0 || b->nranks == 1) return;
   b->pending = (notice_t){
@@ -88,6 +93,14 @@ static void send_notice(boot_t *b, int culprit, int reporter, const char *why) {
   snprintf(b->pending.why, sizeof b->pending.why, "%s", why);
   b->notice_out = 1;
   flush_notice(b);
+  if (reporter != b->rank || !b->addrs_known) return;
+  char keep[LOG_ERROR_MAX];
+  snprintf(keep, sizeof keep, "%s", log_last_error());
+  double deadline = time_now() + 2;
+  for (int r = 0; r < b->nranks && time_now() < deadline; r++)
+    if (r != b->rank && r != culprit)
+      (void)post_locked(b, r, BOOT_TAG_NOTICE, &b->pending, sizeof b->pending, deadline);
+  log_set_last_error("%s", keep);
 }
 
 /* Records that rank `culprit` is gone or failed, as `reporter` saw it, and passes the notice on against the
@@ -246,6 +259,18 @@ static ncclResult_t rx_start(boot_t *b, int peer) {
   return ncclSuccess;
 }
 
+/* A notice that came as a tagged message (send_notice): recorded, then freed. */
+static void take_notice(boot_t *b, msg_t *m) {
+  notice_t n;
+  if (m->size == sizeof n) memcpy(&n, m->data, sizeof n);
+  if (m->size == sizeof n && n.magic == BOOT_MAGIC && n.nonce == b->nonce && n.type == MSG_NOTICE &&
+      n.culprit >= 0 && n.culprit < b->nranks && n.reporter >= 0 && n.reporter < b->nranks) {
+    n.why[sizeof n.why - 1] = '\0';
+    note_failure(b, n.culprit, n.reporter, n.why);
+  }
+  free(m);
+}
+
 /* Reads what `peer`'s connection holds now, without waiting, and queues each message once complete. Never
  * blocking here matters: two ranks that send large messages to each other both read while they send. */
 static ncclResult_t read_messages(boot_t *b, int peer) {
@@ -267,15 +292,20 @@ static ncclResult_t read_messages(boot_t *b, int peer) {
     if (rx->got < rx->msg->size) continue;
     TRACE(LOG_BOOTSTRAP, "bootstrap: rank %d queued %zu bytes from rank %d, tag %u", b->rank, rx->msg->size,
           peer, rx->msg->tag);
-    enqueue(b, rx->msg);
+    msg_t *m = rx->msg;
     *rx = (rx_t){0};
+    if (m->tag == BOOT_TAG_NOTICE) { /* a notice sent directly, not a message for boot_recv */
+      take_notice(b, m);
+      continue;
+    }
+    enqueue(b, m);
   }
 }
 
 /* ---- The progress engine ---- */
 
 /* Fills the poll entries after the caller's: listener, gate, successor, incoming and outgoing connections. */
-static int fill_pfds(boot_t *b, struct pollfd *pfds) {
+static int fill_pfds(boot_t *b, struct pollfd *pfds, int *ngate_p) {
   int n = b->nranks, k = 0;
   pfds[k++] = (struct pollfd){.fd = b->listen_fd, .events = POLLIN};
   pfds[k++] = (struct pollfd){.fd = b->succ_closed == 0 ? b->ring_send_fd : -1, .events = POLLIN};
@@ -284,7 +314,8 @@ static int fill_pfds(boot_t *b, struct pollfd *pfds) {
     int watch = b->send_fds[p] >= 0 && b->closed_at[p] == 0;
     pfds[k + n + p] = (struct pollfd){.fd = watch ? b->send_fds[p] : -1, .events = POLLIN};
   }
-  return k + 2 * n + gate_poll_fds(&b->gate, pfds + k + 2 * n);
+  *ngate_p = gate_poll_fds(&b->gate, pfds + k + 2 * n);
+  return k + 2 * n + *ngate_p;
 }
 
 ncclResult_t boot_progress(boot_t *b, struct pollfd *extra, int nextra, double deadline, const char *doing) {
@@ -299,7 +330,8 @@ ncclResult_t boot_progress(boot_t *b, struct pollfd *extra, int nextra, double d
   }
   struct pollfd *pfds = b->pfds;
   for (int i = 0; i < nextra; i++) pfds[i] = extra[i];
-  int total = nextra + fill_pfds(b, pfds + nextra);
+  int ngate;
+  int total = nextra + fill_pfds(b, pfds + nextra, &ngate);
   int ready = poll(pfds, (nfds_t)total, slice);
   if (ready < 0 && errno != EINTR)
     return log_err(ncclSystemError, "bootstrap: rank %d: poll %s failed: %s", b->rank, doing,
@@ -312,7 +344,7 @@ ncclResult_t boot_progress(boot_t *b, struct pollfd *extra, int nextra, double d
     if (own[2 + n + p].revents != 0) mark_closed(b, p);
     if (own[2 + p].revents != 0) CHECK(read_messages(b, p));
   }
-  gate_serve(&b->gate, own + 2 + 2 * n, time_now(), file_connection, b);
+  gate_serve(&b->gate, own + 2 + 2 * n, ngate, time_now(), file_connection, b);
   if (own[0].revents != 0) CHECK(gate_accept(&b->gate, b->listen_fd));
   return ncclSuccess;
 }
@@ -475,22 +507,25 @@ static int post_conn(boot_t *b, int peer, double deadline) {
   return 1;
 }
 
+/* A post with the lock held: returns whether the message went. */
+static int post_locked(boot_t *b, int peer, uint32_t tag, const void *data, size_t size, double deadline) {
+  if (!post_conn(b, peer, deadline)) return 0;
+  msg_header_t h = {.tag = tag, .size = size};
+  return send_bytes(b, peer, (const char *)&h, sizeof h, deadline, "bootstrap: a status report") ==
+             ncclSuccess &&
+         send_bytes(b, peer, data, size, deadline, "bootstrap: a status report") == ncclSuccess;
+}
+
 ncclResult_t boot_post(boot_t *boot, int peer, uint32_t tag, const void *data, size_t size) {
   if (peer < 0 || peer >= boot->nranks || peer == boot->rank)
     return log_err(ncclInvalidArgument, "bootstrap: post to rank %d of %d", peer, boot->nranks);
   char keep[LOG_ERROR_MAX]; /* a report that cannot go is no error of the caller's */
   snprintf(keep, sizeof keep, "%s", log_last_error());
   fair_lock(&boot->lock);
-  double deadline = time_now() + 1;
-  ncclResult_t res = ncclSuccess;
-  if (post_conn(boot, peer, deadline)) {
-    msg_header_t h = {.tag = tag, .size = size};
-    res = send_bytes(boot, peer, (const char *)&h, sizeof h, deadline, "bootstrap: a status report");
-    if (res == ncclSuccess) res = send_bytes(boot, peer, data, size, deadline, "bootstrap: a status report");
-  }
+  (void)post_locked(boot, peer, tag, data, size, time_now() + 1);
   fair_unlock(&boot->lock);
   log_set_last_error("%s", keep);
-  return res;
+  return ncclSuccess;
 }
 
 ncclResult_t boot_poll_all(boot_t *boot, uint32_t tag, void *data, size_t size, int *have) {

@@ -64,10 +64,12 @@ typedef struct {
 
 static struct {
   pthread_mutex_t lock;
-  pid_t pid;       /* the process the state belongs to */
-  int thread_live; /* the thread runs (or ended but is not joined yet: thread_done) */
-  int thread_done; /* it ended */
-  int stop;        /* the process exits */
+  pthread_cond_t started_cv; /* signalled when the thread has started */
+  int started;               /* the thread runs its loop */
+  pid_t pid;                 /* the process the state belongs to */
+  int thread_live;           /* the thread runs (or ended but is not joined yet: thread_done) */
+  int thread_done;           /* it ended */
+  int stop;                  /* the process exits */
   pthread_t thread;
   int wake[2]; /* root_serve writes a byte to interrupt the thread's poll */
   listener_t lst[MAX_LISTENERS];
@@ -76,7 +78,7 @@ static struct {
   int nids;
   gate_t gate;        /* connections owing their first message */
   uint64_t strangers; /* connections dropped for a wrong magic, nonce or type */
-} svc = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = {-1, -1}};
+} svc = {.lock = PTHREAD_MUTEX_INITIALIZER, .started_cv = PTHREAD_COND_INITIALIZER, .wake = {-1, -1}};
 
 /* ---- One id ---- */
 
@@ -369,7 +371,7 @@ static void serve_round(struct pollfd **pfds_p, int *cap_p) {
   for (int i = 0; ready > 0 && i < nlst; i++)
     if (pfds[1 + i].revents != 0 && gate_accept(&svc.gate, svc.lst[i].fd) != ncclSuccess)
       WARN("bootstrap root: %s", log_last_error());
-  if (ready > 0) gate_serve(&svc.gate, pfds + 1 + nlst, time_now(), on_hello, NULL);
+  if (ready > 0) gate_serve(&svc.gate, pfds + 1 + nlst, ng, time_now(), on_hello, NULL);
   double now = time_now();
   for (served_t **link = &svc.ids; *link != NULL;) {
     served_t *s = *link;
@@ -388,6 +390,8 @@ static void *service_main(void *arg) {
   struct pollfd *pfds = NULL;
   int cap = 0;
   pthread_mutex_lock(&svc.lock);
+  svc.started = 1;
+  pthread_cond_broadcast(&svc.started_cv);
   while (!svc.stop && svc.ids != NULL) serve_round(&pfds, &cap);
   /* nothing left to serve: the listeners close, and the next id starts afresh */
   for (int i = 0; i < svc.nlst; i++) sock_close(svc.lst[i].fd);
@@ -430,7 +434,8 @@ static void fork_child(void) {
     served_free(s);
   }
   svc.nids = 0;
-  svc.thread_live = svc.thread_done = 0;
+  svc.thread_live = svc.thread_done = svc.started = 0;
+  pthread_cond_init(&svc.started_cv, NULL);
   sock_close(svc.wake[0]);
   sock_close(svc.wake[1]);
   svc.wake[0] = svc.wake[1] = -1;
@@ -477,10 +482,14 @@ static ncclResult_t ensure_thread(void) {
   if (svc.wake[0] < 0 && pipe2(svc.wake, O_CLOEXEC | O_NONBLOCK) != 0)
     return log_err(ncclSystemError, "bootstrap root: pipe failed: %s", strerror(errno));
   /* pthread_create orders everything written under the lock before what the thread does */
+  svc.started = 0;
   int err = pthread_create(&svc.thread, NULL, service_main, NULL);
   if (err != 0)
     return log_err(ncclSystemError, "starting the bootstrap root thread failed: %s", strerror(err));
   svc.thread_live = 1;
+  /* the id is handed out once its thread has started: a process that forks right after (a launcher, the
+   * tests) must not fork in the middle of the thread's start, whose allocations a child cannot finish */
+  while (!svc.started) pthread_cond_wait(&svc.started_cv, &svc.lock);
   return ncclSuccess;
 }
 
@@ -503,14 +512,16 @@ static ncclResult_t serve_locked(const sock_addr_t *bind, uint64_t nonce, sock_a
   if (s == NULL) return log_err(ncclSystemError, "bootstrap: out of memory for a unique id's root");
   s->nonce = nonce;
   s->at = l->addr;
-  CHECK_GOTO(ensure_thread(), res, fail_free);
-  s->next = svc.ids;
+  s->next = svc.ids; /* before the thread starts: a thread that finds no id ends at once */
   svc.ids = s;
   svc.nids++;
+  CHECK_GOTO(ensure_thread(), res, fail_unlink);
   *addr_p = l->addr;
   (void)!write(svc.wake[1], "x", 1);
   return ncclSuccess;
-fail_free:
+fail_unlink:
+  svc.ids = s->next;
+  svc.nids--;
   free(s);
   return res;
 }

@@ -385,7 +385,8 @@ static void test_bad_args(void) {
   EXPECT_RES(boot_init(&id, 3, 0, 2, NULL, &b), ncclInvalidArgument);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  test_filter(argc - 1, argv + 1);
   TEST(test_id_roundtrip, 10);
   TEST(test_self_and_size_mismatch, 10);
   TEST(test_bad_args, 10);
