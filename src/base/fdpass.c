@@ -287,7 +287,7 @@ static int aborted(const volatile int *abort_flag) {
 static ncclResult_t wait_slice(int fd, short events, const volatile int *abort_flag, double deadline,
                                const char *doing, pid_t pid, uint64_t token) {
   if (aborted(abort_flag))
-    return log_err(ncclSystemError, "fd_fetch of token %016llx from process %d: aborted while %s",
+    return log_err(ncclInternalError, "fd_fetch of token %016llx from process %d: aborted while %s",
                    (unsigned long long)token, (int)pid, doing);
   int slice = POLL_SLICE_MS;
   if (deadline > 0) {

@@ -20,6 +20,8 @@ int log_level = -1;
 uint64_t log_mask = 0;
 
 static FILE *log_file;
+/* Where the calling thread's next line goes instead of log_file (log_report). */
+static _Thread_local FILE *write_to;
 static char host_name[64];
 /* NCCL_DEBUG_TIMESTAMP_LEVELS (a bit per log level) and NCCL_DEBUG_TIMESTAMP_FORMAT (strftime's, with "_" for
  * a space and "%<N>f" for N digits of the second's fraction): which lines start with the time, and how. */
@@ -27,10 +29,6 @@ static unsigned stamp_levels;
 static char stamp_format[128];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local int thread_dev = -1;
-
-/* The last error: written under `lock` by whichever thread failed, copied out per thread when read. */
-static char last_error[1024];
-static _Thread_local char last_error_copy[1024];
 
 static const struct {
   const char *name;
@@ -181,22 +179,23 @@ static void vwrite(log_level_t level, const char *file, int line, const char *fm
   vsnprintf(msg, sizeof msg, fmt, ap);
   long tid = syscall(SYS_gettid);
   pthread_mutex_lock(&lock);
+  FILE *out = write_to != NULL ? write_to : log_file; /* log_report's stderr, or the log */
   if (stamp_levels & (1u << level)) format_stamp(stamp, sizeof stamp);
   if (level == LOG_TRACE) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    fprintf(log_file, "%s%s:%d:%ld [%d] %.6f %s:%d NCCL TRACE %s\n", stamp, host_name, (int)getpid(), tid,
+    fprintf(out, "%s%s:%d:%ld [%d] %.6f %s:%d NCCL TRACE %s\n", stamp, host_name, (int)getpid(), tid,
             thread_dev, ts.tv_sec + ts.tv_nsec * 1e-9, file, line, msg);
   } else if (level == LOG_VERSION) {
-    fprintf(log_file, "%s%s\n", stamp, msg);
+    fprintf(out, "%s%s\n", stamp, msg);
   } else if (level == LOG_WARN) {
-    fprintf(log_file, "\n%s%s:%d:%ld [%d] %s:%d NCCL WARN %s\n", stamp, host_name, (int)getpid(), tid,
-            thread_dev, file, line, msg);
+    fprintf(out, "\n%s%s:%d:%ld [%d] %s:%d NCCL WARN %s\n", stamp, host_name, (int)getpid(), tid, thread_dev,
+            file, line, msg);
   } else {
-    fprintf(log_file, "%s%s:%d:%ld [%d] NCCL %s %s\n", stamp, host_name, (int)getpid(), tid, thread_dev,
+    fprintf(out, "%s%s:%d:%ld [%d] NCCL %s %s\n", stamp, host_name, (int)getpid(), tid, thread_dev,
             names[level], msg);
   }
-  fflush(log_file);
+  fflush(out);
   pthread_mutex_unlock(&lock);
 }
 
@@ -227,26 +226,6 @@ void log_banner(void) {
     log_write(LOG_VERSION, LOG_ALL, __FILE__, __LINE__, "%s", log_version_string);
 }
 
-ncclResult_t log_err_at(const char *file, int line, ncclResult_t res, const char *fmt, ...) {
-  char msg[sizeof last_error];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  pthread_mutex_lock(&lock);
-  memcpy(last_error, msg, sizeof msg);
-  pthread_mutex_unlock(&lock);
-  if (log_enabled(LOG_WARN, LOG_ALL)) log_write(LOG_WARN, LOG_ALL, file, line, "%s", msg);
-  return res;
-}
-
-const char *log_last_error(void) {
-  pthread_mutex_lock(&lock);
-  memcpy(last_error_copy, last_error, sizeof last_error);
-  pthread_mutex_unlock(&lock);
-  return last_error_copy;
-}
-
 const char *log_result_name(ncclResult_t res) {
   switch (res) {
   case ncclSuccess:
@@ -270,6 +249,45 @@ const char *log_result_name(ncclResult_t res) {
   default:
     return "unknown result code";
   }
+}
+
+/* ---- The last error ----
+ *
+ * One message per thread, as NCCL keeps it: a failure on another thread (a bootstrap root, a non-blocking
+ * init, another caller) never overwrites the caller's. Work done on a thread of its own for a caller hands
+ * its message over with log_set_last_error; a communicator keeps the message of its own failure (core). */
+
+static _Thread_local char last_error[LOG_ERROR_MAX];
+
+ncclResult_t log_err_at(const char *file, int line, ncclResult_t res, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  if (log_enabled(LOG_WARN, LOG_ALL)) log_write(LOG_WARN, LOG_ALL, file, line, "%s", last_error);
+  return res;
+}
+
+void log_set_last_error(const char *fmt, ...) {
+  char msg[LOG_ERROR_MAX]; /* fmt's arguments may be the thread's own message */
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  memcpy(last_error, msg, sizeof msg);
+}
+
+const char *log_last_error(void) {
+  return last_error;
+}
+
+void log_report_at(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (!log_enabled(LOG_WARN, LOG_ALL)) write_to = stderr; /* NCCL_DEBUG unset: stderr, still NCCL's format */
+  vwrite(LOG_WARN, file, line, fmt, ap);
+  write_to = NULL;
+  va_end(ap);
 }
 
 int log_first_of_class(_Atomic uint64_t *seen, uint64_t bytes) {

@@ -72,11 +72,20 @@ int log_first_of_class(_Atomic uint64_t *seen, uint64_t bytes);
 #define INFO(subsys, ...)  LOG_AT(LOG_INFO, subsys, __VA_ARGS__)
 #define TRACE(subsys, ...) LOG_AT(LOG_TRACE, subsys, __VA_ARGS__)
 
-/* Reports an error where it starts: logs it at WARN (with the caller's file and line), records it as the last
- * error, and returns `res`. */
+/* Longest last-error message kept (with its NUL). */
+#define LOG_ERROR_MAX 1024
+/* Reports an error where it starts: logs it at WARN (with the caller's file and line), records it as the
+ * calling thread's last error, and returns `res`. */
 #define log_err(res, ...) log_err_at(__FILE__, __LINE__, res, __VA_ARGS__)
 ncclResult_t log_err_at(const char *file, int line, ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Sets the calling thread's last error without logging it: a message handed over from the thread that did
+ * the work (a group's init thread). */
+void log_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Writes a WARN line that must be seen even when NCCL_DEBUG is unset (a stall report): to the log when WARN
+ * is enabled, else to stderr, in the same format. */
+#define log_report(...) log_report_at(__FILE__, __LINE__, __VA_ARGS__)
+void log_report_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The banner, "NCCL version 2.28.9+braid.<version>[+cuda<major>.<minor>]": NCCL's with Braid in the suffix.
  */
 extern const char log_version_string[];
@@ -84,7 +93,7 @@ extern const char log_version_string[];
 void log_banner(void);
 /* The name of a result code, as ncclGetErrorString gives it. */
 const char *log_result_name(ncclResult_t res);
-/* The last error's message, copied for the calling thread ("" when there was none). */
+/* The calling thread's last error message ("" when there was none); valid until its next error. */
 const char *log_last_error(void);
 
 /* The newest NCCL release whose whole host API works here, which ncclGetVersion reports and the banner names.

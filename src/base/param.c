@@ -1,12 +1,17 @@
 /*
  * The parameter registry (see param.h): one table built from params.def, filled from the environment and
  * the configuration files the first time any knob is read.
+ *
+ * A reload (ncclResetDebugInit) may run while other threads read knobs: a string handed out is never freed
+ * (a value that changes gets a new string; the old one is kept, so the memory grows only with changes), and
+ * every field a reader loads is an atomic that the reload stores whole.
  */
 #include "param.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +26,16 @@ typedef struct {
   kind_t kind;
   const char *def; /* default, as text */
   const char *help;
-  char *value;  /* current value as text, or NULL for the default */
-  char *source; /* "env" or the file it came from; NULL for the default */
-  int64_t ival; /* parsed value of an integer knob */
+  _Atomic(const char *) value;  /* current value as text, or NULL for the default; never freed */
+  _Atomic(const char *) source; /* "env" or the file it came from; NULL for the default; never freed */
+  _Atomic int64_t ival;         /* parsed value of an integer knob */
 } param_t;
+
+/* Loaded values before they are published: a load fills these, then stores them into the table. */
+typedef struct {
+  const char *value, *source;
+  int64_t ival;
+} staged_t;
 
 static param_t params[P_COUNT] = {
 #define PARAM_INT(n, d, h) [P_##n] = {.name = #n, .kind = KIND_INT, .def = #d, .help = h},
@@ -43,8 +54,15 @@ static param_t *lookup(const char *name, size_t len) {
   return NULL;
 }
 
-/* Sets a knob's text and parses it; a bad integer keeps the default and says so. */
-static void set_value(param_t *p, const char *value, const char *source) {
+/* A copy of `text` that lives as long as the process: the same string when the knob already holds it. */
+static const char *keep(const char *old, const char *text) {
+  if (old != NULL && strcmp(old, text) == 0) return old;
+  const char *copy = strdup(text);
+  return copy != NULL ? copy : old;
+}
+
+/* Stages a knob's text and parses it; a bad integer keeps the default and says so. */
+static void set_value(const param_t *p, staged_t *st, const char *value, const char *source) {
   if (p->kind == KIND_INT) {
     char *end;
     errno = 0;
@@ -54,12 +72,10 @@ static void set_value(param_t *p, const char *value, const char *source) {
       fprintf(stderr, "Braid: ignoring %s=\"%s\" from %s: not an integer\n", p->name, value, source);
       return;
     }
-    p->ival = v;
+    st->ival = v;
   }
-  free(p->value);
-  free(p->source);
-  p->value = strdup(value);
-  p->source = strdup(source);
+  st->value = keep(atomic_load(&p->value), value);
+  st->source = keep(atomic_load(&p->source), source);
 }
 
 static char *trim(char *s) {
@@ -70,7 +86,7 @@ static char *trim(char *s) {
 }
 
 /* Applies NAME=VALUE lines of a configuration file to knobs that no earlier source set. */
-static void read_file(const char *path) {
+static void read_file(const char *path, staged_t *staged) {
   FILE *f = fopen(path, "r");
   if (f == NULL) return;
   char line[1024];
@@ -82,34 +98,37 @@ static void read_file(const char *path) {
     *eq = '\0';
     char *name = trim(s);
     param_t *p = lookup(name, strlen(name));
-    if (p != NULL && p->value == NULL) set_value(p, trim(eq + 1), path);
+    if (p != NULL && staged[p - params].value == NULL) set_value(p, &staged[p - params], trim(eq + 1), path);
   }
   fclose(f);
 }
 
 static void load(void) {
+  staged_t staged[P_COUNT];
   for (int i = 0; i < P_COUNT; i++) {
     param_t *p = &params[i];
-    free(p->value);
-    free(p->source);
-    p->value = p->source = NULL;
-    p->ival = p->kind == KIND_INT ? strtoll(p->def, NULL, 0) : 0;
+    staged[i] = (staged_t){.ival = p->kind == KIND_INT ? strtoll(p->def, NULL, 0) : 0};
     const char *env = getenv(p->name);
-    if (env != NULL) set_value(p, env, "env");
+    if (env != NULL) set_value(p, &staged[i], env, "env");
   }
   /* The user's file (or NCCL_CONF_FILE) before the system's: the first source to set a knob wins. */
   const char *conf = getenv("NCCL_CONF_FILE");
   if (conf != NULL && *conf != '\0') {
-    read_file(conf);
+    read_file(conf, staged);
   } else {
     const char *home = getenv("HOME");
     if (home != NULL) {
       char path[4096];
       snprintf(path, sizeof path, "%s/.nccl.conf", home);
-      read_file(path);
+      read_file(path, staged);
     }
   }
-  read_file("/etc/nccl.conf");
+  read_file("/etc/nccl.conf", staged);
+  for (int i = 0; i < P_COUNT; i++) {
+    atomic_store(&params[i].ival, staged[i].ival);
+    atomic_store(&params[i].value, staged[i].value);
+    atomic_store(&params[i].source, staged[i].source);
+  }
 }
 
 static void ensure_loaded(void) {
@@ -125,17 +144,19 @@ void param_reload(void) {
 
 int64_t param_int(param_id_t id) {
   ensure_loaded();
-  return params[id].ival;
+  return atomic_load_explicit(&params[id].ival, memory_order_relaxed);
 }
 
 const char *param_str(param_id_t id) {
   ensure_loaded();
-  return params[id].value != NULL ? params[id].value : params[id].def;
+  /* acquire: the string's bytes were written before the pointer was stored */
+  const char *v = atomic_load_explicit(&params[id].value, memory_order_acquire);
+  return v != NULL ? v : params[id].def;
 }
 
 int param_is_set(param_id_t id) {
   ensure_loaded();
-  return params[id].value != NULL;
+  return atomic_load_explicit(&params[id].value, memory_order_acquire) != NULL;
 }
 
 const char *param_name(param_id_t id) {
@@ -148,7 +169,8 @@ const char *param_help(param_id_t id) {
 
 const char *param_source(param_id_t id) {
   ensure_loaded();
-  return params[id].source != NULL ? params[id].source : "default";
+  const char *src = atomic_load_explicit(&params[id].source, memory_order_acquire);
+  return src != NULL ? src : "default";
 }
 
 int param_find(const char *name) {
@@ -167,7 +189,7 @@ const char *param_default(param_id_t id) {
 void param_format(param_id_t id, char *buf, int len) {
   ensure_loaded();
   if (params[id].kind == KIND_INT)
-    snprintf(buf, len, "%" PRId64, params[id].ival);
+    snprintf(buf, len, "%" PRId64, param_int(id));
   else
     snprintf(buf, len, "%s", param_str(id));
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "hash.h"
 #include "log.h"
 #include "param.h"
 #include "timeutil.h"
@@ -257,7 +258,7 @@ static int aborted(const volatile int *abort_flag) {
 static ncclResult_t wait_fd(int fd, short events, const volatile int *abort_flag, double deadline,
                             const char *doing, const char *where) {
   for (;;) {
-    if (aborted(abort_flag)) return log_err(ncclSystemError, "%s %s: aborted", doing, where);
+    if (aborted(abort_flag)) return log_err(ncclInternalError, "%s %s: aborted", doing, where);
     int slice = POLL_SLICE_MS;
     if (deadline > 0) {
       double left = deadline - time_now();
@@ -344,6 +345,32 @@ ncclResult_t sock_accept(int listen_fd, const volatile int *abort_flag, double d
   }
 }
 
+ncclResult_t sock_accept_now(int listen_fd, int *fd_p, sock_addr_t *peer_p) {
+  sock_addr_t peer;
+  socklen_t len = sizeof peer;
+  memset(&peer, 0, sizeof peer);
+  int fd = accept4(listen_fd, &peer.sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  *fd_p = -1;
+  if (fd < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+      return ncclSuccess;
+    /* out of descriptors: the connection stays in the backlog until some are free again */
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) return ncclSuccess;
+    return log_err(ncclSystemError, "accept failed: %s", strerror(errno));
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (peer_p != NULL) *peer_p = peer;
+  *fd_p = fd;
+  return ncclSuccess;
+}
+
+uint64_t sock_host_key(const sock_addr_t *addr) {
+  if (addr->sa.sa_family == AF_INET) return hash_bytes(&addr->sin.sin_addr, sizeof addr->sin.sin_addr);
+  if (addr->sa.sa_family == AF_INET6) return hash_bytes(&addr->sin6.sin6_addr, sizeof addr->sin6.sin6_addr);
+  return 0;
+}
+
 /* Whether a failed connection attempt is worth repeating (the listener may not be up yet). */
 static int retryable(int err) {
   return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH ||
@@ -376,6 +403,17 @@ err_close_fd:
   return res;
 }
 
+ncclResult_t sock_connect_once(const sock_addr_t *addr, const volatile int *abort_flag, double deadline,
+                               int *fd_p) {
+  char name[SOCK_ADDR_STRLEN];
+  sock_addr_str(addr, name);
+  int err;
+  CHECK(connect_once(addr, abort_flag, deadline, name, fd_p, &err));
+  if (err == 0) return ncclSuccess;
+  return log_err(err == ECONNREFUSED ? ncclRemoteError : ncclSystemError, "connect to %s failed: %s", name,
+                 strerror(err));
+}
+
 ncclResult_t sock_connect(const sock_addr_t *addr, const volatile int *abort_flag, double deadline,
                           int *fd_p) {
   char name[SOCK_ADDR_STRLEN];
@@ -392,7 +430,7 @@ ncclResult_t sock_connect(const sock_addr_t *addr, const volatile int *abort_fla
     if (deadline > 0 && time_now() + CONNECT_RETRY_US * 1e-6 > deadline)
       return log_err(ncclSystemError, "connect to %s failed before the deadline (%lld attempts): %s", name,
                      (long long)attempt + 1, strerror(err));
-    if (aborted(abort_flag)) return log_err(ncclSystemError, "connecting to %s: aborted", name);
+    if (aborted(abort_flag)) return log_err(ncclInternalError, "connecting to %s: aborted", name);
     time_sleep_us(CONNECT_RETRY_US);
   }
 }

@@ -42,6 +42,15 @@ const char *sock_addr_str(const sock_addr_t *addr, char *buf);
 ncclResult_t sock_listen(sock_addr_t *addr, int *fd_p);
 /* Accepts one connection on a listening socket, waiting until `deadline`. */
 ncclResult_t sock_accept(int listen_fd, const volatile int *abort_flag, double deadline, int *fd_p);
+/* Accepts one connection if one is waiting, without waiting: *fd_p is -1 when none is. The connection is
+ * non-blocking; *peer_p (may be NULL) is the address it comes from. */
+ncclResult_t sock_accept_now(int listen_fd, int *fd_p, sock_addr_t *peer_p);
+/* A hash of the host part of an address (not the port): connections from one machine share it. */
+uint64_t sock_host_key(const sock_addr_t *addr);
+/* Connects to addr once, without retrying: a refused connection is ncclRemoteError (nothing listens there:
+ * a listener known to have been there is gone). */
+ncclResult_t sock_connect_once(const sock_addr_t *addr, const volatile int *abort_flag, double deadline,
+                               int *fd_p);
 /* Connects to addr, retrying refused or unreachable attempts (BRAID_CONNECT_RETRIES, 100 ms apart). */
 ncclResult_t sock_connect(const sock_addr_t *addr, const volatile int *abort_flag, double deadline,
                           int *fd_p);

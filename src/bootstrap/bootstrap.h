@@ -16,6 +16,7 @@
 
 #include "nccl.h"
 #include "base/socket.h"
+#include "base/watchdog.h"
 
 /* One rank's bootstrap state (opaque). */
 typedef struct boot boot_t;
@@ -43,6 +44,17 @@ ncclResult_t boot_allgather(boot_t *boot, void *data, size_t size);
  * (peer, tag) arrive in order. The receive size must equal the send size. */
 ncclResult_t boot_send(boot_t *boot, int peer, uint32_t tag, const void *data, size_t size);
 ncclResult_t boot_recv(boot_t *boot, int peer, uint32_t tag, void *data, size_t size);
+/* A tag whose messages replace the same sender's earlier ones still queued (status reports: at most one per
+ * sender is kept however many come). */
+#define BOOT_TAG_STATUS 0xffff5354u
+/* A tagged message sent at once or never: it waits at most a second (to connect, or for room), and sends
+ * nothing to a peer whose connection closed. For reports made while something else waits. */
+ncclResult_t boot_post(boot_t *boot, int peer, uint32_t tag, const void *data, size_t size);
+/* Takes, without waiting, the queued message with `tag` of each peer that sent one: data holds nranks blocks
+ * of `size` bytes, have[r] says whether block r was filled. */
+ncclResult_t boot_poll_all(boot_t *boot, uint32_t tag, void *data, size_t size, int *have);
+/* The watchdog that the bootstrap's waits publish themselves to and report stalls through (may be NULL). */
+void boot_set_watchdog(boot_t *boot, wd_t *wd);
 /* Returns once every rank has called it. */
 ncclResult_t boot_barrier(boot_t *boot);
 /* This rank's listening address (for diagnostics). */

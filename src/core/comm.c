@@ -44,6 +44,21 @@ ncclResult_t comm_config_check(const ncclConfig_t *config, ncclConfig_t *out) {
     return log_err(ncclInvalidArgument, "config: blocking is %d; it must be 0 or 1", out->blocking);
   if (out->splitShare != NCCL_CONFIG_UNDEF_INT && out->splitShare != 0 && out->splitShare != 1)
     return log_err(ncclInvalidArgument, "config: splitShare is %d; it must be 0 or 1", out->splitShare);
+  if (out->collnetEnable != NCCL_CONFIG_UNDEF_INT && out->collnetEnable != 0 && out->collnetEnable != 1)
+    return log_err(ncclInvalidArgument, "config: collnetEnable is %d; it must be 0 or 1", out->collnetEnable);
+  if (out->shrinkShare != NCCL_CONFIG_UNDEF_INT && out->shrinkShare != 0 && out->shrinkShare != 1)
+    return log_err(ncclInvalidArgument, "config: shrinkShare is %d; it must be 0 or 1", out->shrinkShare);
+  if (out->cgaClusterSize != NCCL_CONFIG_UNDEF_INT && out->cgaClusterSize < 0)
+    return log_err(ncclInvalidArgument, "config: cgaClusterSize is %d; it must not be negative",
+                   out->cgaClusterSize);
+  const struct {
+    int value;
+    const char *name;
+  } counts[] = {{out->minCTAs, "minCTAs"}, {out->maxCTAs, "maxCTAs"}, {out->nvlsCTAs, "nvlsCTAs"}};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+    if (counts[i].value != NCCL_CONFIG_UNDEF_INT && counts[i].value < 1)
+      return log_err(ncclInvalidArgument, "config: %s is %d; it must be at least 1", counts[i].name,
+                     counts[i].value);
   if (out->CTAPolicy != NCCL_CONFIG_UNDEF_INT &&
       (out->CTAPolicy < 0 || out->CTAPolicy > NCCL_CTA_POLICY_ZERO))
     return log_err(ncclInvalidArgument, "config: CTAPolicy is %d; it must be 0, 1 or 2", out->CTAPolicy);
@@ -72,9 +87,16 @@ ncclResult_t comm_alloc(int nranks, int rank, const ncclConfig_t *config, ncclCo
   comm->dev = -1;
   comm->config = cfg;
   comm->blocking = cfg.blocking;
-  pthread_mutex_init(&comm->cause_lock, NULL);
   atomic_store(&comm->state, COMM_INITIALIZING);
   atomic_store(&comm->async_error, ncclInProgress);
+  char name[32];
+  snprintf(name, sizeof name, "comm (init) rank %d", rank);
+  /* without a config the caller's header is unknown: it gets the result every NCCL version knows */
+  ncclResult_t res = wd_create(name, rank, nranks, config != NULL ? cfg.version : 0, &comm->wd);
+  if (res != ncclSuccess) {
+    free(comm);
+    return res;
+  }
   *comm_p = comm;
   return ncclSuccess;
 }
@@ -94,6 +116,23 @@ static uint64_t host_hash(void) {
   return hash_bytes(buf, strlen(buf));
 }
 
+/* How a stalled wait of the communicator tells the others what it waits for (wd_exchange_t). */
+static void stall_announce(void *arg, const wd_report_t *mine) {
+  ncclComm_t comm = arg;
+  for (int r = 0; r < comm->nranks; r++)
+    if (r != comm->rank) (void)boot_post(comm->boot, r, BOOT_TAG_STATUS, mine, sizeof *mine);
+}
+
+/* How it learns what the others wait for (wd_exchange_t). */
+static void stall_collect(void *arg, wd_report_t *reports, int *have) {
+  ncclComm_t comm = arg;
+  char keep[LOG_ERROR_MAX]; /* taking reports fails no call */
+  snprintf(keep, sizeof keep, "%s", log_last_error());
+  if (boot_poll_all(comm->boot, BOOT_TAG_STATUS, reports, sizeof *reports, have) != ncclSuccess)
+    memset(have, 0, (size_t)comm->nranks * sizeof *have);
+  log_set_last_error("%s", keep);
+}
+
 static ncclResult_t init_bootstrap(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
   CHECK(boot_init(ids, nid, comm->rank, comm->nranks, &comm->abort_flag, &comm->boot));
   comm->nonce = boot_id_nonce(&ids[0]);
@@ -101,6 +140,10 @@ static ncclResult_t init_bootstrap(ncclComm_t comm, const ncclUniqueId *ids, int
     snprintf(comm->name, sizeof comm->name, "%s", comm->config.commName);
   else
     snprintf(comm->name, sizeof comm->name, "comm %016lx", (unsigned long)comm->nonce);
+  wd_set_name(comm->wd, comm->name);
+  wd_set_exchange(comm->wd,
+                  &(wd_exchange_t){.announce = stall_announce, .collect = stall_collect, .arg = comm});
+  boot_set_watchdog(comm->boot, comm->wd);
   return ncclSuccess;
 }
 
@@ -388,10 +431,16 @@ out:
   return res;
 }
 
+/* The magic of a handle, read once: another thread may be destroying the communicator. */
+static uint64_t magic_of(ncclComm_t comm) {
+  return __atomic_load_n(&comm->magic, __ATOMIC_ACQUIRE);
+}
+
 ncclResult_t comm_check(ncclComm_t comm, const char *func) {
   if (comm == NULL) return log_err(ncclInvalidArgument, "%s: comm is NULL", func);
-  if (comm->magic == COMM_DEAD) return log_err(ncclInvalidUsage, "%s: the communicator was destroyed", func);
-  if (comm->magic != COMM_MAGIC)
+  uint64_t magic = magic_of(comm);
+  if (magic == COMM_DEAD) return log_err(ncclInvalidUsage, "%s: the communicator was destroyed", func);
+  if (magic != COMM_MAGIC)
     return log_err(ncclInvalidArgument, "%s: comm %p is not a communicator", func, (void *)comm);
   return ncclSuccess;
 }
@@ -422,7 +471,7 @@ ncclResult_t comm_check_ready(ncclComm_t comm, const char *func) {
   }
   return log_err(ncclInvalidUsage, "%s: %s failed earlier (%s: %s); it can only be destroyed or aborted",
                  func, comm->name, log_result_name((ncclResult_t)atomic_load(&comm->async_error)),
-                 comm->cause);
+                 comm_error_msg(comm) != NULL ? comm_error_msg(comm) : "no message");
 }
 
 ncclResult_t comm_check_parent(ncclComm_t comm, const char *func) {
@@ -447,21 +496,24 @@ ncclResult_t comm_async_error(ncclComm_t comm) {
 }
 
 void comm_set_error(ncclComm_t comm, ncclResult_t res) {
-  /* the first failure's message, which the failing call logged just before, for the calls that follow */
-  pthread_mutex_lock(&comm->cause_lock);
-  if (comm->cause[0] == '\0') snprintf(comm->cause, sizeof comm->cause, "%s", log_last_error());
-  pthread_mutex_unlock(&comm->cause_lock);
   ras_comm_error(comm->ras, res, atomic_load(&comm->state) == COMM_INITIALIZING);
-  int expected = ncclSuccess;
-  if (!atomic_compare_exchange_strong(&comm->async_error, &expected, res)) {
+  int expected = ncclSuccess, first = atomic_compare_exchange_strong(&comm->async_error, &expected, res);
+  if (!first) {
     expected = ncclInProgress;
-    atomic_compare_exchange_strong(&comm->async_error, &expected, res);
+    first = atomic_compare_exchange_strong(&comm->async_error, &expected, res);
   }
+  if (first) wd_set_error(comm->wd, res, log_last_error()); /* the failing thread's message is the comm's */
   int state = atomic_load(&comm->state);
   /* a revoked communicator stays revoked: it can be shrunk or split either way */
   while (state != COMM_REVOKED && !atomic_compare_exchange_weak(&comm->state, &state, COMM_FAILED)) {
   }
   if (comm->links != NULL) links_fail(comm->links);
+}
+
+const char *comm_error_msg(ncclComm_t comm) {
+  if (magic_of(comm) != COMM_MAGIC) return NULL; /* a destroyed one's watchdog is gone */
+  const char *msg;
+  return wd_error(comm->wd, &msg) != ncclSuccess ? msg : NULL;
 }
 
 static void links_release(void *links) {
@@ -479,11 +531,44 @@ ncclResult_t comm_finalize(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-void comm_destroy(ncclComm_t comm) {
-  if (comm->init_thread_live) {
-    pthread_join(comm->init_thread, NULL);
-    comm->init_thread_live = 0;
-  }
+/* ---- Handle lifetime ---- */
+
+/* The newest COMM_DEAD_KEPT released headers; the oldest is freed when another comes. */
+static pthread_mutex_t dead_lock = PTHREAD_MUTEX_INITIALIZER;
+static ncclComm_t dead_ring[COMM_DEAD_KEPT];
+static unsigned dead_next;
+
+/* Keeps a destroyed header among the recent ones (freeing the oldest), with its calls freed. */
+static void release_header(ncclComm_t comm) {
+  plan_free(&comm->plan);
+  pthread_mutex_lock(&dead_lock);
+  ncclComm_t oldest = dead_ring[dead_next];
+  dead_ring[dead_next] = comm;
+  dead_next = (dead_next + 1) % COMM_DEAD_KEPT;
+  pthread_mutex_unlock(&dead_lock);
+  free(oldest);
+}
+
+ncclResult_t comm_hold(ncclComm_t comm, const char *func) {
+  unsigned prev = atomic_fetch_add(&comm->hold, 1);
+  if (!(prev & COMM_HOLD_DEAD)) return ncclSuccess;
+  atomic_fetch_sub(&comm->hold, 1); /* the destroy came first: it did not count this hold, and releases */
+  return log_err(ncclInvalidUsage, "%s: the communicator was destroyed", func);
+}
+
+int comm_unhold(ncclComm_t comm) {
+  unsigned prev = atomic_fetch_sub(&comm->hold, 1);
+  if (!(prev & COMM_HOLD_DEAD)) return 0;
+  if (prev == (COMM_HOLD_DEAD | 1u)) release_header(comm);
+  return 1;
+}
+
+int comm_dead(ncclComm_t comm) {
+  return (atomic_load(&comm->hold) & COMM_HOLD_DEAD) != 0;
+}
+
+/* Frees what the communicator owns but its header and its calls. */
+static void free_parts(ncclComm_t comm) {
   ras_comm_retire(comm->ras); /* first: monitoring reads its memory account until then */
   comm->ras = NULL;
   if (gx_graphs(comm->gx) > 0) {
@@ -501,25 +586,44 @@ void comm_destroy(ncclComm_t comm) {
   comm->ce = NULL;
   if (comm->boot != NULL) boot_close(comm->boot);
   mem_free(&comm->acct, comm->peers, comm->nranks * sizeof *comm->peers);
-  plan_free(&comm->plan);
   redop_free(&comm->redops);
   INFO(LOG_INIT | LOG_ALLOC, "%s rank %d: destroyed; its memory peaked at %zu bytes", comm->name, comm->rank,
        atomic_load(&comm->acct.peak_bytes));
   comm->links = NULL;
   comm->boot = NULL;
   comm->peers = NULL;
-  comm->magic = COMM_DEAD;
+  wd_destroy(comm->wd); /* last: every wait that used it has ended */
+  comm->wd = NULL;
+}
+
+/* Marks the communicator dead first (a group that has not run its calls yet drops them, and a thread that
+ * comes in now is refused), then waits for threads inside it to leave (an abort makes them leave at once) and
+ * frees it. */
+static void end_comm(ncclComm_t comm, int aborting) {
+  __atomic_store_n(&comm->magic, COMM_DEAD, __ATOMIC_RELEASE);
+  unsigned holds = atomic_fetch_or(&comm->hold, COMM_HOLD_DEAD);
+  if (comm->init_thread_live) {
+    /* a non-blocking init still waiting for its peers would wait up to BRAID_BOOTSTRAP_TIMEOUT_S */
+    if (atomic_load_explicit(&comm->state, memory_order_acquire) == COMM_INITIALIZING)
+      __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+    pthread_join(comm->init_thread, NULL);
+    comm->init_thread_live = 0;
+  }
+  if (aborting) {
+    ras_comm_aborting(comm->ras); /* after the init thread: it sets comm->ras */
+    gx_abort(comm->gx);           /* kernels waiting for a peer leave */
+    if (comm->links != NULL) links_fail(comm->links);
+  }
+  while (atomic_load(&comm->busy) > 0) time_sleep_us(1000);
+  free_parts(comm);
+  if (holds == 0) release_header(comm); /* else the last group to drop its hold does */
+}
+
+void comm_destroy(ncclComm_t comm) {
+  end_comm(comm, 0);
 }
 
 void comm_abort(ncclComm_t comm) {
   __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
-  gx_abort(comm->gx);           /* kernels waiting for a peer leave */
-  if (comm->init_thread_live) { /* the abort flag ends its waits */
-    pthread_join(comm->init_thread, NULL);
-    comm->init_thread_live = 0;
-  }
-  ras_comm_aborting(comm->ras); /* after the init thread: it sets comm->ras */
-  if (comm->links != NULL) links_fail(comm->links);
-  while (atomic_load(&comm->busy) > 0) time_sleep_us(1000);
-  comm_destroy(comm);
+  end_comm(comm, 1);
 }

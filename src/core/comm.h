@@ -6,7 +6,9 @@
  * rather than their fields. Its state is published with a release store once init is complete; readers
  * (other threads, monitoring) load it with acquire before touching anything else (DESIGN.md, principle 7).
  * A destroyed communicator keeps its small header, marked dead, so that a stale handle is reported as
- * destroyed instead of touching freed memory.
+ * destroyed instead of touching freed memory; the most recent COMM_DEAD_KEPT headers are kept, older ones are
+ * freed. A group that holds calls or deferred work of a communicator holds its header (and its calls) until
+ * the group ends, whichever thread destroys or aborts it meanwhile (comm_hold).
  */
 #ifndef BRAID_CORE_COMM_H
 #define BRAID_CORE_COMM_H
@@ -17,6 +19,7 @@
 
 #include "nccl.h"
 #include "base/alloc.h"
+#include "base/watchdog.h"
 #include "bootstrap/bootstrap.h"
 #include "core/gpu_exec.h"
 #include "core/ce.h"
@@ -28,6 +31,10 @@
 
 #define COMM_MAGIC 0x4272616964436f6dull /* a live communicator */
 #define COMM_DEAD  0x4272616964446564ull /* a destroyed one */
+/* Destroyed communicators whose header is kept so that a stale handle is recognised. */
+#define COMM_DEAD_KEPT 256
+/* comm.hold: this bit is set once the communicator is destroyed; the bits below count groups' holds. */
+#define COMM_HOLD_DEAD 0x40000000u
 
 /* Life of a communicator. REVOKED (ncclCommRevoke, or ncclCommShrink with NCCL_SHRINK_ABORT) and FAILED
  * ones can still be split, shrunk, aborted or destroyed; SUSPENDED ones only resumed, aborted or destroyed.
@@ -73,8 +80,10 @@ struct ncclComm {
   int init_thread_live;  /* init_thread must be joined */
   struct ncclComm *group_next; /* next communicator with calls in the calling thread's group */
   int in_group;                /* on the calling thread's group list */
-  char cause[256];             /* the message of the failure that failed the communicator, or "" */
-  pthread_mutex_t cause_lock;  /* comm_set_error may run on several threads at once */
+  /* Holds of groups on the header and the calls (count), and COMM_HOLD_DEAD once destroyed: a destroy from
+   * any thread sets the bit; whoever drops the last hold of a destroyed communicator releases its header. */
+  _Atomic unsigned hold;
+  wd_t *wd; /* its watchdog: current wait, stall reports, the failure and its message (base/watchdog.h) */
 };
 
 /* Allocates a communicator for `rank` of `nranks` with a validated configuration (NULL: defaults). */
@@ -111,9 +120,20 @@ ncclResult_t comm_accepts_work(ncclComm_t comm);
 /* Like comm_check, and the communicator may be a parent of split or shrink: ready, failed or revoked. */
 ncclResult_t comm_check_parent(ncclComm_t comm, const char *func);
 
-/* Frees everything but the dead header. */
+/* Frees everything but the dead header; raises the abort flag first when a non-blocking init still runs
+ * (it returns at once then instead of waiting for peers). */
 void comm_destroy(ncclComm_t comm);
 /* Stops all work (waiting for threads inside the communicator to leave) and destroys it. */
 void comm_abort(ncclComm_t comm);
+/* A group's hold on the header and calls of a communicator, taken by the thread that owns the group. Fails
+ * (ncclInvalidUsage naming `func`) when the communicator was destroyed already. */
+ncclResult_t comm_hold(ncclComm_t comm, const char *func);
+/* Drops a hold; returns whether the communicator was destroyed meanwhile (then, on the last hold, its calls
+ * are freed and its header released: the caller must not touch it again). */
+int comm_unhold(ncclComm_t comm);
+/* Whether the communicator was destroyed (by any thread); safe on a held header. */
+int comm_dead(ncclComm_t comm);
+/* The message of the communicator's failure, or NULL while it has none (ncclGetLastError). */
+const char *comm_error_msg(ncclComm_t comm);
 
 #endif

@@ -18,12 +18,12 @@
 #include "base/timeutil.h"
 
 void engine_start(exec_t *ex, plan_t *plan, links_t *links, const volatile int *abort_flag,
-                  const char *comm_name) {
+                  const char *comm_name, wd_t *wd) {
   *ex = (exec_t){.plan = plan,
                  .links = links,
                  .abort_flag = abort_flag,
                  .comm_name = comm_name,
-                 .last_progress = time_now(),
+                 .wd = wd,
                  .result = ncclSuccess,
                  .ras_step = -1};
 }
@@ -135,9 +135,11 @@ static ncclResult_t progress_step(exec_t *ex, int *progressed_p, int *step_done_
   return ncclSuccess;
 }
 
-/* The first unfinished transfer of the current step, for stall messages. */
+/* The first unfinished transfer of the current step (the last step's once all are done); NULL without any. */
 static const xfer_t *first_pending(const exec_t *ex) {
-  const step_t *st = &ex->plan->steps[ex->step];
+  int step = ex->step < ex->plan->nsteps ? ex->step : ex->plan->nsteps - 1;
+  if (step < 0 || ex->plan->steps[step].count == 0) return NULL;
+  const step_t *st = &ex->plan->steps[step];
   for (int i = 0; i < st->count; i++) {
     const xfer_t *x = &ex->plan->xfers[st->first + i];
     if (x->done < wire_bytes(x)) return x;
@@ -149,6 +151,7 @@ static const xfer_t *first_pending(const exec_t *ex) {
 static void ras_publish(exec_t *ex, double since) {
   const step_t *st = &ex->plan->steps[ex->step];
   const xfer_t *x = first_pending(ex);
+  if (x == NULL) return; /* a step without transfers waits for nobody */
   ras_wait_t w = {.kind = (int)st->task->kind,
                   .peer = x->recv_peer >= 0 ? x->recv_peer : x->send_peer,
                   .channel = -1,
@@ -161,53 +164,105 @@ static void ras_publish(exec_t *ex, double since) {
   ex->ras_step = ex->step;
 }
 
-/* Says what a stalled exec waits for: at WARN once, or as the error when it times out. */
-static ncclResult_t check_stall(exec_t *ex, double now) {
-  int64_t warn_s = param_int(P_BRAID_STALL_WARN_S), timeout_s = param_int(P_BRAID_TIMEOUT_S);
-  double idle = now - ex->last_progress;
-  int timed_out = timeout_s > 0 && idle > timeout_s;
-  if (!timed_out && (ex->warned || warn_s <= 0 || idle <= warn_s)) return ncclSuccess;
-  const step_t *st = &ex->plan->steps[ex->step];
+/* The peer a transfer waits for: the sender while nothing has arrived, else the receiver (no room). */
+static int waits_for(const exec_t *ex, const xfer_t *x) {
+  if (x == NULL) return -1;
+  if (x->recv_peer >= 0) {
+    tp_conn_t *rc = ex->links->recv[x->recv_peer];
+    void *in;
+    size_t avail = 0;
+    if (x->send_peer < 0 || rc == NULL || rc->ops->recv_peek(rc, &in, &avail) != ncclSuccess || avail == 0)
+      return x->recv_peer;
+  }
+  return x->send_peer;
+}
+
+/* Where the exec waits, for the watchdog. */
+static wd_wait_t where(const exec_t *ex) {
+  int step = ex->step < ex->plan->nsteps ? ex->step : ex->plan->nsteps - 1;
+  wd_wait_t w = {
+      .kind = WD_COLL, .peer = waits_for(ex, first_pending(ex)), .nsteps = ex->plan->nsteps, .channel = -1};
+  if (step < 0) return w;
+  const step_t *st = &ex->plan->steps[step];
+  w.seq = st->task->seq;
+  w.step = step + 1;
+  snprintf(w.op, sizeof w.op, "%s", plan_op_name(st->task->kind));
+  return w;
+}
+
+/* Says what a stalled exec waits for (wd_describe_fn_t). */
+static void describe(void *arg, char *buf, size_t len) {
+  const exec_t *ex = arg;
   const xfer_t *x = first_pending(ex);
-  char what[512];
-  snprintf(what, sizeof what,
-           "%s rank %d: %s (call #%lu) made no progress for %.0f s: step %d of %d waits to %s rank %d "
-           "(%zu of %zu bytes moved)",
-           ex->comm_name, ex->links->rank, plan_op_name(st->task->kind), (unsigned long)st->task->seq, idle,
-           ex->step + 1, ex->plan->nsteps, x->recv_peer >= 0 ? "receive from" : "send to",
-           x->recv_peer >= 0 ? x->recv_peer : x->send_peer, x->done, x->bytes);
-  if (timed_out)
-    return log_err(ncclSystemError, "%s; giving up after BRAID_TIMEOUT_S=%ld", what, (long)timeout_s);
-  WARN("%s", what);
-  ras_stall_report(ex->ras); /* the job-wide verdict, in one more line */
-  ex->warned = 1;
-  return ncclSuccess;
+  int peer = waits_for(ex, x);
+  if (x == NULL || ex->step >= ex->plan->nsteps) {
+    snprintf(buf, len, "%s (call #%llu) waits for rank %d to take its last data", ex->timer.w.op,
+             (unsigned long long)ex->timer.w.seq, peer);
+    return;
+  }
+  snprintf(buf, len, "%s (call #%llu), step %d of %d, waits to %s rank %d (%zu of %zu bytes moved)",
+           ex->timer.w.op, (unsigned long long)ex->timer.w.seq, ex->step + 1, ex->plan->nsteps,
+           peer == x->recv_peer ? "receive from" : "send to", peer, x->done, x->bytes);
+}
+
+/* The exec moved (or starts): the watchdog's clock starts again, and learns where it is now. */
+static void moved(exec_t *ex, double now) {
+  if (!ex->timing) {
+    wd_wait_t w = where(ex);
+    wd_begin(&ex->timer, ex->wd, &w, describe, ex);
+    ex->timing = 1;
+    return;
+  }
+  int step = ex->step < ex->plan->nsteps ? ex->step : ex->plan->nsteps - 1;
+  if (step < 0 || (step + 1 == ex->timer.w.step && ex->plan->steps[step].task->seq == ex->timer.w.seq)) {
+    wd_progress(&ex->timer, now, NULL);
+    return;
+  }
+  wd_wait_t w = where(ex);
+  wd_progress(&ex->timer, now, &w);
+}
+
+/* The exec did not move: the watchdog reports a stall once and fails it after the timeout. */
+static ncclResult_t check_stall(exec_t *ex, double now) {
+  if (!ex->timing) moved(ex, now);
+  if (!wd_due(&ex->timer, now)) return ncclSuccess;
+  wd_wait_t w = where(ex); /* which side of the step blocks may have changed since it began */
+  wd_relocate(&ex->timer, &w);
+  int reported = ex->timer.reported;
+  ncclResult_t res = wd_check(&ex->timer, now);
+  if (!reported && ex->timer.reported) ras_stall_report(ex->ras); /* the job-wide verdict, one more line */
+  return res;
+}
+
+/* The error of an exec whose communicator was revoked or aborted (its abort flag is up). */
+static ncclResult_t stopped(const exec_t *ex) {
+  if (__atomic_load_n(ex->abort_flag, __ATOMIC_ACQUIRE) != ENGINE_STOP_REVOKE)
+    return log_err(ncclInternalError, "%s rank %d: aborted by ncclCommAbort", ex->comm_name, ex->links->rank);
+  int step = ex->step < ex->plan->nsteps ? ex->step : ex->plan->nsteps - 1;
+  const task_t *t = step >= 0 ? ex->plan->steps[step].task : NULL;
+  return log_err(ncclInvalidUsage,
+                 "%s rank %d: %s (call #%lu) stopped: the communicator was revoked (ncclCommRevoke, or "
+                 "ncclCommShrink with NCCL_SHRINK_ABORT)",
+                 ex->comm_name, ex->links->rank, t != NULL ? plan_op_name(t->kind) : "a call",
+                 t != NULL ? (unsigned long)t->seq : 0ul);
 }
 
 /* One round of one exec. */
 static ncclResult_t progress_exec(exec_t *ex, double now, int *progressed_p) {
-  if (*ex->abort_flag == ENGINE_STOP_REVOKE)
-    return log_err(ncclInvalidUsage,
-                   "%s rank %d: %s (call #%lu) stopped: the communicator was revoked (ncclCommRevoke, or "
-                   "ncclCommShrink with NCCL_SHRINK_ABORT)",
-                   ex->comm_name, ex->links->rank, plan_op_name(ex->plan->steps[ex->step].task->kind),
-                   (unsigned long)ex->plan->steps[ex->step].task->seq);
-  if (*ex->abort_flag)
-    return log_err(ncclInvalidUsage, "%s rank %d: aborted by ncclCommAbort", ex->comm_name, ex->links->rank);
+  if (*ex->abort_flag) return stopped(ex);
   int progressed = 0, step_done = 0;
   if (ex->ras != NULL && ex->ras_step != ex->step) ras_publish(ex, now);
   CHECK(progress_step(ex, &progressed, &step_done));
   if (step_done) ex->step++;
   if (progressed || step_done) {
-    ex->last_progress = now;
-    ex->warned = 0;
+    moved(ex, now);
     ex->ras_stalled = 0;
     *progressed_p = 1;
     return ncclSuccess;
   }
   /* a wait of a quarter second is worth telling monitoring exactly (once per stall, off the fast path) */
-  if (ex->ras != NULL && !ex->ras_stalled && now - ex->last_progress > 0.25) {
-    ras_publish(ex, ex->last_progress);
+  if (ex->ras != NULL && ex->timing && !ex->ras_stalled && now - ex->timer.last > 0.25) {
+    ras_publish(ex, ex->timer.last);
     ex->ras_stalled = 1;
   }
   return check_stall(ex, now);
@@ -216,12 +271,7 @@ static ncclResult_t progress_exec(exec_t *ex, double now, int *progressed_p) {
 /* Flushes what the sending connections still hold locally (bounded by BRAID_TIMEOUT_S like every wait). */
 static ncclResult_t flush_all(exec_t *ex, double now, int *done_p) {
   links_t *l = ex->links;
-  int64_t timeout_s = param_int(P_BRAID_TIMEOUT_S);
-  if (ex->step >= ex->plan->nsteps && timeout_s > 0 && now - ex->last_progress > timeout_s)
-    return log_err(ncclSystemError,
-                   "%s rank %d: peers did not take the last %s's data within BRAID_TIMEOUT_S=%ld",
-                   ex->comm_name, l->rank, plan_op_name(ex->plan->steps[ex->plan->nsteps - 1].task->kind),
-                   (long)timeout_s);
+  if (ex->step >= ex->plan->nsteps) CHECK(check_stall(ex, now));
   *done_p = 1;
   for (int peer = 0; peer < l->nranks; peer++) {
     if (l->send[peer] == NULL) continue;
@@ -249,14 +299,30 @@ ncclResult_t engine_run(exec_t *execs, int n) {
        * its peer may be waiting for them. Pushed once done, and whenever a round moved nothing. */
       if (res == ncclSuccess && (ex->step >= ex->plan->nsteps || !progressed))
         res = flush_all(ex, now, &flushed);
+      /* an abort or revoke fails the connections too: the call failed because of it, and says so */
+      if (res != ncclSuccess && res != ncclInternalError && res != ncclInvalidUsage &&
+          __atomic_load_n(ex->abort_flag, __ATOMIC_ACQUIRE))
+        res = stopped(ex);
+      if (res != ncclSuccess && ex->timing && ex->timer.w.behind >= 0 &&
+          !strstr(log_last_error(), "is behind")) {
+        /* a peer that gave up first failed this rank too: the stall report had found whom they waited for */
+        char cause[LOG_ERROR_MAX];
+        snprintf(cause, sizeof cause, "%s", log_last_error());
+        if (res == ncclRemoteError) res = wd_timeout_result(ex->wd); /* the stall is the cause */
+        res = log_err(res, "%s; rank %d is behind (this rank's stall report)", cause, ex->timer.w.behind);
+      }
       if (res != ncclSuccess) {
         ex->result = res;
         if (first == ncclSuccess) first = res;
+        if (ex->timing) wd_end(&ex->timer);
+        ex->timing = 0;
         links_fail(ex->links);
         ras_comm_idle(ex->ras);
         continue;
       }
       if (ex->step >= ex->plan->nsteps && flushed) {
+        if (ex->timing) wd_end(&ex->timer);
+        ex->timing = 0;
         ex->step = -1;
         ras_comm_idle(ex->ras);
       } else {

@@ -3,9 +3,10 @@
  * thread, never blocking. One thread can progress the plans of several communicators at once (a group that
  * spans ranks of one process), so no rank waits on another that the same thread has yet to run.
  *
- * Every wait is bounded and says what it waits for: after BRAID_STALL_WARN_S without progress the engine
- * warns once, naming the communicator, the call (by sequence number), the step and the peer; after
- * BRAID_TIMEOUT_S it fails. The abort flag is checked every round; a peer's death ends the run with an error.
+ * Every wait is bounded and says what it waits for, through the watchdog (base/watchdog.h): after
+ * BRAID_STALL_WARN_S without progress one report names the communicator, the call (by sequence number), the
+ * step, the peer and the rank that is behind; after BRAID_TIMEOUT_S the run fails. The abort flag is checked
+ * every round; a peer's death ends the run with an error.
  */
 #ifndef BRAID_CORE_ENGINE_H
 #define BRAID_CORE_ENGINE_H
@@ -13,6 +14,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "base/watchdog.h"
 #include "core/links.h"
 #include "core/plan.h"
 #include "ras/ras.h"
@@ -28,8 +30,9 @@ typedef struct {
   const char *comm_name;          /* for messages */
   int step;                       /* current step; plan->nsteps when done */
   uint32_t round;                 /* rounds run, for connection marks */
-  double last_progress;           /* time of the last byte moved */
-  int warned;                     /* the stall warning was given */
+  wd_t *wd;                       /* its communicator's watchdog (may be NULL) */
+  wd_timer_t timer;               /* the wait of the current step (once the run began) */
+  int timing;                     /* timer runs */
   ncclResult_t result;            /* first error, or ncclSuccess */
   ras_comm_t *ras; /* monitoring: what the rank waits for (NULL: none; set after engine_start) */
   int ras_step;    /* the step monitoring was last told of (-1: none) */
@@ -38,7 +41,7 @@ typedef struct {
 
 /* Prepares an exec for a built plan whose connections are ready. */
 void engine_start(exec_t *ex, plan_t *plan, links_t *links, const volatile int *abort_flag,
-                  const char *comm_name);
+                  const char *comm_name, wd_t *wd);
 /* Runs all execs to completion or error. Returns the first error; each exec's result says its own. */
 ncclResult_t engine_run(exec_t *execs, int n);
 

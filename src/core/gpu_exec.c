@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/timeutil.h"
+#include "base/watchdog.h"
 #include "core/gpu_exec_int.h"
 
 /* Byte offsets of the parts of the device allocation (dev_comm_t's tables). */
@@ -193,22 +194,30 @@ fail:
   return res;
 }
 
+/* Says what wait_last waits for (wd_describe_fn_t). */
+static void last_describe(void *arg, char *buf, size_t len) {
+  const gx_t *gx = arg;
+  snprintf(buf, len,
+           "%s rank %d: the communicator's last launch has not finished (the GPU makes no progress)",
+           gx->name, gx->rank);
+}
+
 /* Waits until the communicator's last eager launch has finished. */
 static ncclResult_t wait_last(gx_t *gx) {
-  /* a kernel gives up waiting for a peer after BRAID_TIMEOUT_S (or at once after an abort); the margin
-   * covers the work it still does after its last wait */
-  int64_t timeout_s = param_int(P_BRAID_TIMEOUT_S);
-  double deadline = timeout_s > 0 ? time_now() + (double)(timeout_s + GX_STUCK_MARGIN_S) : 0;
   int done = !gx->launched;
+  wd_timer_t t;
+  if (!done) {
+    wd_begin(&t, NULL, &(wd_wait_t){.kind = WD_QUEUE, .peer = -1, .channel = -1, .op = "last launch"},
+             last_describe, gx);
+    /* a kernel gives up waiting for a peer after BRAID_TIMEOUT_S (or at once after an abort); the margin
+     * covers the work it still does after its last wait */
+    t.margin_s = GX_STUCK_MARGIN_S;
+    t.warn_s = 0;
+  }
   while (!done) {
     CHECK(gpu_event_query(gx->done, &done));
     if (done) break;
-    if (deadline != 0 && time_now() > deadline)
-      return log_err(
-          ncclSystemError,
-          "%s rank %d: the communicator's last launch has not finished %lld s after BRAID_TIMEOUT_S "
-          "(%lld s): the GPU makes no progress",
-          gx->name, gx->rank, (long long)GX_STUCK_MARGIN_S, (long long)timeout_s);
+    CHECK(wd_check(&t, time_now()));
     time_sleep_us(50);
   }
   return ncclSuccess;
@@ -336,41 +345,58 @@ static int entry_done(void *arg, const wq_entry_t *e) {
   return c->all_before_group && e->tag < c->gx->group_first_tag;
 }
 
-/* Says once, at WARN, what a queue that stays full waits for. */
-static void queue_warn(gx_t *gx, double waited) {
+/* A full queue's wait, for queue_describe. */
+typedef struct {
+  gx_t *gx;
+  double start;
+} queue_wait_t;
+
+/* Says what a queue that stays full waits for (wd_describe_fn_t; the watchdog reports it once). */
+static void queue_describe(void *arg, char *buf, size_t len) {
+  const queue_wait_t *q = arg;
+  gx_t *gx = q->gx;
   const wq_entry_t *e = wq_oldest(&gx->wq);
-  if (e == NULL) return;
-  WARN(
+  if (e == NULL) {
+    snprintf(buf, len, "%s rank %d: the work queue has been full for %.1f s", gx->name, gx->rank,
+             time_now() - q->start);
+    return;
+  }
+  snprintf(
+      buf, len,
       "%s rank %d: the work queue has been full for %.1f s: %llu of %llu bytes (NCCL_WORK_FIFO_BYTES) are "
-      "held "
-      "by %u eager launches; waiting for the GPU to finish the oldest, %s (call %llu), enqueued %.1f s ago%s",
-      gx->name, gx->rank, waited, (unsigned long long)wq_outstanding(&gx->wq), (unsigned long long)gx->wq.cap,
-      gx->wq.count, e->op, (unsigned long long)e->seq, time_now() - e->t_enq,
+      "held by %u eager launches; "
+      "waiting for the GPU to finish the oldest, %s (call %llu), enqueued %.1f s ago%s",
+      gx->name, gx->rank, time_now() - q->start, (unsigned long long)wq_outstanding(&gx->wq),
+      (unsigned long long)gx->wq.cap, gx->wq.count, e->op, (unsigned long long)e->seq, time_now() - e->t_enq,
       e->tag >= gx->group_first_tag ? "; it belongs to this same group, so if one thread drives several GPUs "
                                       "they wait for each other: raise NCCL_WORK_FIFO_BYTES"
                                     : "");
 }
 
 /* An entry of `bytes` for an eager launch, waiting while the queue is full: space comes back as kernels
- * finish. The wait ends with an error when the communicator is aborted or a kernel failed. */
+ * finish. The wait ends with an error when the communicator is aborted or a kernel failed (a kernel gives
+ * up on its own after BRAID_TIMEOUT_S); the watchdog reports it after BRAID_QUEUE_WARN_S. */
 static ncclResult_t queue_reserve(gx_t *gx, uint64_t bytes, uint64_t seq, const char *op, wq_slot_t *slot) {
   done_ctx_t c = {gx, 0};
-  double start = 0;
-  int warned = 0;
+  wd_timer_t t;
+  queue_wait_t q = {gx, 0};
   for (uint64_t round = 0;; round++) {
     wq_reclaim(&gx->wq, entry_done, &c);
     if (wq_reserve(&gx->wq, 0, bytes, seq, op, time_now(), slot)) return ncclSuccess;
-    if (round == 0) start = time_now();
+    if (round == 0) {
+      wd_wait_t w = {.kind = WD_QUEUE, .peer = -1, .seq = seq, .channel = -1};
+      snprintf(w.op, sizeof w.op, "%s", op);
+      q.start = time_now();
+      wd_begin(&t, NULL, &w, queue_describe, &q);
+      t.warn_s = param_int(P_BRAID_QUEUE_WARN_S);
+      t.timeout_s = 0;
+    }
     if (gx->launched && !c.all_before_group) CHECK(gpu_event_query(gx->done, &c.all_before_group));
     if (__atomic_load_n(&gx->flags->abort, __ATOMIC_ACQUIRE))
-      return log_err(ncclInvalidUsage, "%s rank %d: aborted while waiting for room in the work queue",
+      return log_err(ncclInternalError, "%s rank %d: aborted while waiting for room in the work queue",
                      gx->name, gx->rank);
     CHECK(gx_error(gx));
-    double waited = time_now() - start;
-    if (!warned && waited >= (double)param_int(P_BRAID_QUEUE_WARN_S)) {
-      warned = 1;
-      queue_warn(gx, waited);
-    }
+    CHECK(wd_check(&t, time_now()));
     time_backoff(round);
   }
 }
@@ -563,7 +589,7 @@ ncclResult_t gx_error(gx_t *gx) {
   const dev_error_t *e = &gx->flags->error;
   int32_t code = __atomic_load_n(&e->code, __ATOMIC_ACQUIRE);
   if (code == DEV_OK) return ncclSuccess;
-  ncclResult_t res = code == DEV_ERR_ABORTED   ? ncclInvalidUsage
+  ncclResult_t res = code == DEV_ERR_ABORTED   ? ncclInternalError
                      : code == DEV_ERR_TIMEOUT ? ncclRemoteError
                                                : ncclInternalError;
   if (gx->reported) return res;

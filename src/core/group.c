@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,8 @@
 typedef struct job {
   group_job_fn_t fn;
   void *arg;
+  ncclComm_t comm;          /* the communicator the job works on, held until it is done (or NULL) */
+  char msg[LOG_ERROR_MAX];  /* the job's error message, handed to the caller's thread */
   volatile int *abort_flag; /* raised when another job of the group fails (group_job) */
   _Atomic int stopped;      /* it was: its own error is then only a consequence */
   _Atomic int done;         /* fn returned (a finished job is left alone) */
@@ -66,6 +69,7 @@ static void *job_main(void *arg) {
   job->res = job->fn(job->arg);
   atomic_store(&job->done, 1);
   if (job->res == ncclSuccess || job->res == ncclInProgress) return NULL;
+  snprintf(job->msg, sizeof job->msg, "%s", log_last_error());
   for (job_t *o = job->group; o != NULL; o = o->next) {
     if (o == job || o->abort_flag == NULL || atomic_load(&o->done) || atomic_exchange(&o->stopped, 1))
       continue;
@@ -92,12 +96,21 @@ static ncclResult_t run_jobs(void) {
   for (job_t *j = jobs; j != NULL; j = j->next)
     if (j->thread != 0) pthread_join(j->thread, NULL);
   int stopped = 0;
+  const char *first_msg = "", *cause_msg = "";
+  for (job_t *j = jobs; j != NULL; j = j->next) {
+    if (first == ncclSuccess && j->res != ncclSuccess) first_msg = j->msg;
+    if (first == ncclSuccess) first = j->res;
+    if (cause == ncclSuccess && !atomic_load(&j->stopped) && j->res != ncclSuccess) cause_msg = j->msg;
+    if (cause == ncclSuccess && !atomic_load(&j->stopped)) cause = j->res;
+    stopped += atomic_load(&j->stopped) && j->res != ncclSuccess;
+  }
+  /* jobs that ran on threads of their own reported there: the caller reads the message on its thread */
+  if (first != ncclSuccess && first != ncclInProgress)
+    log_set_last_error("%s", cause != ncclSuccess ? cause_msg : first_msg);
   while (jobs != NULL) {
     job_t *j = jobs;
     jobs = j->next;
-    if (first == ncclSuccess) first = j->res;
-    if (cause == ncclSuccess && !atomic_load(&j->stopped)) cause = j->res;
-    stopped += atomic_load(&j->stopped) && j->res != ncclSuccess;
+    if (j->comm != NULL) comm_unhold(j->comm);
     free(j);
   }
   if (stopped > 0)
@@ -106,21 +119,30 @@ static ncclResult_t run_jobs(void) {
   return cause != ncclSuccess ? cause : first;
 }
 
-ncclResult_t group_job(group_job_fn_t fn, void *arg, volatile int *abort_flag) {
+ncclResult_t group_job(group_job_fn_t fn, void *arg, ncclComm_t comm, volatile int *abort_flag) {
   group_t *g = me();
   if (g->depth == 0) return fn(arg);
   job_t *j = calloc(1, sizeof *j);
   if (j == NULL)
     return group_error(log_err(ncclSystemError, "out of host memory deferring an init to ncclGroupEnd"));
+  if (comm != NULL) {
+    ncclResult_t res = comm_hold(comm, "ncclGroupStart");
+    if (res != ncclSuccess) {
+      free(j);
+      return group_error(res);
+    }
+  }
   j->fn = fn;
   j->arg = arg;
+  j->comm = comm;
   j->abort_flag = abort_flag;
   j->next = g->jobs;
   g->jobs = j;
   return ncclSuccess;
 }
 
-/* Takes the communicators off the group and forgets their calls. */
+/* Takes the communicators off the group, forgets their calls and drops the group's holds (a communicator
+ * destroyed meanwhile is released then). */
 static void drop_calls(void) {
   group_t *g = me();
   while (g->comms != NULL) {
@@ -129,7 +151,24 @@ static void drop_calls(void) {
     c->group_next = NULL;
     c->in_group = 0;
     plan_reset(&c->plan);
+    comm_unhold(c);
   }
+}
+
+/* Files a call; the first call of a communicator in the group takes the group's hold on it. */
+static ncclResult_t enqueue_held(group_t *g, ncclComm_t comm, const task_t *task) {
+  if (comm_dead(comm)) return log_err(ncclInvalidUsage, "%s was destroyed", comm->name);
+  if (!comm->in_group) CHECK(comm_hold(comm, "ncclGroupStart"));
+  /* The reduction is resolved now: a PreMulSum op may be destroyed before the group ends (NCCL allows it). */
+  task_t t = *task;
+  redop_resolve(&comm->redops, t.op, t.type, comm->nranks, comm->gx != NULL, &t.red);
+  ncclResult_t res = plan_add_task(&comm->plan, &t);
+  if (!comm->in_group) {
+    comm->in_group = 1;
+    comm->group_next = g->comms;
+    g->comms = comm;
+  }
+  return res;
 }
 
 ncclResult_t group_enqueue(ncclComm_t comm, const task_t *task) {
@@ -140,16 +179,12 @@ ncclResult_t group_enqueue(ncclComm_t comm, const task_t *task) {
   group_t *g = me();
   int implicit = g->depth == 0;
   if (implicit) g->depth = 1;
-  /* The reduction is resolved now: a PreMulSum op may be destroyed before the group ends (NCCL allows it). */
-  task_t t = *task;
-  redop_resolve(&comm->redops, t.op, t.type, comm->nranks, comm->gx != NULL, &t.red);
-  ncclResult_t res = plan_add_task(&comm->plan, &t);
-  if (res == ncclSuccess && !comm->in_group) {
-    comm->in_group = 1;
-    comm->group_next = g->comms;
-    g->comms = comm;
-  }
+  /* busy: an abort on another thread waits until the call is filed (and then finds it held) */
+  atomic_fetch_add(&comm->busy, 1);
+  ncclResult_t res = enqueue_held(g, comm, task);
+  atomic_fetch_sub(&comm->busy, 1);
   if (!implicit) return group_error(res);
+  if (res != ncclSuccess) g->error = res;
   return group_end();
 }
 
@@ -177,7 +212,7 @@ static void connect_phase(int p, exec_t *execs, int n) {
 
 /* exec_t.step of a GPU communicator's calls, which the host executor skips (a step below 0): planned, to be
  * launched by launch_calls; or launched already by gx_relaunch. */
-enum { STEP_PLANNED = -1, STEP_RELAUNCHED = -2 };
+enum { STEP_PLANNED = -1, STEP_RELAUNCHED = -2, STEP_DEAD = -3 };
 
 /* GPU communicators: plan with whole blocks (the kernels slice) and offer the copy engines their steps (every
  * communicator of the group offers before any settles: core/ce.h); then settle and launch. Nothing waits
@@ -212,7 +247,15 @@ static ncclResult_t run_calls(void) {
   int i = 0;
   for (ncclComm_t c = g->comms; c != NULL; c = c->group_next, i++) {
     atomic_fetch_add(&c->busy, 1);
-    engine_start(&g->execs[i], &c->plan, c->links, &c->abort_flag, c->name);
+    engine_start(&g->execs[i], &c->plan, c->links, &c->abort_flag, c->name, c->wd);
+    if (comm_dead(c)) { /* aborted or destroyed (by any thread) since its calls were filed */
+      g->execs[i].result = log_err(ncclInvalidUsage,
+                                   "ncclGroupEnd: %s rank %d was aborted or destroyed while the group was "
+                                   "open; its %d call%s dropped",
+                                   c->name, c->rank, c->plan.ntasks, c->plan.ntasks == 1 ? " was" : "s were");
+      g->execs[i].step = STEP_DEAD;
+      continue;
+    }
     /* a revoke or suspend that came after the call's checks waits for `busy`: seen here, or it sees us */
     if ((g->execs[i].result = comm_accepts_work(c)) != ncclSuccess) continue;
     g->execs[i].ras = c->ras;
@@ -240,7 +283,9 @@ static ncclResult_t run_calls(void) {
   for (ncclComm_t c = g->comms; c != NULL; c = c->group_next, i++) {
     ncclResult_t r = g->execs[i].result;
     /* A call the planner refused moved no data: the communicator stays usable. */
-    if (r != ncclSuccess && r != ncclInvalidUsage && r != ncclInvalidArgument) comm_set_error(c, r);
+    if (r != ncclSuccess && r != ncclInvalidUsage && r != ncclInvalidArgument &&
+        g->execs[i].step != STEP_DEAD)
+      comm_set_error(c, r);
     if (res == ncclSuccess) res = r;
     atomic_fetch_sub(&c->busy, 1);
   }

@@ -319,13 +319,26 @@ static ncclResult_t match_self(ctx_t *c, const task_t *recv) {
                  c->rank, (unsigned long)recv->seq);
 }
 
+/* A send to self moves with its receive (match_self); one without a receive would drop its data. */
+static ncclResult_t check_self_send(ctx_t *c, const task_t *send) {
+  int k = 0, recvs = 0;
+  for (const task_t *t = c->plan->tasks; t < send; t++) k += t->kind == OP_SEND && t->root == c->rank;
+  for (const task_t *t = c->plan->tasks; t < c->plan->tasks + c->plan->ntasks; t++)
+    recvs += t->kind == OP_RECV && t->root == c->rank;
+  if (k < recvs) return ncclSuccess;
+  return log_err(ncclInvalidUsage,
+                 "rank %d sends %zu bytes to itself (call %lu) without a matching receive from itself in the "
+                 "group",
+                 c->rank, send->count * dtype_size(send->type), (unsigned long)send->seq);
+}
+
 /* Point-to-point calls: a send or a receive each; sends to self are matched with receives from self. */
 static ncclResult_t build_p2p(ctx_t *c) {
   const task_t *t = c->task;
   if (t->root != c->rank)
     return t->kind == OP_SEND ? add(c, -1, t->root, t->sendbuff, NULL, t->count, 0)
                               : add(c, t->root, -1, NULL, t->recvbuff, t->count, 0);
-  return t->kind == OP_RECV ? match_self(c, t) : ncclSuccess;
+  return t->kind == OP_RECV ? match_self(c, t) : check_self_send(c, t);
 }
 
 /* ---- One-shot algorithms (GPU executor) ----

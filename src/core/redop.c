@@ -3,6 +3,7 @@
  */
 #include "redop.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,9 +13,11 @@
 
 ncclResult_t redop_create(redop_table_t *t, const void *scalar, ncclDataType_t type,
                           ncclScalarResidence_t residence, ncclRedOp_t *op_p) {
-  int slot = 0;
-  while (slot < t->count && t->slots[slot].used) slot++;
+  /* a destroyed slot is taken again first, from the list of unused ones: creating n operations is O(n) */
+  int slot = t->free_head > 0 ? t->free_head - 1 : t->count;
   if (slot == t->cap) {
+    if (t->cap > INT32_MAX / 2 - ncclNumOps)
+      return log_err(ncclInvalidUsage, "ncclRedOpCreatePreMulSum: %d operations exist already", t->count);
     int cap = t->cap > 0 ? 2 * t->cap : 8;
     redop_user_t *s = realloc(t->slots, cap * sizeof *s);
     if (s == NULL)
@@ -22,7 +25,10 @@ ncclResult_t redop_create(redop_table_t *t, const void *scalar, ncclDataType_t t
     t->slots = s;
     t->cap = cap;
   }
-  if (slot == t->count) t->count++;
+  if (slot == t->count)
+    t->count++;
+  else
+    t->free_head = t->slots[slot].next_free + 1;
   redop_user_t *u = &t->slots[slot];
   *u = (redop_user_t){.used = 1, .type = type, .residence = residence, .ptr = scalar};
   if (residence == ncclScalarHostImmediate) memcpy(u->value, scalar, dtype_size(type));
@@ -43,6 +49,8 @@ ncclResult_t redop_destroy(redop_table_t *t, ncclRedOp_t op) {
   if (u == NULL)
     return log_err(ncclInvalidArgument, "ncclRedOpDestroy: op %d was not made on this communicator", (int)op);
   u->used = 0;
+  u->next_free = t->free_head - 1;
+  t->free_head = (int)(u - t->slots) + 1;
   return ncclSuccess;
 }
 

@@ -17,12 +17,14 @@ typedef struct {
   ncclScalarResidence_t residence;
   unsigned char value[8]; /* the scalar, for ncclScalarHostImmediate */
   const void *ptr;        /* the scalar's address, for ncclScalarDevice (read when the call runs) */
+  int next_free;          /* while unused: the next unused slot, -1 at the end of the list */
 } redop_user_t;
 
 /* A communicator's user operations; op value ncclNumOps + i names slot i. */
 typedef struct {
   redop_user_t *slots;
   int count, cap;
+  int free_head; /* 1 + the first unused slot below count, 0 when none (a zeroed table is empty) */
 } redop_table_t;
 
 /* Makes a PreMulSum operation; the scalar is read now for ncclScalarHostImmediate. */

@@ -66,13 +66,30 @@ ncclResult_t gpu_backend(gpu_backend_t *backend_p) {
   return ncclSuccess;
 }
 
+/* Host memory handed out by ncclMemAlloc on the host backend, so that ncclMemFree frees only that (as the
+ * CUDA backend's registry does). */
+typedef struct host_block {
+  struct host_block *next;
+  void *ptr;
+} host_block_t;
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+static host_block_t *host_blocks;
+
 ncclResult_t gpu_mem_alloc(size_t bytes, void **ptr_p) {
   gpu_backend_t backend = GPU_BACKEND_HOST;
   CHECK(gpu_backend(&backend));
   if (backend == GPU_BACKEND_CUDA) return gpu_cuda_mem_alloc(bytes, ptr_p);
   void *p = NULL;
-  if (posix_memalign(&p, 4096, bytes > 0 ? bytes : 1) != 0)
+  host_block_t *b = malloc(sizeof *b);
+  if (b == NULL || posix_memalign(&p, 4096, bytes > 0 ? bytes : 1) != 0) {
+    free(b);
     return log_err(ncclSystemError, "ncclMemAlloc: out of host memory allocating %zu bytes", bytes);
+  }
+  b->ptr = p;
+  pthread_mutex_lock(&host_lock);
+  b->next = host_blocks;
+  host_blocks = b;
+  pthread_mutex_unlock(&host_lock);
   *ptr_p = p;
   return ncclSuccess;
 }
@@ -81,6 +98,19 @@ ncclResult_t gpu_mem_free(void *ptr) {
   gpu_backend_t backend = GPU_BACKEND_HOST;
   CHECK(gpu_backend(&backend));
   if (backend == GPU_BACKEND_CUDA) return gpu_cuda_mem_free(ptr);
-  free(ptr);
+  host_block_t *b = NULL;
+  pthread_mutex_lock(&host_lock);
+  for (host_block_t **link = &host_blocks; *link != NULL; link = &(*link)->next) {
+    if ((*link)->ptr != ptr) continue;
+    b = *link;
+    *link = b->next;
+    break;
+  }
+  pthread_mutex_unlock(&host_lock);
+  if (b == NULL)
+    return log_err(ncclInvalidArgument,
+                   "ncclMemFree: %p was not allocated by ncclMemAlloc (or was freed already)", ptr);
+  free(b->ptr);
+  free(b);
   return ncclSuccess;
 }

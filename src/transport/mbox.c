@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,8 +15,8 @@
 
 #include "base/check.h"
 #include "base/log.h"
-#include "base/param.h"
 #include "base/timeutil.h"
+#include "base/watchdog.h"
 #include "transport/shm_seg.h"
 
 _Static_assert(sizeof(((tp_mbox_addr_t *)0)->name) >= SHM_NAME_BYTES,
@@ -132,21 +133,33 @@ static int ready(const tp_mbox_t *m) {
   return atomic_load_explicit(&m->ring->tail, memory_order_acquire) != m->count;
 }
 
-/* Waits for the next message: spins for MBOX_SPIN_US, then also yields, then sleeps between looks. */
+/* Says what wait_next waits for (wd_describe_fn_t). */
+static void describe(void *arg, char *buf, size_t len) {
+  const tp_mbox_wait_t *who = arg;
+  snprintf(buf, len, "%s rank %d waits for rank %d's %s", who->comm, who->rank, who->peer, who->what);
+}
+
+/* Waits for the next message: spins for MBOX_SPIN_US, then also yields, then sleeps between looks; the
+ * watchdog reports it after BRAID_STALL_WARN_S and ends it after BRAID_TIMEOUT_S; an abort or the exit of a
+ * peer in another process ends it too. */
 static ncclResult_t wait_next(const tp_mbox_t *m, const tp_mbox_wait_t *who) {
   const double start = time_now();
-  const int64_t timeout = param_int(P_BRAID_TIMEOUT_S);
+  wd_timer_t t;
+  int timing = 0;
   for (unsigned spins = 1; !ready(m); spins++) {
     if (spins % 256 != 0) continue;
-    const double waited = time_now() - start;
+    const double now = time_now(), waited = now - start;
     if (waited * 1e6 < MBOX_SPIN_US) continue;
+    if (!timing) {
+      wd_begin(&t, NULL, &(wd_wait_t){.kind = WD_MAILBOX, .peer = who->peer, .channel = -1, .op = "mailbox"},
+               describe, (void *)who);
+      t.last = start;
+      timing = 1;
+    }
     if (who->abort_flag != NULL && __atomic_load_n(who->abort_flag, __ATOMIC_RELAXED) != 0)
-      return log_err(ncclSystemError, "%s rank %d: aborted while waiting for rank %d's %s", who->comm,
+      return log_err(ncclInternalError, "%s rank %d: aborted while waiting for rank %d's %s", who->comm,
                      who->rank, who->peer, who->what);
-    if (timeout > 0 && waited > (double)timeout)
-      return log_err(ncclSystemError,
-                     "%s rank %d: timed out after %.0f s waiting for rank %d's %s (BRAID_TIMEOUT_S)",
-                     who->comm, who->rank, waited, who->peer, who->what);
+    CHECK(wd_check(&t, now));
     if (who->peer_pid > 0 && kill(who->peer_pid, 0) != 0 && errno == ESRCH)
       return log_err(ncclRemoteError, "%s rank %d: rank %d (pid %d) exited while this rank waited for its %s",
                      who->comm, who->rank, who->peer, who->peer_pid, who->what);

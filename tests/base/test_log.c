@@ -202,20 +202,24 @@ static void *read_in_thread(void *arg) {
   return NULL;
 }
 
+/* The last error is the calling thread's: another thread's failure neither shows in nor overwrites it. */
 static void test_last_error_threads(void) {
   pthread_t t;
   void *res;
-  char seen[256] = "";
+  char seen[256] = "x";
   unsetenv("NCCL_DEBUG");
   param_reload();
   log_init();
+  EXPECT(log_err(ncclInvalidArgument, "mine: count %d", -1) == ncclInvalidArgument);
   EXPECT(pthread_create(&t, NULL, fail_in_thread, NULL) == 0);
   EXPECT(pthread_join(t, &res) == 0);
   EXPECT((intptr_t)res == ncclRemoteError);
+  EXPECT(strcmp(log_last_error(), "mine: count -1") == 0, "main thread read \"%s\"", log_last_error());
   EXPECT(pthread_create(&t, NULL, read_in_thread, seen) == 0);
   EXPECT(pthread_join(t, NULL) == 0);
-  EXPECT(strcmp(seen, "peer 9 went away") == 0, "another thread read \"%s\"", seen);
-  EXPECT(strcmp(log_last_error(), "peer 9 went away") == 0, "main thread read \"%s\"", log_last_error());
+  EXPECT(strcmp(seen, "") == 0, "a thread without errors read \"%s\"", seen);
+  log_set_last_error("handed over: %s", "peer 9 went away");
+  EXPECT(strcmp(log_last_error(), "handed over: peer 9 went away") == 0, "got \"%s\"", log_last_error());
 }
 
 static void test_result_names(void) {
@@ -226,6 +230,7 @@ static void test_result_names(void) {
     for (int q = 0; q < r; q++)
       EXPECT(strcmp(name, log_result_name((ncclResult_t)q)) != 0, "results %d and %d share a name", q, r);
   }
+  EXPECT(strstr(log_result_name((ncclResult_t)8), "timeout") != NULL);
   EXPECT(strcmp(log_result_name((ncclResult_t)9), "unknown result code") == 0);
   EXPECT(strcmp(log_result_name((ncclResult_t)1000), "unknown result code") == 0);
 }

@@ -4,6 +4,7 @@
  * process, points HOME at an empty temporary folder and clears the knobs it reads, so the caller's settings
  * never leak in.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -186,6 +187,46 @@ static void test_declarations(void) {
   }
 }
 
+/* A string another thread read stays readable, with the value it had, while the knobs are read again
+ * (ncclResetDebugInit): a reload never frees a string it handed out. */
+static void test_reload_keeps_strings(void) {
+  char home[256];
+  isolate(home, sizeof home);
+  setenv("NCCL_SOCKET_IFNAME", "=eth7", 1);
+  param_reload();
+  const char *before = param_str(P_NCCL_SOCKET_IFNAME), *source = param_source(P_NCCL_SOCKET_IFNAME);
+  for (int i = 0; i < 4; i++) {
+    setenv("NCCL_SOCKET_IFNAME", i % 2 ? "^lo,docker" : "=eth8", 1);
+    param_reload();
+  }
+  EXPECT(strcmp(before, "=eth7") == 0, "a string read before the reload now reads \"%s\"", before);
+  EXPECT(strcmp(source, "env") == 0, "a source read before the reload now reads \"%s\"", source);
+  expect_str(P_NCCL_SOCKET_IFNAME, "^lo,docker", "env");
+}
+
+/* Readers on other threads while one thread reloads (what the thread sanitizer build checks). */
+static void *read_knobs(void *arg) {
+  volatile size_t sum = 0;
+  for (int i = 0; i < 20000; i++)
+    sum += strlen(param_str(P_NCCL_SOCKET_IFNAME)) + (size_t)param_int(P_BRAID_TIMEOUT_S);
+  (void)arg;
+  return NULL;
+}
+
+static void test_reload_under_readers(void) {
+  char home[256];
+  isolate(home, sizeof home);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) EXPECT(pthread_create(&t[i], NULL, read_knobs, NULL) == 0);
+  for (int i = 0; i < 200; i++) {
+    setenv("NCCL_SOCKET_IFNAME", i % 2 ? "=eth7" : "^lo", 1);
+    setenv("BRAID_TIMEOUT_S", i % 2 ? "7" : "9", 1);
+    param_reload();
+  }
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  expect_int(P_BRAID_TIMEOUT_S, 7, "env");
+}
+
 int main(void) {
   TEST(test_defaults, 10);
   TEST(test_environment, 10);
@@ -195,5 +236,7 @@ int main(void) {
   TEST(test_home_conf, 10);
   TEST(test_format, 10);
   TEST(test_declarations, 10);
+  TEST(test_reload_keeps_strings, 10);
+  TEST(test_reload_under_readers, 30);
   return test_summary();
 }

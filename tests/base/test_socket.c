@@ -189,7 +189,7 @@ static void test_abort(void) {
   pthread_create(&thread, NULL, raise_abort, NULL);
   char c;
   double t0 = time_now();
-  EXPECT_RES(sock_recv_all(fds[1], &c, 1, &abort_flag, 0, "an aborted receive"), ncclSystemError);
+  EXPECT_RES(sock_recv_all(fds[1], &c, 1, &abort_flag, 0, "an aborted receive"), ncclInternalError);
   EXPECT(time_now() - t0 < 1.0);
   EXPECT(strstr(log_last_error(), "aborted") != NULL, "message: %s", log_last_error());
   pthread_join(thread, NULL);

@@ -261,7 +261,8 @@ static void premul_destroyed_in_group(void) {
   EXPECT(run_ranks(3, 120, premul_rank, NULL) == 0, "a rank failed");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  test_filter(argc - 1, argv + 1);
   TEST(p2p_mixed, 300);
   TEST(two_comms, 200);
   TEST(split, 200);

@@ -82,18 +82,29 @@ static unsigned wait_children(pid_t *pids, int n, int timeout_s) {
   return bad;
 }
 
+/* Every rank starts once all are forked: no rank talks to a thread of the parent (a bootstrap root) while the
+ * parent still forks, which a sanitizer's allocator would not survive (its locks are not reset in a child).
+ */
 unsigned run_ranks_mask(int nranks, int timeout_s, void (*fn)(int rank, int nranks, void *arg), void *arg) {
   pid_t pids[64];
+  int go[2];
+  if (pipe(go) != 0) test_fail(__FILE__, __LINE__, "pipe failed");
   fflush(stdout);
   fflush(stderr);
   for (int r = 0; r < nranks; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
+      char c;
+      close(go[1]);
+      while (read(go[0], &c, 1) < 0) continue; /* EOF: the parent forked every rank */
+      close(go[0]);
       fn(r, nranks, arg);
       fflush(stdout);
       _exit(0);
     }
   }
+  close(go[0]);
+  close(go[1]);
   return wait_children(pids, nranks, timeout_s);
 }
 

@@ -728,7 +728,7 @@ static void mbox_timeout_rank(int rank, int nranks, void *arg) {
   if (rank == 0) {
     ce_fresh(&b);
     const ncclResult_t res = ncclAllGather(b.send, b.recv, CE_N, ncclFloat, comm, NULL);
-    EXPECT(res == ncclSystemError && strstr(ncclGetLastError(comm), "step message") != NULL,
+    EXPECT(res == ncclRemoteError && strstr(ncclGetLastError(comm), "step message") != NULL,
            "rank 0: a step message that never came: %d (%s)", (int)res, ncclGetLastError(comm));
   } else {
     sleep(3);

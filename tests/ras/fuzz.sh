@@ -15,6 +15,8 @@ if ! command -v "$cc" >/dev/null; then
   exit 77
 fi
 mkdir -p "$out"
+# absolute: the fuzzer runs inside OUT_DIR
+out=$(cd "$out" && pwd)
 status=0
 for t in wire proto; do
   bin=$out/fuzz_$t
