@@ -5,6 +5,7 @@
  * never leak in.
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -210,7 +211,7 @@ static void *read_knobs(void *arg) {
   for (int i = 0; i < 20000; i++)
     sum += strlen(param_str(P_NCCL_SOCKET_IFNAME)) + (size_t)param_int(P_BRAID_TIMEOUT_S);
   (void)arg;
-  return NULL;
+  return (void *)(uintptr_t)(sum == 0); /* read, so no compiler calls it unused */
 }
 
 static void test_reload_under_readers(void) {
