@@ -411,7 +411,8 @@ typedef struct {
   tp_net_blob_t net; /* ring 0's net listen; the other rings' differ only in their handle */
   int32_t nch;       /* rings; checked against the sender's own */
   int32_t reserved;  /* zero */
-  char handles[DEV_MAX_CHANNELS - 1][NCCL_NET_HANDLE_MAXSIZE]; /* ring r's handle is handles[r - 1] */
+  _Alignas(
+      8) char handles[DEV_MAX_CHANNELS - 1][NCCL_NET_HANDLE_MAXSIZE]; /* ring r's handle is handles[r - 1] */
 } gpu_net_blob_t;
 
 _Static_assert(sizeof(gpu_net_blob_t) <= TP_BLOB_BYTES, "the gpu_net blob fits in a transport blob");

@@ -67,20 +67,21 @@ enum { CN_CONNECTING, CN_CONNECTED, CN_FAILED };
  * the two to let go frees it. The thread writes comm, res and why, then state with a release store; the
  * connection reads state with an acquire load before them. */
 typedef struct {
-  np_ctx_t np;                          /* the network */
-  int dev;                              /* the device to connect from */
-  char handle[NCCL_NET_HANDLE_MAXSIZE]; /* the receiver's handle (the network may keep state in it) */
-  const volatile int *abort_flag;       /* the communicator's */
-  double deadline;                      /* time_now() at which it gives up */
-  int peer;                             /* the receiving rank, for messages */
-  pthread_t thread;                     /* the thread */
-  int threaded;                         /* 0: no thread could be made; connect ran on the caller's */
-  _Atomic int state;                    /* CN_* */
-  _Atomic int refs;                     /* holders: the connection and the thread */
-  _Atomic int abandoned;                /* the connection closed: stop and close what connect gives */
-  void *comm;                           /* the send comm (CN_CONNECTED) until the connection takes it */
-  ncclResult_t res;                     /* why it failed (CN_FAILED) */
-  char why[256];                        /* in words */
+  np_ctx_t np; /* the network */
+  int dev;     /* the device to connect from */
+  _Alignas(
+      8) char handle[NCCL_NET_HANDLE_MAXSIZE]; /* the receiver's handle (the network may keep state in it) */
+  const volatile int *abort_flag;              /* the communicator's */
+  double deadline;                             /* time_now() at which it gives up */
+  int peer;                                    /* the receiving rank, for messages */
+  pthread_t thread;                            /* the thread */
+  int threaded;                                /* 0: no thread could be made; connect ran on the caller's */
+  _Atomic int state;                           /* CN_* */
+  _Atomic int refs;                            /* holders: the connection and the thread */
+  _Atomic int abandoned;                       /* the connection closed: stop and close what connect gives */
+  void *comm;       /* the send comm (CN_CONNECTED) until the connection takes it */
+  ncclResult_t res; /* why it failed (CN_FAILED) */
+  char why[256];    /* in words */
 } connector_t;
 
 /* One staging slot: a message under way. */

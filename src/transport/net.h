@@ -21,11 +21,11 @@ typedef struct tp_net_ctx tp_net_ctx_t;
 
 /* What the receiver sends the sender. */
 typedef struct {
-  uint64_t magic;                       /* NET_BLOB_MAGIC */
-  uint64_t nonce;                       /* the communicator's nonce */
-  int32_t receiver_rank;                /* the receiver */
-  uint32_t slot_bytes;                  /* the largest message the receiver takes (header included) */
-  char handle[NCCL_NET_HANDLE_MAXSIZE]; /* the network's handle of the receiver's listen */
+  uint64_t magic;        /* NET_BLOB_MAGIC */
+  uint64_t nonce;        /* the communicator's nonce */
+  int32_t receiver_rank; /* the receiver */
+  uint32_t slot_bytes;   /* the largest message the receiver takes (header included) */
+  _Alignas(8) char handle[NCCL_NET_HANDLE_MAXSIZE]; /* the network's handle of the receiver's listen */
 } tp_net_blob_t;
 
 _Static_assert(sizeof(tp_net_blob_t) <= TP_BLOB_BYTES, "the net blob fits in a transport blob");

@@ -331,7 +331,9 @@ static ncclResult_t advance_connect(tcp_stage_t *s, const tcp_handle_t *h) {
 
 ncclResult_t tp_tcp_connect(void *ctx, int dev, void *handle, void **send_comm,
                             ncclNetDeviceHandle_t **send_dev) {
-  tcp_handle_t *h = handle;
+  /* the caller's buffer is bytes, aligned or not: work on a copy, and keep the progress in the buffer */
+  tcp_handle_t hc, *h = &hc;
+  memcpy(&hc, handle, sizeof hc);
   *send_comm = NULL;
   if (h->magic != TCP_MAGIC)
     return fail(NULL, ncclInternalError, "connect: the handle is not this network's (magic %llx)",
@@ -343,12 +345,16 @@ ncclResult_t tp_tcp_connect(void *ctx, int dev, void *handle, void **send_comm,
   }
   tcp_stage_t *s = h->stage;
   ncclResult_t res = advance_connect(s, h);
-  if (res == ncclSuccess && s->state != ST_DONE) return ncclSuccess;
+  if (res == ncclSuccess && s->state != ST_DONE) {
+    memcpy(handle, &hc, sizeof hc);
+    return ncclSuccess;
+  }
   tcp_comm_t *c = res == ncclSuccess ? new_comm(s->fd, 1) : NULL;
   if (res == ncclSuccess && c == NULL) res = fail(NULL, ncclSystemError, "connect: out of memory");
   if (c == NULL && s->fd >= 0) close(s->fd);
   free(s);
   h->stage = NULL;
+  memcpy(handle, &hc, sizeof hc);
   *send_comm = c;
   return res;
 }
