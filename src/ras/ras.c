@@ -204,8 +204,8 @@ void ras_comm_launch(ras_comm_t *rc, int kind, uint64_t seq, int captured) {
 static void wait_store(ras_comm_t *rc, const int64_t w[W_COUNT]) {
   uint64_t v = atomic_load_explicit(&rc->wait_ver, memory_order_relaxed);
   atomic_store_explicit(&rc->wait_ver, v + 1, memory_order_relaxed);
-  atomic_thread_fence(memory_order_release);
-  for (int i = 0; i < W_COUNT; i++) atomic_store_explicit(&rc->wait[i], w[i], memory_order_relaxed);
+  /* release stores, acquire loads instead of fences: the same on x86, and ThreadSanitizer follows them */
+  for (int i = 0; i < W_COUNT; i++) atomic_store_explicit(&rc->wait[i], w[i], memory_order_release);
   atomic_store_explicit(&rc->wait_ver, v + 2, memory_order_release);
 }
 
@@ -237,8 +237,7 @@ static int wait_load(const ras_comm_t *rc, int64_t w[W_COUNT]) {
   for (int tries = 0; tries < 64; tries++) {
     uint64_t v1 = atomic_load_explicit(&rc->wait_ver, memory_order_acquire);
     if (v1 & 1) continue;
-    for (int i = 0; i < W_COUNT; i++) w[i] = atomic_load_explicit(&rc->wait[i], memory_order_relaxed);
-    atomic_thread_fence(memory_order_acquire);
+    for (int i = 0; i < W_COUNT; i++) w[i] = atomic_load_explicit(&rc->wait[i], memory_order_acquire);
     if (atomic_load_explicit(&rc->wait_ver, memory_order_relaxed) == v1) return 1;
   }
   return 0;

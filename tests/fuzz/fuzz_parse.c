@@ -12,6 +12,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "core/plan.h"
+#include "core/tune.h"
 
 /* The input after the selector byte, as a NUL-terminated string. */
 static char *text(const uint8_t *data, size_t size) {
@@ -59,10 +60,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sock_addr_t addr;
     (void)sock_parse_addr(s, &addr);
   } else if (which == 3) {
-    plan_tuning_t t;
-    plan_tuning_parse(s, 65536, &t);
-    (void)plan_ll_parse(s, 1 << 20);
-    (void)plan_ll128_parse(s, 1 << 20);
+    uint8_t algos[OP_COUNT];
+    tune_parse_algo(s, algos);
+    (void)tune_parse_proto(s, "LL");
+    (void)tune_parse_proto(s, "LL128");
   } else {
     char *name = strchr(s, '|'); /* "spec|ifname" */
     if (name != NULL) *name++ = '\0';
