@@ -130,8 +130,11 @@ static void job(int rank) {
   ncclUniqueId world_id;
   memcpy(&world_id, sh->id, sizeof world_id);
   EXPECT_OK(ncclCommInitRank(&w, NRANKS, world_id, rank));
-  for (int round = 0; !atomic_load(&sh->clients_done); round++) {
-    if (round >= MAX_ROUNDS) {
+  /* Only the agreed stop ends the rounds: a rank that read clients_done on its own would skip that
+   * all-reduce while the others run it, and the calls after would pair up wrongly. */
+  for (int round = 0;; round++) {
+    if (round >= MAX_ROUNDS) { /* every rank is here, out of collectives: each may stop on its own */
+      if (atomic_load(&sh->clients_done)) break;
       usleep(10000);
       continue;
     }
