@@ -107,7 +107,7 @@ typedef struct {
  * connection, which both ends know alike). Its pieces (DEV_SLOT_BYTES each, piece i at byte
  * i * DEV_SLOT_BYTES) are not cut into a fixed part per channel: the sending blocks of its channels take them
  * from a counter they share, as each finds room on its ring, so a block that moves faster (where it sits on
- * the chip, and the blocks beside it, set its pace: docs/perf-notes.md, 132) moves more, and all end
+ * the chip, and the blocks beside it, set its pace) moves more, and all end
  * together. The sender writes each slot's piece index to pieces[slot] beside its size, both before tail; the
  * receiving block of the same channel combines the slot at the piece's place. A sending block that finds no
  * piece left sends an end slot, of size 0, after its last; its receiver stops there. So each ring carries a
@@ -393,7 +393,7 @@ typedef struct {
  * ncclCommGetAsyncError, and the stream goes on. A stream memory operation would wait forever instead,
  * replayed from a graph as well as eagerly. The raise is the stream write that would otherwise come just
  * before the wait, folded into it: the stream then turns from its copy to one kernel instead of to a write
- * and a kernel (docs/perf-notes.md, 94). */
+ * and a kernel, one turn fewer. */
 typedef struct {
   dev_comm_t comm;
   uint32_t *word;  /* in this rank's device memory, raised by the peer's stream */
