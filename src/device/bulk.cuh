@@ -219,9 +219,8 @@ __device__ __forceinline__ piece_t bulk_piece(const bulk_task &t, uint32_t q) {
  * for it (dev_comm_t.wave_fence) and the part is more than two waves. Each warp stores its chunk of the wave;
  * after a block barrier thread 0 fences at system scope once for the block's chunks and stores their marks
  * (and a split lane's guards), while the other warps go on to the next wave. Against a fence and a mark per
- * warp, one fence per wave spares the warps most of their waits for acknowledgements (docs/perf-notes.md,
- * 82). Every thread meets every barrier: a warp whose earlier wait failed (ok false) moves nothing but still
- * takes part. */
+ * warp, one fence per wave spares the warps most of their waits for acknowledgements. Every thread meets
+ * every barrier: a warp whose earlier wait failed (ok false) moves nothing but still takes part. */
 __device__ void bulk_send_waves(const bulk_task &t, uint32_t chunks, bool ok) {
   const uint32_t wid = threadIdx.x / 32, nw = blockDim.x / 32, l = threadIdx.x % 32;
   for (uint32_t wave = 0; wave * nw < chunks; wave++) {
@@ -262,8 +261,7 @@ __device__ bool bulk_run(const dev_work_small_t &w, uint32_t c, const bulk_task 
     __syncwarp();
     const wait_what what = {t.x.recv_peer, (int)c, 0, w.seq + t.x.task};
     const uint32_t chunks = (t.len + DEV_CHUNK_BYTES - 1) / DEV_CHUNK_BYTES;
-    /* waves where the part is more than two of them: parts of two waves (25 chunks) were 0.4-0.9 us slower
-     * than with a fence per warp, of four (50 chunks) 0.4-5 us faster (docs/perf-notes.md, 82) */
+    /* waves only where the part is more than two of them: shorter parts were slower with them */
     if (w.comm.wave_fence && chunks > 2 * nw && t.in.data == NULL &&
         (t.out.data != NULL || t.guarded == BULK_GUARD_STORE)) {
       bulk_send_waves(t, chunks, ok);
@@ -293,8 +291,8 @@ __device__ bool bulk_run(const dev_work_small_t &w, uint32_t c, const bulk_task 
           __threadfence_system();
           TRACE_AT(TRACE_PIECE);
           if (pc.out != NULL) *bulk_mark(t.out, q) = bulk_mark_value(t.out, q);
-          /* after the fence, not as a release of its own: a release at GPU scope before it made the split
-           * lane 6-12% slower than out of place from 4 MiB (docs/perf-notes.md, 49) */
+          /* after the fence, not as a release of its own: a release at GPU scope before it slowed the split
+           * lane */
           if (t.guarded == BULK_GUARD_STORE) *bulk_mark(t.guard, q) = bulk_mark_value(t.guard, q);
         }
       }

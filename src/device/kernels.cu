@@ -1082,11 +1082,11 @@ __device__ __forceinline__ bool pair_send_ready(const dev_pair_t &p, uint32_t c,
 /* Every thread of the block: opens channel c's part of p.send. It loads the ring's table entry, its count,
  * the head last read and, for a thread that sends (t < the part's lines, `loads`), its first line of data
  * (the compiler issues the count and the head after the ring's check; issued before it, or before the
- * launch check as pair_ar_load does, they made the pair kernel no faster, and the second slower:
- * docs/perf-notes.md, 119 and 122); only when the head last read shows no room (once in DEV_LL_SLOTS launches
- * at most) does thread 0 read the consumer's head across the link while the block waits. False when that wait
- * failed (in every thread). Every thread reads the count and the head last read, so both are stored back only
- * after a block barrier: the head here, the count by pair_send_close. */
+ * launch check as pair_ar_load does, they made the pair kernel no faster, and the second slower); only when
+ * the head last read shows no room (once in DEV_LL_SLOTS launches at most) does thread 0 read the consumer's
+ * head across the link while the block waits. False when that wait failed (in every thread). Every thread
+ * reads the count and the head last read, so both are stored back only after a block barrier: the head here,
+ * the count by pair_send_close. */
 __device__ bool pair_send_open(const dev_pair_t &p, uint32_t c, uint32_t t, bool loads, pair_out &o) {
   const dev_xfer_t &x = p.send;
   const dev_comm_t *comm = &p.comm;

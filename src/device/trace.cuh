@@ -1,6 +1,6 @@
 /*
  * Cycle checkpoints in the kernels' entry points (kernels.cu, bulk.cuh), for finding where a
- * call's time goes (docs/perf-notes.md). They exist only in a build configured with -DBRAID_TRACE_LL=ON,
+ * call's time goes. They exist only in a build configured with -DBRAID_TRACE_LL=ON,
  * which defines BRAID_TRACE_LL for the kernels; in any other build every macro here is empty and the kernels
  * are byte for byte those the file would give without them.
  *

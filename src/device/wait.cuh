@@ -58,7 +58,7 @@ __device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t *p) {
  * those of other threads it synchronised with (a warp or block barrier), are ordered before its later stores,
  * at system scope (the peer GPU's kernels, the host). A flag stored after it (relaxed, or volatile) publishes
  * them. A publication needs no more; __threadfence_system() is a sequentially consistent fence
- * (fence.sc.sys), which orders more than that (no faster or slower on two H100s: docs/perf-notes.md, 42). */
+ * (fence.sc.sys), which orders more than that, at the same speed. */
 __device__ __forceinline__ void fence_acq_rel_sys(void) {
   asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
