@@ -410,8 +410,9 @@ ncclResult_t sock_connect_once(const sock_addr_t *addr, const volatile int *abor
   int err;
   CHECK(connect_once(addr, abort_flag, deadline, name, fd_p, &err));
   if (err == 0) return ncclSuccess;
-  return log_err(err == ECONNREFUSED ? ncclRemoteError : ncclSystemError, "connect to %s failed: %s", name,
-                 strerror(err));
+  /* refused, or reset from the backlog of a listener that closed: nobody listens there any more */
+  return log_err(err == ECONNREFUSED || err == ECONNRESET ? ncclRemoteError : ncclSystemError,
+                 "connect to %s failed: %s", name, strerror(err));
 }
 
 ncclResult_t sock_connect(const sock_addr_t *addr, const volatile int *abort_flag, double deadline,

@@ -47,8 +47,8 @@ ncclResult_t sock_accept(int listen_fd, const volatile int *abort_flag, double d
 ncclResult_t sock_accept_now(int listen_fd, int *fd_p, sock_addr_t *peer_p);
 /* A hash of the host part of an address (not the port): connections from one machine share it. */
 uint64_t sock_host_key(const sock_addr_t *addr);
-/* Connects to addr once, without retrying: a refused connection is ncclRemoteError (nothing listens there:
- * a listener known to have been there is gone). */
+/* Connects to addr once, without retrying: a refused or reset connection is ncclRemoteError (nothing listens
+ * there: a listener known to have been there is gone). */
 ncclResult_t sock_connect_once(const sock_addr_t *addr, const volatile int *abort_flag, double deadline,
                                int *fd_p);
 /* Connects to addr, retrying refused or unreachable attempts (BRAID_CONNECT_RETRIES, 100 ms apart). */

@@ -365,7 +365,10 @@ ncclResult_t boot_connect_peer(boot_t *b, int peer, uint32_t type, const sock_ad
   res = sock_send_all(fd, &h, sizeof h, b->abort_flag, deadline, what);
   if (res != ncclSuccess) {
     sock_close(fd);
-    return res;
+    if (res == ncclInternalError) return res; /* aborted */
+    char why[LOG_ERROR_MAX];
+    snprintf(why, sizeof why, "%s", log_last_error());
+    return boot_gone(b, peer, "rank %d is gone: its listener dropped the connection (%s)", peer, why);
   }
   *fd_p = fd;
   return ncclSuccess;
