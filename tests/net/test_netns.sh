@@ -18,25 +18,14 @@ if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! ip netns add ${tag}pro
 fi
 ip netns del ${tag}probe
 
+. "$(dirname "$0")/../common/netns.sh"
+
 cleanup() {
-  for h in $(seq 0 $((hosts - 1))); do ip netns del ${tag}h$h 2>/dev/null; done
-  ip link del ${tag}br 2>/dev/null
+  netns_down
 }
 trap cleanup EXIT
 
-# A bridge in the root namespace; one veth pair per host, its inner end renamed eth0 in the host's namespace.
-ip link add ${tag}br type bridge && ip link set ${tag}br up || exit 1
-for h in $(seq 0 $((hosts - 1))); do
-  ns=${tag}h$h
-  ip netns add $ns
-  ip link add ${tag}v$h type veth peer name ${tag}p$h
-  ip link set ${tag}v$h master ${tag}br up
-  ip link set ${tag}p$h netns $ns
-  ip -n $ns link set ${tag}p$h name eth0
-  ip -n $ns addr add $subnet.$((h + 1))/24 dev eth0
-  ip -n $ns link set eth0 up
-  ip -n $ns link set lo up
-done
+netns_up || exit 1
 
 # run_mode NAME NCCL_NET_PLUGIN NCCL_NET: every rank runs every collective; all must be right, over that network.
 run_mode() {

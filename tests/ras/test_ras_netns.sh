@@ -19,26 +19,16 @@ fi
 ip netns del ${tag}probe
 
 pids=()
+. "$(dirname "$0")/../common/netns.sh"
+
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  for h in $(seq 0 $((hosts - 1))); do ip netns del ${tag}h$h 2>/dev/null; done
-  ip link del ${tag}br 2>/dev/null
+  netns_down
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-ip link add ${tag}br type bridge && ip link set ${tag}br up || exit 1
-for h in $(seq 0 $((hosts - 1))); do
-  ns=${tag}h$h
-  ip netns add $ns
-  ip link add ${tag}v$h type veth peer name ${tag}p$h
-  ip link set ${tag}v$h master ${tag}br up
-  ip link set ${tag}p$h netns $ns
-  ip -n $ns link set ${tag}p$h name eth0
-  ip -n $ns addr add $subnet.$((h + 1))/24 dev eth0
-  ip -n $ns link set eth0 up
-  ip -n $ns link set lo up
-done
+netns_up || exit 1
 
 port=$(( 20000 + $$ % 20000 ))
 ras_port=$(( port + 1 ))
