@@ -217,6 +217,19 @@ static void warn_shared_gpu(const ncclComm_t comm) {
        comm->name, ranks, comm->dev);
 }
 
+/* Ranks of one process on one GPU launch into one context, where kernels are not time-sliced: their launches
+ * run together or deadlock waiting for each other, so those ranks split the GPU's multiprocessors. How many
+ * ranks of rank r's process are on its GPU (r included). */
+static int gpu_sharers(const ncclComm_t comm, int r) {
+  const tp_peer_t *me = &comm->peers[r];
+  int k = 0;
+  for (int q = 0; q < comm->nranks; q++) {
+    const tp_peer_t *p = &comm->peers[q];
+    k += p->host_hash == me->host_hash && p->pid == me->pid && p->dev == me->dev;
+  }
+  return k;
+}
+
 static ncclResult_t init_peers(ncclComm_t comm) {
   CHECK(MEM_CALLOC(&comm->acct, comm->peers, comm->nranks, "peer table"));
   comm->ring_bytes = ring_bytes();
@@ -226,7 +239,8 @@ static ncclResult_t init_peers(ncclComm_t comm) {
                                      .pid = (int32_t)getpid(),
                                      .dev = comm->dev,
                                      .ring_bytes = comm->ring_bytes,
-                                     .nch = comm->dev >= 0 ? comm->nch : 0};
+                                     .nch = comm->dev >= 0 ? comm->nch : 0,
+                                     .sms = comm->dev >= 0 ? comm->sms : 0};
   tune_agreed(all[comm->rank].tune);
   ras_comm_info_t ri = {comm->nonce, comm->rank, comm->nranks, comm->dev, comm->name, &comm->acct};
   ras_comm_join(&ri, &comm->ras, &all[comm->rank].ras);
@@ -239,10 +253,18 @@ static ncclResult_t init_peers(ncclComm_t comm) {
   /* Both ends of a connection need the same rings, and every rank's launches must fit its own GPU: the
    * fewest channels any rank can run (GPUs with fewer SMs, or a smaller BRAID_CHANNELS) */
   int nch = comm->nch;
-  for (int r = 0; r < comm->nranks; r++)
+  for (int r = 0; r < comm->nranks; r++) {
     if (comm->peers[r].nch > 0 && comm->peers[r].nch < nch) nch = comm->peers[r].nch;
+    const int k = gpu_sharers(comm, r);
+    const int fit =
+        comm->peers[r].sms > 0 && k > 1 ? tune_channels_fit(comm->nranks, comm->peers[r].sms / k) : 0;
+    if (fit > 0 && fit < nch) nch = fit;
+  }
+  if (comm->dev >= 0) comm->sms /= gpu_sharers(comm, comm->rank);
   if (comm->dev >= 0 && nch != comm->nch) {
-    INFO(LOG_INIT | LOG_TUNING, "%s rank %d: %d channels, the fewest any rank can run (this one: %d)",
+    INFO(LOG_INIT | LOG_TUNING,
+         "%s rank %d: %d channels, the fewest any rank can run beside its process's ranks on its GPU (this "
+         "one alone: %d)",
          comm->name, comm->rank, nch, comm->nch);
     comm->nch = nch;
   }
@@ -278,8 +300,8 @@ static ncclResult_t init_gpu(ncclComm_t comm) {
   if (comm->dev < 0) return ncclSuccess;
   CHECK(links_connect_all(comm->links));
   CHECK(boot_barrier(comm->boot));
-  CHECK(gx_init(comm->dev, comm->rank, comm->nranks, comm->nch, comm->links, &comm->dp_acct, comm->name,
-                &comm->gx));
+  CHECK(gx_init(comm->dev, comm->rank, comm->nranks, comm->nch, comm->sms, comm->links, &comm->dp_acct,
+                comm->name, &comm->gx));
   CHECK(ce_init(comm->dev, comm->rank, comm->nranks, comm->peers, comm->links, comm->boot, &comm->abort_flag,
                 &comm->dp_acct, comm->name, &comm->ce));
   gx_set_ce(comm->gx, comm->ce);
@@ -329,6 +351,7 @@ ncclResult_t comm_init(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
     CHECK_GOTO(gpu_enter(comm->dev, &scope), res, fail);
     int sms = 0;
     CHECK_GOTO(gpu_device_sms(comm->dev, &sms), res, fail_leave);
+    comm->sms = sms;
     comm->nch = tune_channels(comm->nranks, sms);
   }
   CHECK_GOTO(init_bootstrap(comm, ids, nid), res, fail_leave);

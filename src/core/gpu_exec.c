@@ -127,7 +127,7 @@ static tp_link_t slowest_link(const links_t *links, int rank, int nranks) {
   return link;
 }
 
-ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, alloc_acct_t *acct,
+ncclResult_t gx_init(int dev, int rank, int nranks, int nch, int sms, links_t *links, alloc_acct_t *acct,
                      const char *name, gx_t **gx_p) {
   ncclResult_t res;
   gx_t *gx;
@@ -154,8 +154,7 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_WAIT_NAME, &gx->func_wait), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_COMBINE_NAME, &gx->func_combine), res, fail);
   CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PUSH_NAME, &gx->func_push), res, fail);
-  int sms = 0, can_eager = 0, can_captured = 0;
-  CHECK_GOTO(gpu_device_sms(dev, &sms), res, fail);
+  int can_eager = 0, can_captured = 0;
   CHECK_GOTO(gpu_overlap_support(dev, &can_eager, &can_captured), res, fail);
   const int64_t overlap = param_int(P_BRAID_LAUNCH_PDL);
   gx->overlap = !can_eager || overlap < 0 ? 0 : overlap > 2 ? 2 : (int)overlap;
@@ -163,8 +162,9 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, all
   gx->push_blocks = sms < 1 ? 1 : sms > 1024 ? 1024 : (unsigned)sms;
   tune_direct_t direct;
   tune_direct(nranks, &direct);
-  gx->combine_blocks = direct.combine_blocks;
-  gx->pull_blocks = direct.pull_blocks > 0 ? direct.pull_blocks : gx->push_blocks;
+  gx->combine_blocks = direct.combine_blocks > gx->push_blocks ? gx->push_blocks : direct.combine_blocks;
+  gx->pull_blocks =
+      direct.pull_blocks > 0 && direct.pull_blocks < gx->push_blocks ? direct.pull_blocks : gx->push_blocks;
   gx->pull_tile = direct.pull_tile;
   gx->spread = tune_spread(nranks);
   gx->link = slowest_link(links, rank, nranks);

@@ -25,8 +25,9 @@
 
 typedef struct gx gx_t;
 
-/* Makes the GPU state of a communicator whose connections to every peer are made (links). */
-ncclResult_t gx_init(int dev, int rank, int nranks, int nch, links_t *links, alloc_acct_t *acct,
+/* Makes the GPU state of a communicator whose connections to every peer are made (links); its launches take
+ * at most `sms` blocks (its share of the GPU's multiprocessors). */
+ncclResult_t gx_init(int dev, int rank, int nranks, int nch, int sms, links_t *links, alloc_acct_t *acct,
                      const char *name, gx_t **gx_p);
 /* Device scratch for the plan's in-place all-to-alls (grown before plan_build; never during capture). */
 ncclResult_t gx_scratch(gx_t *gx, plan_t *plan, int nranks);

@@ -282,13 +282,16 @@ int tune_lanes_max(int nranks) {
   return nranks > 1 ? 2 * nranks - 1 : 1;
 }
 
-int tune_channels(int nranks, int sms) {
-  int lanes = tune_lanes_max(nranks);
+int tune_channels_fit(int nranks, int sms) {
   /* a launch's blocks wait for each other, so they must all run at once, one per SM (the kernel takes a
    * whole SM's registers): the widest launch stays within ten elevenths of the SMs */
-  int fit = sms * 10 / 11 / lanes;
+  int fit = sms * 10 / 11 / tune_lanes_max(nranks);
   if (fit < 1) fit = 1;
-  if (fit > DEV_MAX_CHANNELS) fit = DEV_MAX_CHANNELS;
+  return fit > DEV_MAX_CHANNELS ? DEV_MAX_CHANNELS : fit;
+}
+
+int tune_channels(int nranks, int sms) {
+  int fit = tune_channels_fit(nranks, sms);
   int64_t want = param_int(P_BRAID_CHANNELS);
   if (want < 1) return fit < CHANNELS_DEFAULT ? fit : CHANNELS_DEFAULT;
   if (want > fit)

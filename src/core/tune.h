@@ -95,6 +95,8 @@ void tune_log(const tune_call_t *call, const task_t *task, const tune_shape_t *s
 /* A communicator's channels: what a transfer takes at most on `nranks` ranks of a GPU of `sms`
  * multiprocessors (BRAID_CHANNELS); the same on every rank once they take the fewest. */
 int tune_channels(int nranks, int sms);
+/* The most channels whose widest launch fits `sms` multiprocessors at once (tune_channels' bound). */
+int tune_channels_fit(int nranks, int sms);
 /* Rings per connection for nch such channels: more where some steps have fewer lanes than the widest. */
 int tune_rings(int nranks, int nch);
 /* The grid, in lanes, over which launches narrower than it spread their blocks (BRAID_SPREAD; 0: none). */

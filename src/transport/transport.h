@@ -42,7 +42,7 @@ typedef struct {
   int32_t dev;         /* device index, -1 on the host backend */
   uint64_t ring_bytes; /* the staging ring size this rank uses; must be the same on all ranks */
   int32_t nch;         /* GPU rings per connection this rank's device can run (0 on the host backend) */
-  int32_t pad;
+  int32_t sms;         /* its device's multiprocessors (0 on the host backend) */
 } tp_peer_t;
 
 /* A communicator's transport context (opaque); holds the net transport's listening socket. */
