@@ -2,7 +2,7 @@
 # GPU ranks over a network plugin, on one GPU: two ranks share GPU 0 with NCCL_P2P_DISABLE=1 and
 # NCCL_SHM_DISABLE=1, so every byte between them goes through the gpu_net transport and the network, here
 # Braid's plugin library (libnccl-net-braid.so) loaded as an external plugin (NCCL_NET_PLUGIN, NCCL_NET=Braid):
-#   1. the project's GPU tests (--gpus 2 --devices 1) on Braid;
+#   1. the project's GPU tests (--gpus 2 --devices 1: mostly both ranks in one process) on Braid;
 #   2. nccl-tests' collectives with result checking (-c 1), two MPI processes on GPU 0, on Braid;
 #   3. the same nccl-tests on the reference NCCL loading Braid's plugin (each rank its own NCCL_HOSTID, so
 #      that NCCL takes the two ranks for two hosts and connects them over the network);
@@ -52,7 +52,9 @@ row() {
 # ---- 1. GPU tests ----
 if [ "$gpus" -ge 1 ]; then
   where=(--gpus 2 --devices 1)
-  tests="test_cuda_coll:procs_small,tcp_quick,procs_large test_cuda_group: test_cuda_graphs: test_cuda_abort:"
+  # the collectives with both ranks in one process: two processes on one GPU wait for its time slices at every
+  # call, which would take the whole run (nccl-tests below and the group and abort tests are two processes)
+  tests="test_cuda_coll:single_small,single_large test_cuda_group: test_cuda_abort:"
 else
   where=(--host)
   tests="test_cuda_coll:procs_small test_cuda_abort: test_cuda_graphs:"

@@ -74,8 +74,8 @@ int graph_host_skip(const char *name) {
 }
 
 int graph_scaled(int n) {
-  if (!cuda_host) return n;
-  return n / GRAPH_HOST_DIVISOR > 0 ? n / GRAPH_HOST_DIVISOR : 1;
+  const int d = cuda_host ? GRAPH_HOST_DIVISOR : cuda_ndevs < cuda_nranks ? GRAPH_SHARED_DIVISOR : 1;
+  return n / d > 0 ? n / d : 1;
 }
 
 void graph_rearm(cuda_case_t *k) {

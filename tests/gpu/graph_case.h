@@ -44,8 +44,11 @@ void graph_destroy(graph_t *g);
  * is about capture itself, must skip. */
 int graph_host_skip(const char *name);
 
-/* n on GPUs; n / GRAPH_HOST_DIVISOR (at least 1) in --host mode, where every call runs on the CPU. */
-#define GRAPH_HOST_DIVISOR 10
+/* n on GPUs; n / GRAPH_HOST_DIVISOR (at least 1) in --host mode, where every call runs on the CPU, and
+ * n / GRAPH_SHARED_DIVISOR where ranks' processes share a GPU (--devices below --gpus), which time-slices
+ * their kernels: every call between them waits for a slice. */
+#define GRAPH_HOST_DIVISOR   10
+#define GRAPH_SHARED_DIVISOR 20
 int graph_scaled(int n);
 
 /* Uploads the case's buffers again as cuda_case_prepare made them: inputs restored, outputs poisoned. The

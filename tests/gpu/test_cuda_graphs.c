@@ -24,7 +24,8 @@
  * Every checked call has its outputs poisoned first and is compared element by element with a reference
  * computed on the host (cuda_case.h); inputs are small integers, so bf16 sums are exact. A watchdog bounds
  * every stage. Each fifo_repro run prints one line starting with "fifo_repro:" (iterations, seconds, queue).
- * In --host mode the iteration counts shrink and replays issue the graph's calls again (graph_case.h).
+ * In --host mode the iteration counts shrink and replays issue the graph's calls again (graph_case.h); with
+ * ranks sharing GPUs they shrink too (graph_scaled).
  */
 #include <stdio.h>
 #include <stdlib.h>

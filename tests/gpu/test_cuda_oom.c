@@ -9,6 +9,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/mman.h>
 
 #include "coll_check.h"
@@ -19,6 +20,7 @@
 #define MAX_FILLS 4096
 
 typedef struct {
+  int opened; /* ranks whose own buffers are allocated: none fills a GPU before ranks sharing it have theirs */
   int failed[8];
   char message[8][400];
 } oom_t;
@@ -41,6 +43,10 @@ static int fill(void **pieces) {
 static void oom_rank(int rank, int n, const ncclUniqueId *id, void *arg) {
   cuda_rank_t r;
   cuda_rank_open(&r, rank, 16 << 20, 16 << 20, NULL);
+  cuda_watch("the other ranks' buffers before filling the GPU", BOUND_S);
+  __atomic_add_fetch(&oom->opened, 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(&oom->opened, __ATOMIC_SEQ_CST) < n) usleep(1000);
+  cuda_unwatch();
   static void *pieces[MAX_FILLS];
   int npieces = fill(pieces);
   ncclComm_t comm = NULL;

@@ -30,7 +30,8 @@ else
   echo "FAIL: no correct status of the GPU job"; cat "$work/status.json"; tail "$work/bench.log"; status=1
 fi
 src=""
-for d in ${BRAID_NCCL_SRC//:/ } "$here"/../../.ext/nccl*; do [ -f "$d/src/ras/client.cc" ] && src=$d && break; done
+nccl_src=${BRAID_NCCL_SRC:-}
+for d in ${nccl_src//:/ } "$here"/../../.ext/nccl*; do [ -f "$d/src/ras/client.cc" ] && src=$d && break; done
 if [ -n "$src" ]; then
   mkdir -p "$work/ncclras/include"
   v=$(sed -n 's/^NCCL_\(MAJOR\|MINOR\|PATCH\) *:= *//p' "$src/makefiles/version.mk" | paste -sd.)
