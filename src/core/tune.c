@@ -93,9 +93,9 @@ static const xfer_row_t xfer_rows[] = {
      .dealt_min = MIB(64)},
     {BIT(OP_ALLTOALL) | BIT(OP_SEND) | BIT(OP_RECV), 2, 2, TWO_RANKS, .ll128_min = KIB(128),
      .wide = TUNE_WIDE_EACH, .wide_level = 3},
-    /* one rank: a copy from 512 KiB goes to the copy engines, which move it at the memory's pace (the
-     * kernels' launch is cheaper below) */
-    {ALL, 1, 1, XFER_COMMON, .local_ce_min = KIB(512)},
+    /* one rank: every copy goes to the copy engines, NCCL's own way: a kernel's copy was faster or slower
+     * than it from one H100 to another (docs/performance.md) */
+    {ALL, 1, 1, XFER_COMMON, .local_ce_min = 1},
     {ALL, 1, INT32_MAX, XFER_COMMON},
 };
 

@@ -1,9 +1,9 @@
 /*
  * One-rank communicators on the GPU executor, against the tests' stand-in driver (tests/gpu/mock_cuda.c): a
  * call that leaves its buffer as it is (in place, an operation that keeps a lone operand) enqueues nothing;
- * an out-of-place call whose copy is at least BRAID_LOCAL_CE_MIN_BYTES goes to the copy engines (one
- * cuMemcpyDtoDAsync, which the stand-in carries out) instead of a kernel; smaller copies, and calls that
- * scale (PreMulSum), launch a kernel as before.
+ * an out-of-place call whose copy is at least BRAID_LOCAL_CE_MIN_BYTES (by default every one) goes to the
+ * copy engines (one cuMemcpyDtoDAsync, which the stand-in carries out) instead of a kernel; smaller copies,
+ * and calls that scale (PreMulSum), launch a kernel as before.
  *
  * Without CUDA's headers there is no stand-in driver and nothing to test.
  */
@@ -15,6 +15,8 @@
 
 #include "harness.h"
 #include "nccl.h"
+
+#include "base/param.h"
 
 #ifdef BRAID_MOCK_CUDA_DIR
 
@@ -104,9 +106,12 @@ static void large_copies_go_to_the_copy_engines(void) {
   close_one(&o);
 }
 
-/* Below the threshold, and where the copy would scale, a kernel as before. */
+/* Below the threshold (set here: by default every copy takes the copy engines), and where the copy would
+ * scale, a kernel as before. */
 static void small_or_scaled_calls_launch_a_kernel(void) {
   one_t o;
+  setenv("BRAID_LOCAL_CE_MIN_BYTES", "524288", 1);
+  param_reload();
   open_one(&o);
   mark(&o);
   EXPECT_OK(ncclAllReduce(o.a, o.b, SMALL, ncclFloat, ncclSum, o.comm, NULL));
@@ -119,6 +124,22 @@ static void small_or_scaled_calls_launch_a_kernel(void) {
   EXPECT_OK(ncclAllReduce(o.a, o.a, BIG, ncclFloat, op, o.comm, NULL));
   expect_did(&o, 2, 0, "a PreMulSum by 2 out of place and in place");
   EXPECT_OK(ncclRedOpDestroy(op, o.comm));
+  close_one(&o);
+  unsetenv("BRAID_LOCAL_CE_MIN_BYTES");
+  param_reload();
+}
+
+/* By default even the smallest copy takes the copy engines. */
+static void small_copies_go_to_the_copy_engines(void) {
+  one_t o;
+  open_one(&o);
+  mark(&o);
+  EXPECT_OK(ncclAllReduce(o.a, o.b, 1, ncclFloat, ncclSum, o.comm, NULL));
+  EXPECT_OK(ncclAllGather(o.a, o.b, SMALL, ncclFloat, o.comm, NULL));
+  expect_did(&o, 0, 2, "an out-of-place all-reduce of 4 B and an all-gather of 16 KiB");
+  EXPECT(o.b[0] == o.a[0] && memcmp(o.a, o.b, SMALL * sizeof(float)) == 0,
+         "the copies differ from the input");
+  EXPECT(o.b[SMALL] == -1e30f, "a copy wrote past its output");
   close_one(&o);
 }
 
@@ -139,6 +160,7 @@ int main(int argc, char **argv) {
   TEST(in_place_enqueues_nothing, 60);
   TEST(large_copies_go_to_the_copy_engines, 60);
   TEST(small_or_scaled_calls_launch_a_kernel, 60);
+  TEST(small_copies_go_to_the_copy_engines, 60);
   TEST(host_backend_in_place, 60);
   return test_summary();
 }

@@ -74,7 +74,7 @@ static void rows(void) {
   s = shape(OP_ALLREDUCE, 128 << 10, 4, TP_LINK_P2P);
   EXPECT(s.algo == ALGO_RING, "four ranks: one-shot to 64 KiB only");
   s = shape(OP_ALLGATHER, 8, 1, TP_LINK_P2P);
-  EXPECT(s.local_ce_min == 512 << 10, "one rank: copies from 512 KiB to the copy engines (%llu)",
+  EXPECT(s.local_ce_min == 1, "one rank: every copy to the copy engines (from %llu bytes)",
          (unsigned long long)s.local_ce_min);
   EXPECT(!param_is_set(P_BRAID_LOCAL_CE_MIN_BYTES) &&
              s.local_ce_min == (uint64_t)param_int(P_BRAID_LOCAL_CE_MIN_BYTES),
