@@ -20,7 +20,7 @@
 #define MAX_FILLS 4096
 
 typedef struct {
-  int opened; /* ranks whose own buffers are allocated: none fills a GPU before ranks sharing it have theirs */
+  int opened; /* ranks whose buffers are allocated: none fills a GPU before ranks sharing it have theirs */
   int failed[8];
   char message[8][400];
 } oom_t;
