@@ -193,9 +193,11 @@ static void ras_peers_hook(ncclComm_t comm, const peer_msg_t *all) {
   free(ids);
 }
 
-/* Every rank tells the others its host, process, device, ring size and tuning knobs; the ring size cuts
- * plans into slices and the knobs pick algorithms and protocols, so all ranks must agree on them (DESIGN.md,
- * principle 2). */
+/* Whether two ranks' GPUs are one: the same host and device index, as transport selection assumes. */
+static int same_gpu(const tp_peer_t *a, const tp_peer_t *b) {
+  return a->host_hash == b->host_hash && a->dev == b->dev;
+}
+
 /* Ranks of other processes on this rank's GPU (the same host and device index, as transport selection
  * assumes): the GPU time-slices the processes' kernels, so every wait between them lasts a slice. Said once
  * per process at WARN, naming the ranks and the GPU. */
@@ -207,7 +209,7 @@ static void warn_shared_gpu(const ncclComm_t comm) {
   int n = 0, len = snprintf(ranks, sizeof ranks, "%d", comm->rank);
   for (int r = 0; r < comm->nranks; r++) {
     const tp_peer_t *p = &comm->peers[r];
-    if (r == comm->rank || p->host_hash != me->host_hash || p->dev != me->dev || p->pid == me->pid) continue;
+    if (r == comm->rank || !same_gpu(p, me) || p->pid == me->pid) continue;
     n++;
     if (len < (int)sizeof ranks - 16) len += snprintf(ranks + len, sizeof ranks - (size_t)len, ", %d", r);
   }
@@ -225,11 +227,14 @@ static int gpu_sharers(const ncclComm_t comm, int r) {
   int k = 0;
   for (int q = 0; q < comm->nranks; q++) {
     const tp_peer_t *p = &comm->peers[q];
-    k += p->host_hash == me->host_hash && p->pid == me->pid && p->dev == me->dev;
+    k += same_gpu(p, me) && p->pid == me->pid;
   }
   return k;
 }
 
+/* Every rank tells the others its host, process, device, ring size and tuning knobs; the ring size cuts
+ * plans into slices and the knobs pick algorithms and protocols, so all ranks must agree on them (DESIGN.md,
+ * principle 2). */
 static ncclResult_t init_peers(ncclComm_t comm) {
   CHECK(MEM_CALLOC(&comm->acct, comm->peers, comm->nranks, "peer table"));
   comm->ring_bytes = ring_bytes();

@@ -55,21 +55,21 @@ struct ncclComm {
   volatile int abort_flag; /* set once by ncclCommAbort or a fatal error; every wait polls it */
   _Atomic int busy;        /* threads running work on this communicator (abort waits for 0) */
   int rank, nranks;
-  int dev;  /* CUDA device, -1 on the host backend (set before init) */
-  int nch;  /* GPU: channels a transfer takes at most, the same on all ranks (tune_rings: rings) */
-  int sms;  /* GPU: the multiprocessors its launches may take (its process's ranks on the GPU share them) */
-  gx_t *gx; /* GPU executor state; NULL on the host backend */
-  ce_t *ce; /* copy engines into the peer's buffer (core/ce.h); NULL where there are none */
-  uint64_t nonce;        /* the unique id's nonce: the communicator's identity */
-  char name[64];         /* "comm <nonce> rank r" or the config's commName, for messages */
-  int blocking;          /* config.blocking, resolved */
-  ncclConfig_t config;   /* the configuration as normalised at init (inherited by split) */
-  boot_t *boot;          /* bootstrap */
-  links_t *links;        /* connections */
-  tp_peer_t *peers;      /* [nranks] what each rank told at init */
-  plan_t plan;           /* the current group's calls and plan */
-  uint64_t next_seq;     /* sequence number of the next call */
-  size_t ring_bytes;     /* staging ring per connection, the same on all ranks; plans slice by half of it */
+  int dev;             /* CUDA device, -1 on the host backend (set before init) */
+  int nch;             /* GPU: channels a transfer takes at most, the same on all ranks (tune_rings: rings) */
+  int sms;             /* GPU: SMs its launches may take (shared by its process's ranks on the GPU) */
+  gx_t *gx;            /* GPU executor state; NULL on the host backend */
+  ce_t *ce;            /* copy engines into the peer's buffer (core/ce.h); NULL where there are none */
+  uint64_t nonce;      /* the unique id's nonce: the communicator's identity */
+  char name[64];       /* "comm <nonce> rank r" or the config's commName, for messages */
+  int blocking;        /* config.blocking, resolved */
+  ncclConfig_t config; /* the configuration as normalised at init (inherited by split) */
+  boot_t *boot;        /* bootstrap */
+  links_t *links;      /* connections */
+  tp_peer_t *peers;    /* [nranks] what each rank told at init */
+  plan_t plan;         /* the current group's calls and plan */
+  uint64_t next_seq;   /* sequence number of the next call */
+  size_t ring_bytes;   /* staging ring per connection, the same on all ranks; plans slice by half of it */
   redop_table_t redops;  /* PreMulSum operations made on this communicator */
   alloc_acct_t acct;     /* memory charged to this communicator */
   alloc_acct_t dp_acct;  /* the part of it that ncclCommSuspend gives back: links, rings, GPU executor */
