@@ -73,6 +73,7 @@ typedef struct {
   size_t esize;
   size_t slice;        /* elements per ring slice */
   size_t scratch_used; /* bytes of staging handed out so far (stage_take) */
+  const char **staged; /* [ntasks] where a staged send reads (stage_sends); NULL when none is */
   int whole_blocks;    /* ring blocks are the call's count each (reduce-scatter, all-gather), not count / n */
 } ctx_t;
 
@@ -332,11 +333,67 @@ static ncclResult_t check_self_send(ctx_t *c, const task_t *send) {
                  c->rank, send->count * dtype_size(send->type), (unsigned long)send->seq);
 }
 
+/* Whether send `t` to another rank reads bytes that a receive of its group overwrites (an in-place exchange):
+ * the two run in different lanes at once, and the peer's data may land before the send has read them, so the
+ * send reads a copy staged in a step before. */
+/* The bytes [lo, hi) that span every receive of the plan (lo == hi: none), so that a send outside them is
+ * passed in one test. */
+typedef struct {
+  uintptr_t lo, hi;
+} span_t;
+
+static span_t recv_span(const plan_t *plan) {
+  span_t sp = {UINTPTR_MAX, 0};
+  for (int i = 0; i < plan->ntasks; i++) {
+    const task_t *u = &plan->tasks[i];
+    const uintptr_t a = (uintptr_t)u->recvbuff, n = u->count * dtype_size(u->type);
+    if (u->kind != OP_RECV || n == 0) continue;
+    if (a < sp.lo) sp.lo = a;
+    if (a + n > sp.hi) sp.hi = a + n;
+  }
+  return sp.lo < sp.hi ? sp : (span_t){0, 0};
+}
+
+static int send_staged(const plan_t *plan, span_t sp, const task_t *t, int rank) {
+  if (t->kind != OP_SEND || t->root == rank || t->count == 0) return 0;
+  const size_t bytes = t->count * dtype_size(t->type);
+  if (!plan_overlap((const void *)sp.lo, sp.hi - sp.lo, t->sendbuff, bytes)) return 0;
+  for (int i = 0; i < plan->ntasks; i++) {
+    const task_t *u = &plan->tasks[i];
+    if (u->kind == OP_RECV && plan_overlap(t->sendbuff, bytes, u->recvbuff, u->count * dtype_size(u->type)))
+      return 1;
+  }
+  return 0;
+}
+
+/* The copies of the staged sends (send_staged), in one step before the point-to-point step. */
+static ncclResult_t stage_sends(ctx_t *c) {
+  plan_t *plan = c->plan;
+  const span_t sp = recv_span(plan);
+  int opened = 0;
+  for (int i = 0; i < plan->ntasks; i++) {
+    const task_t *t = &plan->tasks[i];
+    if (!send_staged(plan, sp, t, c->rank)) continue;
+    if (c->staged == NULL && (c->staged = calloc((size_t)plan->ntasks, sizeof *c->staged)) == NULL)
+      return log_err(ncclSystemError, "out of host memory for the staged sends of %d calls", plan->ntasks);
+    if (!opened) CHECK(open_step(plan, t));
+    opened = 1;
+    c->task = t;
+    c->esize = dtype_size(t->type);
+    char *stage = stage_take(c, t->count * c->esize);
+    c->staged[i] = stage;
+    CHECK(add(c, -1, -1, t->sendbuff, stage, t->count, 0));
+  }
+  if (opened) close_step(plan);
+  return ncclSuccess;
+}
+
 /* Point-to-point calls: a send or a receive each; sends to self are matched with receives from self. */
 static ncclResult_t build_p2p(ctx_t *c) {
   const task_t *t = c->task;
+  const char *staged = c->staged != NULL ? c->staged[t - c->plan->tasks] : NULL;
   if (t->root != c->rank)
-    return t->kind == OP_SEND ? add(c, -1, t->root, t->sendbuff, NULL, t->count, 0)
+    return t->kind == OP_SEND ? add(c, -1, t->root, staged != NULL ? staged : t->sendbuff, NULL, t->count, 0)
                               : add(c, t->root, -1, NULL, t->recvbuff, t->count, 0);
   return t->kind == OP_RECV ? match_self(c, t) : check_self_send(c, t);
 }
@@ -485,11 +542,13 @@ uint64_t plan_call_bytes(const task_t *t, int nranks) {
 
 /* ---- Building ---- */
 
-/* Staging task `t` takes on `rank`: an in-place all-to-all's input; the own contribution of an in-place
- * one-shot reduction on ranks from 2 on (reduce_direct). */
-static size_t task_stage(const task_t *t, int rank, int nranks, int tuned) {
+/* Staging task `t` of `plan` takes on `rank`: an in-place all-to-all's input; the own contribution of an
+ * in-place one-shot reduction on ranks from 2 on (reduce_direct); a send an in-place exchange overwrites
+ * (send_staged). */
+static size_t task_stage(const plan_t *plan, span_t sp, const task_t *t, int rank, int nranks, int tuned) {
   size_t bytes = t->count * dtype_size(t->type);
   if (nranks <= 1 || t->count == 0) return 0;
+  if (t->kind == OP_SEND) return send_staged(plan, sp, t, rank) ? stage_round(bytes) : 0;
   if (t->kind == OP_ALLTOALL) return t->sendbuff == t->recvbuff ? stage_round((size_t)nranks * bytes) : 0;
   if (rank < 2 || !tuned || oneshot_builders[t->kind] == NULL || t->algo != ALGO_ONESHOT) return 0;
   const char *own = t->kind == OP_REDUCESCATTER
@@ -502,7 +561,8 @@ static size_t task_stage(const task_t *t, int rank, int nranks, int tuned) {
 
 size_t plan_scratch_need(const plan_t *plan, int rank, int nranks, int tuned) {
   size_t need = 0;
-  for (int i = 0; i < plan->ntasks; i++) need += task_stage(&plan->tasks[i], rank, nranks, tuned);
+  const span_t sp = recv_span(plan);
+  for (int i = 0; i < plan->ntasks; i++) need += task_stage(plan, sp, &plan->tasks[i], rank, nranks, tuned);
   return need;
 }
 
@@ -528,12 +588,11 @@ static build_fn_t builder_of(const task_t *t, int nranks, int tuned) {
 }
 
 /* Collectives in call order, one step each (an in-place all-to-all takes two); then all point-to-point calls
- * together in one last step. */
-ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes, int tuned) {
-  plan->nxfers = plan->nsteps = 0;
-  ctx_t c = {.plan = plan, .rank = rank, .nranks = nranks};
-  CHECK(reserve_scratch(plan, rank, nranks, tuned));
+ * together in one last step (after one of staged sends, stage_sends). */
+static ncclResult_t build_steps(ctx_t *c, size_t slice_bytes, int tuned) {
+  plan_t *plan = c->plan;
   for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) CHECK(stage_sends(c));
     int p2p_open = 0;
     for (int i = 0; i < plan->ntasks; i++) {
       const task_t *t = &plan->tasks[i];
@@ -541,18 +600,27 @@ ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes, 
       if (is_p2p != pass) continue;
       if (!is_p2p || !p2p_open) CHECK(open_step(plan, t));
       p2p_open = is_p2p;
-      c.task = t;
-      c.esize = dtype_size(t->type);
-      c.slice = slice_bytes / c.esize > 0 ? slice_bytes / c.esize : 1;
-      c.whole_blocks = t->kind == OP_REDUCESCATTER || t->kind == OP_ALLGATHER;
-      const build_fn_t build = builder_of(t, nranks, tuned);
+      c->task = t;
+      c->esize = dtype_size(t->type);
+      c->slice = slice_bytes / c->esize > 0 ? slice_bytes / c->esize : 1;
+      c->whole_blocks = t->kind == OP_REDUCESCATTER || t->kind == OP_ALLGATHER;
+      const build_fn_t build = builder_of(t, c->nranks, tuned);
       plan->steps[plan->nsteps - 1].oneshot = build == oneshot_builders[t->kind];
-      CHECK(build(&c));
+      CHECK(build(c));
       if (!is_p2p) close_step(plan);
     }
     if (p2p_open) close_step(plan);
   }
   return ncclSuccess;
+}
+
+ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes, int tuned) {
+  plan->nxfers = plan->nsteps = 0;
+  ctx_t c = {.plan = plan, .rank = rank, .nranks = nranks};
+  CHECK(reserve_scratch(plan, rank, nranks, tuned));
+  ncclResult_t res = build_steps(&c, slice_bytes, tuned);
+  free(c.staged);
+  return res;
 }
 
 double plan_estimate_us(const plan_t *plan, int nranks) {

@@ -117,12 +117,13 @@ static inline char last_entry(const mock_cuda_stats_t *s) {
   return s->last_pair ? 'p' : s->last_ll ? 'l' : s->last_bulk ? 'b' : s->last_small ? 's' : 'f';
 }
 
-/* A group of `calls` sends and as many receives of `count` floats each, to and from `peer`. */
-static inline void send_recv_group(void *buf, size_t count, int calls, int peer, ncclComm_t comm) {
+/* A group of `calls` sends from `buf` and as many receives into `out` of `count` floats each, to and from
+ * `peer`. */
+static inline void send_recv_group(void *buf, void *out, size_t count, int calls, int peer, ncclComm_t comm) {
   EXPECT_OK(ncclGroupStart());
   for (int i = 0; i < calls; i++) {
     EXPECT_OK(ncclSend(buf, count, ncclFloat, peer, comm, NULL));
-    EXPECT_OK(ncclRecv(buf, count, ncclFloat, peer, comm, NULL));
+    EXPECT_OK(ncclRecv(out, count, ncclFloat, peer, comm, NULL));
   }
   EXPECT_OK(ncclGroupEnd());
 }

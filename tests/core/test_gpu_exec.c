@@ -59,7 +59,7 @@ static void full_queue_rank(int rank, int nranks, void *arg) {
     ncclResult_t res = ncclGroupStart();
     for (int j = 0; j < GROUP && res == ncclSuccess; j++) {
       res = ncclSend(buf, 2, ncclFloat, 1 - rank, comm, NULL);
-      if (res == ncclSuccess) res = ncclRecv(buf, 2, ncclFloat, 1 - rank, comm, NULL);
+      if (res == ncclSuccess) res = ncclRecv((char *)buf + 64, 2, ncclFloat, 1 - rank, comm, NULL);
     }
     ncclResult_t end = ncclGroupEnd();
     if (res != ncclSuccess || end != ncclSuccess) {

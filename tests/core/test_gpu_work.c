@@ -140,7 +140,7 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
   EXPECT(lw->nsteps == 2, "a 32 MiB all-reduce: %u steps", (unsigned)lw->nsteps);
   /* four 1 MiB sends and receives: 32 channels, one piece each per ring and transfer; LL128 unless
    * NCCL_PROTO=Simple, through the general entry point (the pair one takes one send and one receive) */
-  send_recv_group(buf, 1u << 18, 4, peer, comm);
+  send_recv_group(buf, out, 1u << 18, 4, peer, comm);
   int n = 0;
   if (getenv("NCCL_PROTO") != NULL)
     EXPECT(last_entry(s) == simple && (!bulk || s->last_block == 256),
@@ -150,10 +150,10 @@ static void bulk_entry(const mock_cuda_stats_t *s, int bulk, int peer, ncclComm_
            "4 sends and receives of 1 MiB: LL128 through entry point %c (%d transfers)", last_entry(s), n);
   /* 8 MiB each, on the rings' 60 channels (BRAID_WIDE_STEPS=3): 2 pieces per channel, 8 per ring; 16 MiB:
    * 3 pieces, 12 per ring, more than the slots */
-  send_recv_group(buf, 2u << 20, 4, peer, comm);
+  send_recv_group(buf, out, 2u << 20, 4, peer, comm);
   EXPECT(last_entry(s) == simple && lw->nch == 60,
          "4 sends and receives of 8 MiB: entry point %c, %u channels", last_entry(s), (unsigned)lw->nch);
-  send_recv_group(buf, 4u << 20, 4, peer, comm);
+  send_recv_group(buf, out, 4u << 20, 4, peer, comm);
   EXPECT(last_entry(s) == 's', "4 sends and receives of 16 MiB: entry point %c", last_entry(s));
   /* 64 MiB: the ring all-reduce, more than one slice */
   EXPECT_OK(ncclAllReduce(buf, out, 16u << 20, ncclFloat, ncclSum, comm, NULL));
@@ -255,7 +255,7 @@ static void protocol_rank(int rank, int nranks, void *arg) {
    * of 5 and 5, nor two all-reduces (a step each) */
   const int peer = 1 - rank;
   for (int calls = 4; calls <= 5; calls++) {
-    send_recv_group(buf, 2, calls, peer, comm);
+    send_recv_group(buf, out, 2, calls, peer, comm);
     EXPECT(last_launch_ll(s, !simple, 1, &n) && n == 2 * calls, "%d sends and receives: %d transfers", calls,
            n);
     EXPECT(last_entry(s) == (calls == 4 ? (ll_kernel ? 'l' : tiny) : 'f'),

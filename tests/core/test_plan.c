@@ -111,7 +111,7 @@ static void steps(void) {
   plan_t p = {0};
   char buf[64];
   task_t send = {.kind = OP_SEND, .sendbuff = buf, .count = 4, .type = ncclFloat32, .root = 1};
-  task_t recv = {.kind = OP_RECV, .recvbuff = buf, .count = 4, .type = ncclFloat32, .root = 1};
+  task_t recv = {.kind = OP_RECV, .recvbuff = buf + 32, .count = 4, .type = ncclFloat32, .root = 1};
   task_t ar = {.kind = OP_ALLREDUCE, .sendbuff = buf, .recvbuff = buf, .count = 8, .type = ncclFloat32};
   EXPECT_OK(plan_add_task(&p, &send));
   EXPECT_OK(plan_add_task(&p, &ar));
@@ -125,6 +125,39 @@ static void steps(void) {
 }
 
 /* A receive from self needs a send to self of the same size in the group. */
+/* A send whose bytes a receive of its group overwrites (an in-place exchange; here the receive overlaps the
+ * send's tail) reads a copy staged in a step before the point-to-point step; a send beside it that nothing
+ * overwrites, and the receive, keep their buffers. */
+static void inplace_exchange(void) {
+  plan_t p = {0};
+  float buf[12];
+  task_t send = {.kind = OP_SEND, .sendbuff = buf, .count = 4, .type = ncclFloat32, .root = 1};
+  task_t recv = {.kind = OP_RECV, .recvbuff = buf + 3, .count = 4, .type = ncclFloat32, .root = 1};
+  task_t other = {.kind = OP_SEND, .sendbuff = buf + 8, .count = 4, .type = ncclFloat32, .root = 2};
+  EXPECT_OK(plan_add_task(&p, &send));
+  EXPECT_OK(plan_add_task(&p, &recv));
+  EXPECT_OK(plan_add_task(&p, &other));
+  EXPECT(plan_scratch_need(&p, 0, 3, 0) == 16, "%zu bytes of staging", plan_scratch_need(&p, 0, 3, 0));
+  EXPECT_OK(plan_build(&p, 0, 3, SLICE, 0));
+  EXPECT(p.nsteps == 2 && p.steps[0].count == 1 && p.steps[1].count == 3, "%d steps", p.nsteps);
+  const xfer_t *copy = &p.xfers[0], *x = &p.xfers[1];
+  EXPECT(copy->send_peer < 0 && copy->recv_peer < 0 && copy->src == (void *)buf && copy->dst == p.scratch &&
+             copy->bytes == 16,
+         "first a local copy of the send into staging");
+  EXPECT(x[0].send_peer == 1 && x[0].src == p.scratch && x[0].bytes == 16, "the send reads the staged copy");
+  EXPECT(x[1].recv_peer == 1 && x[1].dst == (void *)(buf + 3), "the receive writes the caller's buffer");
+  EXPECT(x[2].send_peer == 2 && x[2].src == (void *)(buf + 8), "a send nothing overwrites is not staged");
+  /* disjoint buffers: nothing staged */
+  plan_reset(&p);
+  recv.recvbuff = buf + 4;
+  EXPECT_OK(plan_add_task(&p, &send));
+  EXPECT_OK(plan_add_task(&p, &recv));
+  EXPECT(plan_scratch_need(&p, 0, 3, 0) == 0, "staging for disjoint buffers");
+  EXPECT_OK(plan_build(&p, 0, 3, SLICE, 0));
+  EXPECT(p.nsteps == 1 && p.xfers[0].src == (void *)buf, "disjoint buffers: one step, the send unstaged");
+  plan_free(&p);
+}
+
 static void self_p2p(void) {
   plan_t p = {0};
   char buf[64];
@@ -735,6 +768,7 @@ int main(void) {
   TEST(rings_are_sliced, 30);
   TEST(deterministic, 30);
   TEST(steps, 30);
+  TEST(inplace_exchange, 30);
   TEST(self_p2p, 30);
   TEST(noop_calls, 10);
   TEST(oneshot_plans_agree, 120);
