@@ -109,7 +109,13 @@ __device__ __forceinline__ uint64_t bulk_load(const void *p) {
  * the head must have passed every piece up to DEV_SLOTS before the launch's last. Lane 2k then writes task k.
  * In a split lane (half 0: the sending blocks, 1: the receiving ones; -1: not split) a block takes only its
  * half's sides and tasks: the transfers that receive on the receiving half, the others on the sending half.
- * Returns the same in every lane: false when a transfer is malformed or the wait failed (nothing moved). */
+ * Returns the same in every lane: false when a transfer is malformed or the wait failed (nothing moved).
+ *
+ * The side's ring, count and (a send's) head are loaded first, at an index kept in range whatever the
+ * transfer says, so that their trip to memory overlaps the checks; a side that fails those uses none of it.
+ * The loads are volatile, so that the compiler does not move them after the checks. In task k, written by
+ * its send lane, the receive side's ring comes from the next lane, and the barrier rule compares the part
+ * with the previous one the block moves. */
 __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, uint32_t c, bulk_side &sd,
                           bulk_task *tasks) {
   const uint32_t all = 0xffffffffu;
@@ -117,14 +123,10 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
   const uint32_t l = threadIdx.x, k = l / 2;
   const side_xfer s = side_xfer_read(w, lane, c); /* the parameters' list is read here only */
   const dev_xfer_t &x = s.x;
-  const dev_span_t &part = s.part;
   const int peer = s.peer;
   const bool send = s.send, have = s.have;
   const bool here = half < 0 || (half == 1) == (x.recv_peer >= 0); /* the transfer runs on this half */
   const bool mine = s.mine && here;
-  /* The side's ring, count and (a send's) head first, at an index kept in range whatever the transfer says,
-   * so that their trip to memory overlaps the checks below; a side that fails those uses none of it.
-   * Volatile, so that the compiler does not move the loads after the checks. */
   const int idx = (peer >= 0 && peer < comm->nranks ? peer : 0) * comm->nch_max + (int)c;
   const dev_ring_t *rp = &(send ? comm->send : comm->recv)[idx];
   uint64_t *home = &(send ? comm->sent : comm->recvd)[idx];
@@ -149,7 +151,7 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
   }
   TRACE_AT(TRACE_SIDES);
   const bool live = used && !bad;
-  const uint32_t pieces = live ? dev_npieces(part.len) : 0;
+  const uint32_t pieces = live ? dev_npieces(s.part.len) : 0;
   const uint32_t same = __match_any_sync(all, live ? (unsigned long long)sd.home : 0ull);
   uint32_t before = 0, total = 0; /* pieces of the ring's sides before this one, and of all of them */
   for (uint32_t j = 0; j < 2 * w.nxfers; j++) {
@@ -160,7 +162,7 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
     }
   }
   sd.count += before;
-  sd.len = live ? (uint32_t)part.len : 0;
+  sd.len = live ? (uint32_t)s.part.len : 0;
   sd.last = live && (same >> l) == 1;
   sd.ctrl = live ? ring.ctrl : NULL;
   TRACE_AT(TRACE_EARLY);
@@ -174,9 +176,6 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
   if (bad) error_record(comm, DEV_ERR_INVALID, peer, (int)c, send, w.seq, 0);
   if (!__all_sync(all, ok)) return false;
   TRACE_AT(TRACE_SENT);
-
-  /* Task k, by its send lane: the receive side's ring comes from the next lane; the barrier rule compares
-   * the part with the previous one the block moves. */
   const bulk_ring mine_ring = {live ? ring.data : NULL, live ? ring.marks : NULL, sd.count};
   const bulk_ring in = {(char *)__shfl_down_sync(all, (unsigned long long)mine_ring.data, 1),
                         (uint64_t *)__shfl_down_sync(all, (unsigned long long)mine_ring.marks, 1),
@@ -185,8 +184,8 @@ __device__ bool bulk_open(const dev_work_small_t &w, uint32_t lane, int half, ui
   if (send && have) {
     bulk_task &t = tasks[k];
     t.x = x;
-    t.off = part.off;
-    t.len = (uint32_t)part.len;
+    t.off = s.part.off;
+    t.len = (uint32_t)s.part.len;
     t.in = in;
     t.out = mine_ring;
     t.run = mine;

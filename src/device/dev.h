@@ -308,7 +308,7 @@ typedef struct {
  * Two entry points take the same work: braid_kernel with all DEV_MAX_XFERS slots, and braid_kernel_small,
  * whose parameter is the first sizeof(dev_work_small_t) bytes of the same struct (DEV_SMALL_XFERS slots), for
  * launches of a few transfers: the driver copies every parameter byte at each launch, and so does each
- * block into its shared memory (kernels.cu), 680 bytes instead of 3.3 KB. The fields before `xfers` are one
+ * block into its shared memory (general.cuh), 680 bytes instead of 3.3 KB. The fields before `xfers` are one
  * list (DEV_WORK_FIELDS), so the two structs share their layout up to the slots.
  *
  * A third entry point, braid_kernel_ll, takes the small work too, for the launches that are latency alone:
@@ -367,7 +367,7 @@ typedef struct {
  * parameters for one shape only: an all-reduce, in place or out, fused 1, its receive combining on the
  * send's bytes and channels, in that protocol (pair_func in gpu_work.c). Every thread issues the loads of the
  * receive's ring and count and the send's ring, count and head (and its first LL line) before it checks the
- * launch, one trip under the check (pair_ar_load in kernels.cu); in LL it sends its lines, then awaits the
+ * launch, one trip under the check (pair_ar_load in pair.cuh); in LL it sends its lines, then awaits the
  * peer's and combines each with its own line, the first still in a register; in LL128 each warp sends its
  * units, then awaits the peer's and combines them, as the pair kernel does. Then the barrier and the counts.
  * The pair kernel's fused 1 loads the receive's ring after the send (in LL the operand again), and keeps its

@@ -1,7 +1,7 @@
 /*
  * The LL protocol's lines (dev.h), as each thread of a block moves its own: a 16-byte line holds 8 data bytes
  * and two copies of the piece's flag, stored in one access and waited for on the line itself. The general
- * kernel's LL path (kernels.cu) and the LL entry point both move pieces through ll_lines, which reads this
+ * kernel's LL path (general.cuh) and the LL entry point both move pieces through ll_lines, which reads this
  * rank's bytes, waits for the arriving line, combines, stores the result and sends it, line by line.
  */
 #ifndef BRAID_DEVICE_LL_CUH
@@ -219,7 +219,7 @@ __device__ __forceinline__ uint4 ld16_if(const void *p, bool pred) {
 
 /* 8 bytes at p (8-byte aligned) where `pred`, else 0, from L2. Like ld16_if, a volatile statement is
  * issued where it stands: the compiler neither drops it nor moves it past a branch, as it may a plain load
- * whose value only one side of the branch uses (pair_ar_load in kernels.cu issues its loads so before the
+ * whose value only one side of the branch uses (pair_ar_load in pair.cuh issues its loads so before the
  * launch check). */
 __device__ __forceinline__ uint64_t ld8_if(const void *p, bool pred) {
   uint64_t v;

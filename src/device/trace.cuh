@@ -1,5 +1,5 @@
 /*
- * Cycle checkpoints in the kernels' entry points (kernels.cu, bulk.cuh), for finding where a
+ * Cycle checkpoints in the kernels' entry points (kernels.cu and the headers of each), for finding where a
  * call's time goes. They exist only in a build configured with -DBRAID_TRACE_LL=ON,
  * which defines BRAID_TRACE_LL for the kernels; in any other build every macro here is empty and the kernels
  * are byte for byte those the file would give without them.
@@ -29,7 +29,7 @@
  * fence after them done (the chunk's mark is stored next); `lines` its last received chunk's mark seen,
  * `arrived` that chunk combined. `called` stays -1.
  *
- * In the general kernel (kernels.cu, kernel_run; Simple batches in part_run): `opened` the block's lane
+ * In the general kernel (general.cuh, kernel_run; Simple batches in part_run): `opened` the block's lane
  * opened (its transfers and rings found), `early` thread 0's first batch waited for (room to send, or data
  * received), `sent` that batch published, `piece` the block's last batch published, `run` every step run,
  * `closed` the block past the grid's end. Four more fields end the line: `waited` and `publishing`, the

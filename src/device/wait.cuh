@@ -1,7 +1,7 @@
 /*
- * The kernels' waits (kernels.cu, ll.cuh): loads with a stated memory order, and spin loops that give up on
- * an abort, on another block's error or at the communicator's timeout, recording why in host-mapped memory
- * (dev_error_t) for ncclCommGetAsyncError.
+ * The kernels' waits (general.cuh, ll.cuh and the entry points): loads with a stated memory order, and spin
+ * loops that give up on an abort, on another block's error or at the communicator's timeout, recording why in
+ * host-mapped memory (dev_error_t) for ncclCommGetAsyncError.
  */
 #ifndef BRAID_DEVICE_WAIT_CUH
 #define BRAID_DEVICE_WAIT_CUH
