@@ -9,9 +9,11 @@
 # A fatbin is made in steps that run in parallel (make -j, ninja): nvcc makes the PTX of the highest
 # architecture and ptxas its cubin, one nvcc per other architecture makes its cubin, then fatbinary puts them
 # together. Each step prints a line when it starts and, through BraidStep.cmake, its time when it ends; a
-# fatbin is rebuilt only when its sources change. The kernels stay one translation unit: split into several, nvcc compiles the general
-# kernel's entry points into different machine code (it inlines differently), where ptxas's threads give the
-# same parallelism with the same code.
+# fatbin is rebuilt only when its sources change. The kernels stay one translation unit: split into several,
+# nvcc compiles the general kernel's entry points into different machine code (it inlines differently). With
+# one architecture, ptxas can instead compile groups of the entry points in processes side by side (GROUPS),
+# each into a fatbin of its own: ptxas compiles every entry point on its own, so the machine code is the same
+# as from one process, and each process holds about half the memory.
 
 set(BRAID_CUDA_ARCHS "$ENV{BRAID_CUDA_ARCHS}" CACHE STRING
   "GPU architectures of the kernels: 80;90, native (this machine's GPUs), or empty: every one nvcc builds from sm_80 up, one per major version")
@@ -80,9 +82,10 @@ foreach(arch ${braid_archs})
 endforeach()
 string(APPEND BRAID_ARCHS_TEXT "compute_${braid_ptx_arch}")
 
-# ptxas compiles an architecture's entry points on BRAID_PTXAS_THREADS threads (--split-compile; the machine
-# code is the same as on one thread, each thread holds up to 4 GB). By default: the cores, up to 4, when the
-# kernels are built for one architecture; 1 for several, which the build already compiles side by side.
+# ptxas compiles an architecture's entry points on BRAID_PTXAS_THREADS threads (--split-compile, shared among
+# the processes of GROUPS; the machine code is the same as on one thread, each thread holds up to 4 GB). By
+# default: the cores, up to 4, when the kernels are built for one architecture; 1 for several, which the build
+# already compiles side by side.
 cmake_host_system_information(RESULT braid_cores QUERY NUMBER_OF_LOGICAL_CORES)
 if(braid_narchs EQUAL 1 AND braid_cores GREATER 1)
   set(braid_threads ${braid_cores})
@@ -106,22 +109,32 @@ if(NOT BRAID_FATBINARY OR NOT BRAID_PTXAS)
   message(FATAL_ERROR "Braid: no fatbinary or ptxas beside ${CMAKE_CUDA_COMPILER}")
 endif()
 
-# braid_fatbin(NAME SOURCE SYMBOL INCLUDES OUT_S [DEPENDS files...] [FLAGS nvcc flags...]) makes target NAME
-# build the fatbin of SOURCE (INCLUDES: a list of include folders) and sets OUT_S to the assembler file that
-# embeds it as SYMBOL and SYMBOL_size (src/device/fatbin.S.in).
+# braid_fatbin(NAME SOURCE SYMBOL INCLUDES OUT_S [DEPENDS files...] [FLAGS nvcc flags...] [GROUPS entries...])
+# makes target NAME build the fatbin of SOURCE (INCLUDES: a list of include folders) and sets OUT_S to the
+# assembler file that embeds it as SYMBOL and SYMBOL_size (src/device/fatbin.S.in). With GROUPS (each a
+# comma-separated list of entry points) and one architecture, it builds a fatbin per group instead, embedded
+# as SYMBOL_0, SYMBOL_1, ..., the first with the PTX of every entry point; OUT_S then lists their assembler
+# files, and NAME_SYMBOLS (set in the caller) their symbols.
 function(braid_fatbin name source symbol includes out_s)
-  cmake_parse_arguments(PARSE_ARGV 5 fb "" "" "DEPENDS;FLAGS")
+  cmake_parse_arguments(PARSE_ARGV 5 fb "" "" "DEPENDS;FLAGS;GROUPS")
   set(dir ${CMAKE_BINARY_DIR}/fatbin)
-  set(fatbin ${dir}/${name}.fatbin)
-  set(embed ${dir}/${name}.S)
   set(braid_step ${CMAKE_SOURCE_DIR}/cmake/BraidStep.cmake)
   set(nvcc ${CMAKE_CUDA_COMPILER_LAUNCHER} ${CMAKE_CUDA_COMPILER} -O3 -std=c++17 ${fb_FLAGS})
   foreach(inc ${includes})
     list(APPEND nvcc -I${inc})
   endforeach()
+  set(groups "")
+  if(fb_GROUPS AND braid_narchs EQUAL 1)
+    set(groups ${fb_GROUPS})
+  endif()
+  list(LENGTH groups ngroups)
   set(images)
   set(parts)
-  math(EXPR nsteps "${braid_narchs} + 1")
+  if(ngroups GREATER 0)
+    math(EXPR nsteps "${ngroups} + 1")
+  else()
+    math(EXPR nsteps "${braid_narchs} + 1")
+  endif()
   set(ptx ${dir}/${name}.compute_${braid_ptx_arch}.ptx)
   add_custom_command(OUTPUT ${ptx}
     COMMAND ${CMAKE_COMMAND} "-DSTEP=${name}: PTX for compute_${braid_ptx_arch}" -P ${braid_step}
@@ -129,6 +142,56 @@ function(braid_fatbin name source symbol includes out_s)
     DEPENDS ${source} ${fb_DEPENDS}
     COMMENT "${name}: PTX for compute_${braid_ptx_arch} (1 of ${nsteps})"
     VERBATIM)
+  # The options nvcc records for the PTX's compilation at load time when it makes a fatbin itself.
+  set(cicc_options "--cicc-cmdline=-ftz=0 -prec_div=1 -prec_sqrt=1 -fmad=1 ")
+  if(ngroups GREATER 0)
+    # One architecture in groups of entry points, a ptxas process and a fatbin each.
+    math(EXPR threads "${braid_threads} / ${ngroups}")
+    if(threads LESS 1)
+      set(threads 1)
+    endif()
+    string(REGEX REPLACE "[af]$" "" sm "${braid_top_arch}")
+    set(embeds)
+    set(symbols)
+    set(i 0)
+    foreach(group ${groups})
+      math(EXPR step "${i} + 2")
+      set(cubin ${dir}/${name}_${i}.sm_${braid_top_arch}.cubin)
+      set(fatbin ${dir}/${name}_${i}.fatbin)
+      add_custom_command(OUTPUT ${cubin}
+        COMMAND ${CMAKE_COMMAND} "-DSTEP=${name}: cubin ${i} for sm_${braid_top_arch}" -P ${braid_step}
+                ${BRAID_PTXAS} -arch=sm_${braid_top_arch} -m64 --entry ${group} --split-compile=${threads} ${ptx}
+                -o ${cubin}
+        DEPENDS ${ptx}
+        COMMENT "${name}: cubin ${i} for sm_${braid_top_arch}: ${group} (${step} of ${nsteps})"
+        VERBATIM)
+      set(image --image3=kind=elf,sm=${sm},file=${cubin})
+      if(i EQUAL 0)
+        list(APPEND image --image3=kind=ptx,sm=${braid_ptx_arch},file=${ptx})
+      endif()
+      # compressed, as fatbinary compresses a cubin the size of all entry points' on its own
+      add_custom_command(OUTPUT ${fatbin}
+        COMMAND ${BRAID_FATBINARY} --create=${fatbin} -64 --compress-all ${cicc_options} ${image}
+        DEPENDS ${cubin} ${ptx}
+        COMMENT "${name}: fatbin ${i} of ${BRAID_ARCHS_TEXT}"
+        VERBATIM)
+      list(APPEND parts ${fatbin})
+      set(FATBIN_SYMBOL ${symbol}_${i})
+      set(FATBIN_FILE ${fatbin})
+      set(embed ${dir}/${name}_${i}.S)
+      configure_file(${CMAKE_SOURCE_DIR}/src/device/fatbin.S.in ${embed} @ONLY)
+      set_source_files_properties(${embed} PROPERTIES OBJECT_DEPENDS ${fatbin})
+      list(APPEND embeds ${embed})
+      list(APPEND symbols ${symbol}_${i})
+      math(EXPR i "${i} + 1")
+    endforeach()
+    add_custom_target(${name} DEPENDS ${parts})
+    set(${out_s} ${embeds} PARENT_SCOPE)
+    set(${name}_SYMBOLS ${symbols} PARENT_SCOPE)
+    return()
+  endif()
+  set(fatbin ${dir}/${name}.fatbin)
+  set(embed ${dir}/${name}.S)
   set(step 1)
   foreach(arch ${braid_archs})
     math(EXPR step "${step} + 1")
@@ -154,9 +217,8 @@ function(braid_fatbin name source symbol includes out_s)
     list(APPEND parts ${cubin})
     list(APPEND images --image3=kind=elf,sm=${sm},file=${cubin})
   endforeach()
-  # The options nvcc records for the PTX's compilation at load time when it makes a fatbin itself.
   add_custom_command(OUTPUT ${fatbin}
-    COMMAND ${BRAID_FATBINARY} --create=${fatbin} -64 "--cicc-cmdline=-ftz=0 -prec_div=1 -prec_sqrt=1 -fmad=1 "
+    COMMAND ${BRAID_FATBINARY} --create=${fatbin} -64 ${cicc_options}
             ${images} --image3=kind=ptx,sm=${braid_ptx_arch},file=${ptx}
     DEPENDS ${parts} ${ptx}
     COMMENT "${name}: fatbin of ${BRAID_ARCHS_TEXT}"
@@ -167,4 +229,5 @@ function(braid_fatbin name source symbol includes out_s)
   configure_file(${CMAKE_SOURCE_DIR}/src/device/fatbin.S.in ${embed} @ONLY)
   set_source_files_properties(${embed} PROPERTIES OBJECT_DEPENDS ${fatbin})
   set(${out_s} ${embed} PARENT_SCOPE)
+  set(${name}_SYMBOLS ${symbol} PARENT_SCOPE)
 endfunction()

@@ -144,16 +144,20 @@ ncclResult_t gx_init(int dev, int rank, int nranks, int nch, int sms, links_t *l
                .grid_max = (unsigned)(tune_lanes_max(nranks) * nch),
                .name = name,
                .acct = acct};
-  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_NAME, &gx->func), res, fail);
-  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_SMALL_NAME, &gx->func_small), res, fail);
-  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_LL_NAME, &gx->func_ll), res, fail);
-  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_BULK_NAME, &gx->func_bulk), res, fail);
-  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PAIR_NAME, &gx->func_pair), res, fail);
-  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PAIR_AR_NAME, &gx->func_pair_ar), res, fail);
-  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PAIR_AR128_NAME, &gx->func_pair_ar128), res, fail);
-  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_WAIT_NAME, &gx->func_wait), res, fail);
-  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_COMBINE_NAME, &gx->func_combine), res, fail);
-  CHECK_GOTO(gpu_func_load(dev, dev_fatbin, DEV_KERNEL_PUSH_NAME, &gx->func_push), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbins, dev_nfatbins, DEV_KERNEL_NAME, &gx->func), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbins, dev_nfatbins, DEV_KERNEL_SMALL_NAME, &gx->func_small), res,
+             fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbins, dev_nfatbins, DEV_KERNEL_LL_NAME, &gx->func_ll), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbins, dev_nfatbins, DEV_KERNEL_BULK_NAME, &gx->func_bulk), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbins, dev_nfatbins, DEV_KERNEL_PAIR_NAME, &gx->func_pair), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbins, dev_nfatbins, DEV_KERNEL_PAIR_AR_NAME, &gx->func_pair_ar), res,
+             fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbins, dev_nfatbins, DEV_KERNEL_PAIR_AR128_NAME, &gx->func_pair_ar128),
+             res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbins, dev_nfatbins, DEV_KERNEL_WAIT_NAME, &gx->func_wait), res, fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbins, dev_nfatbins, DEV_KERNEL_COMBINE_NAME, &gx->func_combine), res,
+             fail);
+  CHECK_GOTO(gpu_func_load(dev, dev_fatbins, dev_nfatbins, DEV_KERNEL_PUSH_NAME, &gx->func_push), res, fail);
   int can_eager = 0, can_captured = 0;
   CHECK_GOTO(gpu_overlap_support(dev, &can_eager, &can_captured), res, fail);
   const int64_t overlap = param_int(P_BRAID_LAUNCH_PDL);

@@ -556,11 +556,14 @@ DEV_INLINE uint32_t dev_npieces(uint64_t len) {
  * grid = max(step_lanes) * work.nch blocks of DEV_THREADS threads; block b serves lane b / work.nch, channel
  * b % work.nch, or, when comm.interleave > 1, lane b % interleave, channel b / interleave (the grid is then
  * interleave * work.nch, and a block whose lane the launch does not have serves none); rings are still
- * indexed peer * nch_max + channel. The embedded fatbin that holds it (made by nvcc from src/device) is
- * reached through these symbols; dev_fatbin_size is 0 in a build without CUDA. */
-extern const unsigned char dev_fatbin[];
-extern const unsigned long long dev_fatbin_size;
-/* The architectures the fatbin carries, as text: "sm_80 sm_90 compute_90" (cubins, then the PTX); "" without.
+ * indexed peer * nch_max + channel.
+ *
+ * The kernels are embedded in the library as dev_nfatbins fatbins (made from src/device by nvcc and ptxas),
+ * one per group of entry points that the build compiles side by side; each entry point is in one of them, and
+ * the first also carries the PTX of all. dev_nfatbins is 0 in a build without CUDA. */
+extern const void *const dev_fatbins[];
+extern const int dev_nfatbins;
+/* The architectures the fatbins carry, as text: "sm_80 sm_90 compute_90" (cubins, then the PTX); "" without.
  */
 extern const char dev_fatbin_archs[];
 

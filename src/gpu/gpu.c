@@ -24,7 +24,7 @@ static int cuda_usable(char *buf, size_t len) {
   int ndev = 0;
   const char *what = "";
   if (gpu_cuda_probe(&ndev, &what) != ncclSuccess) ndev = 0;
-  if (ndev > 0 && dev_fatbin_size > 0) {
+  if (ndev > 0 && dev_nfatbins > 0) {
     snprintf(buf, len, "%s", what);
     return 1;
   }

@@ -148,8 +148,11 @@ typedef struct {
 ncclResult_t gpu_ptr_export(int dev, const void *ptr, gpu_ptr_export_t *x, int *ok_p);
 
 typedef struct gpu_func gpu_func_t; /* a kernel of a loaded module */
-/* Loads `name` from `fatbin` in `dev`'s primary context (once per device; later calls return the same). */
-ncclResult_t gpu_func_load(int dev, const void *fatbin, const char *name, gpu_func_t **func_p);
+/* Loads kernel `name` in `dev`'s primary context from the first of `nfatbins` fatbins that has it (each
+ * module once per device, each kernel once; later calls return the same). A fatbin without code for the
+ * device is passed over; where none has code, the error names the device's architecture and the build's. */
+ncclResult_t gpu_func_load(int dev, const void *const *fatbins, int nfatbins, const char *name,
+                           gpu_func_t **func_p);
 /* Launches with one by-value parameter of `param_bytes` bytes. The caller has entered the device. With
  * `overlap` (compute capability 9.0 and newer), the launch may overlap the stream's previous kernel
  * (programmatic dependent launch): its blocks may start as that kernel's blocks end, before its stores are

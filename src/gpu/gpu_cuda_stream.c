@@ -135,79 +135,107 @@ ncclResult_t gpu_stream_sync(cudaStream_t stream) {
   return ncclSuccess;
 }
 
-/* A loaded kernel; modules are loaded once per (device, fatbin) and kept for the process's life. */
-typedef struct func_entry {
+/* Modules are loaded once per (device, fatbin) and kept for the process's life, as are the kernels found in
+ * them. A module of NULL: the fatbin has no code the device runs. */
+typedef struct module_entry {
   int dev;
   const void *fatbin;
-  char name[64];
   CUmodule module;
+  struct module_entry *next;
+} module_entry_t;
+
+typedef struct func_entry {
+  int dev;
+  const void *fatbin; /* where the kernel was found */
+  char name[64];
   CUfunction func;
   struct func_entry *next;
 } func_entry_t;
 
 static pthread_mutex_t func_lock = PTHREAD_MUTEX_INITIALIZER;
+static module_entry_t *modules;
 static func_entry_t *funcs;
 
-/* Finds `name` in the cache, or the module of (dev, fatbin) when the function is not there yet. Called with
+/* The module of (dev, fatbin), loaded on first use (*module_p NULL: no code for the device). Called with
  * func_lock held. */
-static func_entry_t *func_find(int dev, const void *fatbin, const char *name, CUmodule *module_p) {
-  *module_p = NULL;
-  for (func_entry_t *e = funcs; e != NULL; e = e->next) {
-    if (e->dev != dev || e->fatbin != fatbin) continue;
-    if (strcmp(e->name, name) == 0) return e;
-    *module_p = e->module;
+static ncclResult_t module_get(int dev, const void *fatbin, CUmodule *module_p) {
+  for (module_entry_t *m = modules; m != NULL; m = m->next)
+    if (m->dev == dev && m->fatbin == fatbin) {
+      *module_p = m->module;
+      return ncclSuccess;
+    }
+  module_entry_t *m = calloc(1, sizeof *m);
+  if (m == NULL) return log_err(ncclSystemError, "gpu_func_load: out of host memory");
+  gpu_scope_t scope;
+  ncclResult_t res = gpu_enter(dev, &scope);
+  if (res != ncclSuccess) {
+    free(m);
+    return res;
   }
-  return NULL;
+  CUmodule module = NULL;
+  const CUresult r = drv.cuModuleLoadData(&module, fatbin);
+  gpu_leave(&scope);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_NO_BINARY_FOR_GPU) {
+    free(m);
+    return cu_fail(r, "cuModuleLoadData", "the kernels' fatbin on device %d", dev);
+  }
+  *m = (module_entry_t){
+      .dev = dev, .fatbin = fatbin, .module = r == CUDA_SUCCESS ? module : NULL, .next = modules};
+  modules = m;
+  *module_p = m->module;
+  return ncclSuccess;
 }
 
-/* Loads `name` (and its module, unless `module` is already loaded) on `dev`. Called with func_lock held. */
-static ncclResult_t func_add(int dev, const void *fatbin, const char *name, CUmodule module,
-                             func_entry_t **entry_p) {
+/* `name` in fatbins[i] on `dev`, or NULL where that module lacks it (or has no code for the device). Called
+ * with func_lock held. */
+static ncclResult_t func_in(int dev, const void *fatbin, const char *name, func_entry_t **entry_p) {
+  *entry_p = NULL;
+  for (func_entry_t *e = funcs; e != NULL; e = e->next)
+    if (e->dev == dev && e->fatbin == fatbin && strcmp(e->name, name) == 0) {
+      *entry_p = e;
+      return ncclSuccess;
+    }
+  CUmodule module;
+  CHECK(module_get(dev, fatbin, &module));
+  if (module == NULL) return ncclSuccess;
+  CUfunction func;
+  const CUresult r = drv.cuModuleGetFunction(&func, module, name);
+  if (r == CUDA_ERROR_NOT_FOUND) return ncclSuccess;
+  if (r != CUDA_SUCCESS) return cu_fail(r, "cuModuleGetFunction", "kernel %s on device %d", name, dev);
   func_entry_t *e = calloc(1, sizeof *e);
   if (e == NULL) return log_err(ncclSystemError, "gpu_func_load: out of host memory");
-  ncclResult_t res = ncclSuccess;
-  int loaded = 0;
-  gpu_scope_t scope;
-  CHECK_GOTO(gpu_enter(dev, &scope), res, err_free);
-  if (module == NULL) {
-    CUresult r = drv.cuModuleLoadData(&module, fatbin);
-    if (r != CUDA_SUCCESS) {
-      res = r == CUDA_ERROR_NO_BINARY_FOR_GPU
-                ? gpu_cuda_no_code(dev)
-                : cu_fail(r, "cuModuleLoadData", "the kernels' fatbin on device %d", dev);
-      goto err_leave;
-    }
-    loaded = 1;
-  }
-  CUfunction func;
-  CU_GOTO(cuModuleGetFunction, (&func, module, name), res, err_unload, "kernel %s on device %d", name, dev);
-  gpu_leave(&scope);
-  *e = (func_entry_t){.dev = dev, .fatbin = fatbin, .module = module, .func = func, .next = funcs};
+  *e = (func_entry_t){.dev = dev, .fatbin = fatbin, .func = func, .next = funcs};
   snprintf(e->name, sizeof e->name, "%s", name);
   funcs = e;
   *entry_p = e;
   return ncclSuccess;
-err_unload:
-  if (loaded) CU_WARN(cuModuleUnload, (module), "the kernels' module on device %d", dev);
-err_leave:
-  gpu_leave(&scope);
-err_free:
-  free(e);
-  return res;
 }
 
-ncclResult_t gpu_func_load(int dev, const void *fatbin, const char *name, gpu_func_t **func_p) {
+ncclResult_t gpu_func_load(int dev, const void *const *fatbins, int nfatbins, const char *name,
+                           gpu_func_t **func_p) {
   CHECK(gpu_cuda_check_dev(dev, "gpu_func_load"));
   if (strlen(name) >= sizeof(((func_entry_t *)0)->name))
     return log_err(ncclInvalidArgument, "gpu_func_load: kernel name %s is too long", name);
   ncclResult_t res = ncclSuccess;
+  func_entry_t *e = NULL;
+  int with_code = 0;
   pthread_mutex_lock(&func_lock);
-  CUmodule module;
-  func_entry_t *e = func_find(dev, fatbin, name, &module);
-  if (e == NULL) res = func_add(dev, fatbin, name, module, &e);
+  for (int i = 0; i < nfatbins && e == NULL && res == ncclSuccess; i++) {
+    res = func_in(dev, fatbins[i], name, &e);
+    CUmodule module = NULL;
+    if (res == ncclSuccess && e == NULL) res = module_get(dev, fatbins[i], &module);
+    with_code += e != NULL || module != NULL;
+  }
   pthread_mutex_unlock(&func_lock);
-  if (res == ncclSuccess) *func_p = (gpu_func_t *)e->func;
-  return res;
+  if (res != ncclSuccess) return res;
+  if (e == NULL && with_code == 0 && nfatbins > 0) return gpu_cuda_no_code(dev);
+  if (e == NULL)
+    return log_err(ncclUnhandledCudaError,
+                   "gpu_func_load: kernel %s is in none of the %d fatbins on device %d "
+                   "(cuModuleGetFunction: CUDA_ERROR_NOT_FOUND)",
+                   name, nfatbins, dev);
+  *func_p = (gpu_func_t *)e->func;
+  return ncclSuccess;
 }
 
 ncclResult_t gpu_launch(gpu_func_t *func, unsigned grid, unsigned block, void *param, size_t param_bytes,

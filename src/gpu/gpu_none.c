@@ -106,7 +106,8 @@ ncclResult_t gpu_copy_async(void *dst, const void *src, size_t bytes, cudaStream
 ncclResult_t gpu_stream_sync(cudaStream_t stream) {
   return no_cuda("gpu_stream_sync");
 }
-ncclResult_t gpu_func_load(int dev, const void *fatbin, const char *name, gpu_func_t **func_p) {
+ncclResult_t gpu_func_load(int dev, const void *const *fatbins, int nfatbins, const char *name,
+                           gpu_func_t **func_p) {
   return no_cuda("gpu_func_load");
 }
 ncclResult_t gpu_launch(gpu_func_t *func, unsigned grid, unsigned block, void *param, size_t param_bytes,

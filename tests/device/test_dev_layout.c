@@ -164,17 +164,56 @@ static void test_parts_balanced(void) {
   EXPECT(c.len == 32 && d.off == 96 && d.len == 4, "100 bytes over 4 channels: 32, 32, 32, 4");
 }
 
-/* ---- The embedded fatbin ---- */
+/* ---- The embedded fatbins ---- */
+
+#ifdef BRAID_HAVE_FATBIN
+/* How many of the space-separated groups of comma-separated names in `groups` name `name`. */
+static int group_count(const char *groups, const char *name) {
+  int n = 0;
+  const size_t len = strlen(name);
+  for (const char *p = groups; *p != '\0';) {
+    const size_t tok = strcspn(p, ", ");
+    n += tok == len && strncmp(p, name, len) == 0;
+    p += tok;
+    p += *p != '\0';
+  }
+  return n;
+}
+#endif
 
 static void test_fatbin(void) {
 #ifdef BRAID_HAVE_FATBIN
-  EXPECT(dev_fatbin_size > 16, "a CUDA build embeds the kernels (%llu bytes)", dev_fatbin_size);
-  EXPECT((uintptr_t)dev_fatbin % 8 == 0, "the fatbin is 8-byte aligned");
-  uint32_t magic;
-  memcpy(&magic, dev_fatbin, sizeof magic);
-  EXPECT(magic == 0xba55ed50u, "fatbin magic %#x", magic);
+  EXPECT(dev_nfatbins == BRAID_NFATBINS, "%d fatbins embedded, the build made %d", dev_nfatbins,
+         BRAID_NFATBINS);
+  for (int i = 0; i < dev_nfatbins; i++) {
+    const unsigned char *f = dev_fatbins[i];
+    EXPECT((uintptr_t)f % 8 == 0, "fatbin %d is 8-byte aligned", i);
+    uint32_t magic;
+    uint16_t header;
+    uint64_t size;
+    memcpy(&magic, f, sizeof magic);
+    memcpy(&header, f + 6, sizeof header);
+    memcpy(&size, f + 8, sizeof size);
+    EXPECT(magic == 0xba55ed50u && header == 16 && size > 16, "fatbin %d: magic %#x, header %u, %llu bytes",
+           i, magic, header, (unsigned long long)size);
+  }
+  EXPECT(dev_fatbin_archs[0] != '\0', "the fatbins' architectures are named");
+  /* every entry point in exactly one group of ptxas's (CMakeLists.txt), and nothing else there */
+  static const char *const names[] = {
+      DEV_KERNEL_NAME,         DEV_KERNEL_SMALL_NAME,   DEV_KERNEL_LL_NAME,         DEV_KERNEL_BULK_NAME,
+      DEV_KERNEL_PAIR_NAME,    DEV_KERNEL_PAIR_AR_NAME, DEV_KERNEL_PAIR_AR128_NAME, DEV_KERNEL_WAIT_NAME,
+      DEV_KERNEL_COMBINE_NAME, DEV_KERNEL_PUSH_NAME};
+  const char *groups = BRAID_KERNEL_GROUPS;
+  int tokens = 0;
+  for (const char *p = groups; *p != '\0'; p++)
+    tokens += *p != ',' && *p != ' ' && (p == groups || p[-1] == ',' || p[-1] == ' ');
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    EXPECT(group_count(groups, names[i]) == 1, "%s is in %d of the groups \"%s\"", names[i],
+           group_count(groups, names[i]), groups);
+  EXPECT(tokens == (int)(sizeof names / sizeof names[0]), "the groups \"%s\" name %d kernels, dev.h %zu",
+         groups, tokens, sizeof names / sizeof names[0]);
 #else
-  EXPECT(dev_fatbin_size == 0, "a build without CUDA has no kernels");
+  EXPECT(dev_nfatbins == 0, "a build without CUDA has no kernels");
 #endif
 }
 

@@ -35,6 +35,7 @@ struct CUevent_st {
 };
 struct CUmod_st {
   int dev;
+  char only[256]; /* the kernels it holds, comma-separated, between commas; "": every kernel */
 };
 struct CUfunc_st {
   int unused;
@@ -671,6 +672,8 @@ static CUresult mock_cuModuleLoadData(CUmodule *mod, const void *image) {
     return CUDA_ERROR_NO_BINARY_FOR_GPU;
   *mod = calloc(1, sizeof **mod);
   (*mod)->dev = current->dev;
+  if (strncmp(image, MOCK_CUDA_ONLY_IMAGE, strlen(MOCK_CUDA_ONLY_IMAGE)) == 0)
+    snprintf((*mod)->only, sizeof(*mod)->only, ",%s,", (const char *)image + strlen(MOCK_CUDA_ONLY_IMAGE));
   STAT_ADD(module_loads, 1);
   return CUDA_SUCCESS;
 }
@@ -682,6 +685,9 @@ static CUresult mock_cuModuleUnload(CUmodule mod) {
 }
 
 static CUresult mock_cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name) {
+  char key[80];
+  snprintf(key, sizeof key, ",%s,", name);
+  if (mod->only[0] != '\0' && strstr(mod->only, key) == NULL) return CUDA_ERROR_NOT_FOUND;
   if (strcmp(name, MOCK_CUDA_KERNEL) == 0) {
     *f = &kernel;
   } else if (strcmp(name, MOCK_CUDA_KERNEL_SMALL) == 0) {

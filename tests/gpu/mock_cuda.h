@@ -19,8 +19,9 @@
 #define MOCK_CUDA_SMS               132          /* multiprocessors per device */
 #define MOCK_CUDA_CC_MAJOR          9 /* compute capability 9.0, unless MOCK_CUDA_CC_MAJOR in the environment */
 #define MOCK_CUDA_NO_CODE_IMAGE     "no code for sm_90" /* a fatbin starting so has no code the devices run */
-#define MOCK_CUDA_CAPTURING         ((void *)0xCA7ull)  /* the stream that reports an active capture */
-#define MOCK_CUDA_KERNEL            "braid_kernel"      /* the kernels every module holds */
+#define MOCK_CUDA_ONLY_IMAGE        "only:" /* a fatbin "only:a,b" holds kernels a and b alone (else: all) */
+#define MOCK_CUDA_CAPTURING         ((void *)0xCA7ull) /* the stream that reports an active capture */
+#define MOCK_CUDA_KERNEL            "braid_kernel"     /* the kernels every module holds */
 #define MOCK_CUDA_KERNEL_SMALL      "braid_kernel_small"
 #define MOCK_CUDA_KERNEL_LL         "braid_kernel_ll"
 #define MOCK_CUDA_KERNEL_BULK       "braid_kernel_bulk"

@@ -292,12 +292,12 @@ static void test_graph_holds(void) {
 static void test_kernels(void) {
   static const unsigned char fatbin[16] = {1};
   gpu_func_t *f0 = NULL, *f0again = NULL, *f1 = NULL, *bad = NULL;
-  EXPECT_OK(gpu_func_load(0, fatbin, MOCK_CUDA_KERNEL, &f0));
-  EXPECT_OK(gpu_func_load(0, fatbin, MOCK_CUDA_KERNEL, &f0again));
+  EXPECT_OK(gpu_func_load(0, (const void *[]){fatbin}, 1, MOCK_CUDA_KERNEL, &f0));
+  EXPECT_OK(gpu_func_load(0, (const void *[]){fatbin}, 1, MOCK_CUDA_KERNEL, &f0again));
   EXPECT(f0 == f0again && stats()->module_loads == 1, "%d modules loaded", stats()->module_loads);
-  EXPECT_OK(gpu_func_load(1, fatbin, MOCK_CUDA_KERNEL, &f1));
+  EXPECT_OK(gpu_func_load(1, (const void *[]){fatbin}, 1, MOCK_CUDA_KERNEL, &f1));
   EXPECT(stats()->module_loads == 2, "one module per device expected, %d loaded", stats()->module_loads);
-  EXPECT_RES(gpu_func_load(1, fatbin, "missing_kernel", &bad), ncclUnhandledCudaError);
+  EXPECT_RES(gpu_func_load(1, (const void *[]){fatbin}, 1, "missing_kernel", &bad), ncclUnhandledCudaError);
   EXPECT(contains(log_last_error(), "cuModuleGetFunction") &&
              contains(log_last_error(), "CUDA_ERROR_NOT_FOUND") &&
              contains(log_last_error(), "missing_kernel"),
@@ -328,11 +328,34 @@ static void test_kernels(void) {
   EXPECT_RES(gpu_overlap_support(2, &eager, &captured), ncclInvalidArgument);
 }
 
+/* Kernels spread over several fatbins: each is looked up in order, a module loaded once per device, a fatbin
+ * without code for the device passed over, and a kernel none holds is an error that names it. */
+static void test_kernel_groups(void) {
+  static const char first[64] = MOCK_CUDA_ONLY_IMAGE MOCK_CUDA_KERNEL "," MOCK_CUDA_KERNEL_LL;
+  static const char second[64] = MOCK_CUDA_ONLY_IMAGE MOCK_CUDA_KERNEL_SMALL;
+  static const char no_code[64] = MOCK_CUDA_NO_CODE_IMAGE;
+  const void *both[] = {first, second}, *skip[] = {no_code, second};
+  gpu_func_t *f = NULL;
+  EXPECT_OK(gpu_func_load(0, both, 2, MOCK_CUDA_KERNEL_SMALL, &f));
+  EXPECT(f != NULL && stats()->module_loads == 2, "%d modules loaded", stats()->module_loads);
+  EXPECT_OK(gpu_func_load(0, both, 2, MOCK_CUDA_KERNEL_LL, &f));
+  EXPECT_OK(gpu_func_load(0, both, 2, MOCK_CUDA_KERNEL, &f));
+  EXPECT_OK(gpu_func_load(0, both, 2, MOCK_CUDA_KERNEL_SMALL, &f));
+  EXPECT(stats()->module_loads == 2, "modules loaded again: %d", stats()->module_loads);
+  EXPECT_RES(gpu_func_load(0, both, 2, MOCK_CUDA_KERNEL_BULK, &f), ncclUnhandledCudaError);
+  EXPECT(contains(log_last_error(), MOCK_CUDA_KERNEL_BULK) && contains(log_last_error(), "none of the 2"),
+         "message: %s", log_last_error());
+  EXPECT_OK(gpu_func_load(1, skip, 2, MOCK_CUDA_KERNEL_SMALL, &f));
+  EXPECT(stats()->module_loads == 3, "%d modules loaded", stats()->module_loads);
+  EXPECT_RES(gpu_func_load(1, skip, 2, MOCK_CUDA_KERNEL, &f), ncclUnhandledCudaError);
+  EXPECT(contains(log_last_error(), "none of the 2"), "message: %s", log_last_error());
+}
+
 /* A fatbin without code for the device: the error names the device's architecture and the build's. */
 static void test_no_code_for_device(void) {
   static const char image[64] = MOCK_CUDA_NO_CODE_IMAGE;
   gpu_func_t *f = NULL;
-  EXPECT_RES(gpu_func_load(0, image, MOCK_CUDA_KERNEL, &f), ncclUnhandledCudaError);
+  EXPECT_RES(gpu_func_load(0, (const void *[]){image}, 1, MOCK_CUDA_KERNEL, &f), ncclUnhandledCudaError);
   const char *msg = log_last_error();
   EXPECT(contains(msg, "device 0 is sm_90 (compute capability 9.0)") && contains(msg, "BRAID_CUDA_ARCHS"),
          "message: %s", msg);
@@ -345,13 +368,13 @@ static void test_backend_auto(void) {
   gpu_backend_t b;
   EXPECT_OK(gpu_backend(&b));
   /* This build's kernels decide: without them the host backend is chosen even with devices present. */
-  EXPECT(b == (dev_fatbin_size > 0 ? GPU_BACKEND_CUDA : GPU_BACKEND_HOST), "backend %d", (int)b);
+  EXPECT(b == (dev_nfatbins > 0 ? GPU_BACKEND_CUDA : GPU_BACKEND_HOST), "backend %d", (int)b);
 }
 
 static void test_backend_cuda(void) {
   set_param("BRAID_DEVICE", "cuda");
   gpu_backend_t b;
-  if (dev_fatbin_size > 0) {
+  if (dev_nfatbins > 0) {
     EXPECT_OK(gpu_backend(&b));
     EXPECT(b == GPU_BACKEND_CUDA);
     return;
@@ -390,6 +413,7 @@ int main(int argc, char **argv) {
   TEST(test_graph_holds, 30);
   TEST(test_events_and_streams, 30);
   TEST(test_kernels, 30);
+  TEST(test_kernel_groups, 30);
   TEST(test_no_code_for_device, 30);
   TEST(test_backend_auto, 30);
   TEST(test_backend_cuda, 30);
