@@ -186,17 +186,20 @@ static ncclResult_t module_get(int dev, const void *fatbin, CUmodule *module_p) 
   return ncclSuccess;
 }
 
-/* `name` in fatbins[i] on `dev`, or NULL where that module lacks it (or has no code for the device). Called
- * with func_lock held. */
-static ncclResult_t func_in(int dev, const void *fatbin, const char *name, func_entry_t **entry_p) {
+/* Kernel `name` of fatbin's module on `dev`, or NULL where the module lacks it; *code_p says whether the
+ * module has code for the device. Called with func_lock held. */
+static ncclResult_t func_in(int dev, const void *fatbin, const char *name, func_entry_t **entry_p,
+                            int *code_p) {
   *entry_p = NULL;
+  *code_p = 1;
   for (func_entry_t *e = funcs; e != NULL; e = e->next)
     if (e->dev == dev && e->fatbin == fatbin && strcmp(e->name, name) == 0) {
       *entry_p = e;
       return ncclSuccess;
     }
-  CUmodule module;
+  CUmodule module = NULL;
   CHECK(module_get(dev, fatbin, &module));
+  *code_p = module != NULL;
   if (module == NULL) return ncclSuccess;
   CUfunction func;
   const CUresult r = drv.cuModuleGetFunction(&func, module, name);
@@ -221,10 +224,9 @@ ncclResult_t gpu_func_load(int dev, const void *const *fatbins, int nfatbins, co
   int with_code = 0;
   pthread_mutex_lock(&func_lock);
   for (int i = 0; i < nfatbins && e == NULL && res == ncclSuccess; i++) {
-    res = func_in(dev, fatbins[i], name, &e);
-    CUmodule module = NULL;
-    if (res == ncclSuccess && e == NULL) res = module_get(dev, fatbins[i], &module);
-    with_code += e != NULL || module != NULL;
+    int code = 0;
+    res = func_in(dev, fatbins[i], name, &e, &code);
+    with_code += code;
   }
   pthread_mutex_unlock(&func_lock);
   if (res != ncclSuccess) return res;
