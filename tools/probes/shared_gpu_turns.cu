@@ -6,8 +6,12 @@
  *   spin    a one-thread kernel per round that spins on the word, then stores (Braid's kernels wait so);
  *   memop   cuStreamWaitValue32 on the word, then cuStreamWriteValue32: no kernel waits;
  *   kernel  cuStreamWaitValue32 on the word, then a one-thread kernel that stores: a kernel per round, as a
- *           collective's data movement would be, started only once the turn has come.
- * A spinning kernel gives up after about 2 s (and counts it); the host gives up after 60 s.
+ *           collective's data movement would be, started only once the turn has come;
+ *   copy    cuStreamWaitValue32, an 8-byte copy by the copy engine within the process's own device memory,
+ *           then cuStreamWriteValue32: copy-engine work per round instead of a kernel;
+ *   leader  process 0 as in `kernel`, process 1 as in `memop`: only one process's context runs work on the
+ *           GPU's engines, as when one rank would move both ranks' data.
+ * A spinning kernel gives up after about 2 s (and counts it); the host gives up on a variant after 40 s.
  * Not part of the build:
  *
  *   nvcc -O2 -std=c++17 -arch=sm_90 -o shared_gpu_turns tools/probes/shared_gpu_turns.cu -lcuda &&
@@ -20,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -67,13 +72,13 @@ static double now_us(void) {
 }
 
 /* One run of `rounds` hand-overs by process `me`; returns its time per round in µs. */
-static double run(shared_t *sh, unsigned *dword, unsigned *dfailed, cudaStream_t s, int me,
+static double run(shared_t *sh, unsigned *dword, unsigned *dfailed, char *scratch, cudaStream_t s, int me,
                   const char *variant, int rounds, int iter) {
   const int gen = 2 * iter + 1; /* both processes meet at a barrier of this generation first */
   if (me == 0) sh->word = 0;
   __sync_synchronize();
   sh->ready[me] = gen;
-  while (sh->ready[0] != gen || sh->ready[1] != gen) usleep(100);
+  while (sh->ready[0] < gen || sh->ready[1] < gen) usleep(100);
   const double t0 = now_us();
   for (int r = 0; r < rounds; r++) {
     const unsigned want = 2u * r + me;
@@ -81,16 +86,19 @@ static double run(shared_t *sh, unsigned *dword, unsigned *dfailed, cudaStream_t
       spin_then_store<<<1, 1, 0, s>>>((volatile unsigned *)dword, (volatile unsigned *)dfailed, want);
     } else {
       CHECK(cuStreamWaitValue32((CUstream)s, (CUdeviceptr)dword, want, CU_STREAM_WAIT_VALUE_GEQ));
-      if (strcmp(variant, "memop") == 0)
-        CHECK(cuStreamWriteValue32((CUstream)s, (CUdeviceptr)dword, want + 1, CU_STREAM_WRITE_VALUE_DEFAULT));
-      else
+      if (strcmp(variant, "kernel") == 0 || (strcmp(variant, "leader") == 0 && me == 0)) {
         store<<<1, 1, 0, s>>>((volatile unsigned *)dword, want + 1);
+        continue;
+      }
+      if (strcmp(variant, "copy") == 0)
+        CHECK(cudaMemcpyAsync(scratch + 8, scratch, 8, cudaMemcpyDeviceToDevice, s));
+      CHECK(cuStreamWriteValue32((CUstream)s, (CUdeviceptr)dword, want + 1, CU_STREAM_WRITE_VALUE_DEFAULT));
     }
   }
   CHECK(cudaStreamSynchronize(s));
   const double t = (now_us() - t0) / rounds;
   sh->ready[me] = gen + 1;
-  while (sh->ready[0] != gen + 1 || sh->ready[1] != gen + 1) usleep(100);
+  while (sh->ready[0] < gen + 1 || sh->ready[1] < gen + 1) usleep(100);
   return t;
 }
 
@@ -99,8 +107,17 @@ static int cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+static shared_t *watched;
+
+/* The host's bound: reports where the hand-over stood, then ends the process. */
+static void give_up(int sig) {
+  fprintf(stderr, "gave up after 40 s: the word is %u\n", watched->word);
+  _exit(2);
+}
+
 static void process(shared_t *sh, int me) {
-  alarm(60);
+  watched = sh;
+  signal(SIGALRM, give_up);
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(0));
   CHECK(cudaHostRegister((void *)sh, sizeof *sh, cudaHostRegisterMapped | cudaHostRegisterPortable));
@@ -110,17 +127,22 @@ static void process(shared_t *sh, int me) {
   unsigned *dfailed = base + (offsetof(shared_t, failed) / sizeof(unsigned));
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  static const char *const variants[] = {"memop", "kernel", "spin"};
+  char *scratch;
+  CHECK(cudaMalloc((void **)&scratch, 64));
+  static const char *const variants[] = {"spin", "kernel", "copy", "memop", "leader"};
   int iter = 0;
-  for (int v = 0; v < 3; v++) {
-    const int rounds = strcmp(variants[v], "spin") == 0 ? 100 : 2000;
+  for (int v = 0; v < 5; v++) {
+    const int rounds = strcmp(variants[v], "spin") == 0 ? 20 : 2000;
     double t[3];
-    for (int k = 0; k < 3; k++) t[k] = run(sh, dword, dfailed, s, me, variants[v], rounds, iter++);
+    alarm(40);
+    for (int k = 0; k < 3; k++) t[k] = run(sh, dword, dfailed, scratch, s, me, variants[v], rounds, iter++);
+    alarm(0);
     qsort(t, 3, sizeof t[0], cmp);
     printf("process %d: %-6s %9.1f us per round (median of 3 runs of %d rounds); spins given up so far: %u\n",
            me, variants[v], t[1], rounds, sh->failed);
     fflush(stdout);
   }
+  CHECK(cudaFree(scratch));
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaHostUnregister((void *)sh));
 }
