@@ -14,10 +14,10 @@
  * A spinning kernel gives up after about 2 s (and counts it); the host gives up on a variant after 40 s.
  * Not part of the build:
  *
- *   nvcc -O2 -std=c++17 -arch=sm_90 -o shared_gpu_turns tools/probes/shared_gpu_turns.cu -lcuda &&
- * ./shared_gpu_turns
+ *   nvcc -O2 -std=c++17 -arch=sm_90 -o shared_gpu_turns tools/probes/shared_gpu_turns.cu -lcuda
+ *   ./shared_gpu_turns
  *
- * Prints, per variant, each process's time per round (the median of 3 runs) and the rounds that failed.
+ * Prints, per variant, each process's time per round (the median of 3 runs) and the spins given up so far.
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
