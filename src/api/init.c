@@ -37,11 +37,7 @@ typedef struct {
 
 static ncclResult_t deferred_init(void *arg) {
   init_args_t *a = arg;
-  ncclResult_t res = comm_dead(a->comm) ? log_err(ncclInvalidUsage,
-                                                  "ncclGroupEnd: the communicator of rank %d was destroyed "
-                                                  "before the group's end ran its init",
-                                                  a->comm->rank)
-                                        : comm_init(a->comm, a->ids, a->nid);
+  ncclResult_t res = comm_init(a->comm, a->ids, a->nid);
   free(a);
   return res;
 }
@@ -84,7 +80,12 @@ static ncclResult_t init_rank(const char *func, ncclComm_t *comm_p, int nranks, 
     a->comm = comm;
     a->nid = nid;
     memcpy(a->ids, ids, nid * sizeof *ids);
-    return group_job(deferred_init, a, comm, &comm->abort_flag);
+    return group_job(&(group_job_t){.what = func,
+                                    .fn = deferred_init,
+                                    .arg = a,
+                                    .release = free,
+                                    .comm = comm,
+                                    .abort_flag = &comm->abort_flag});
   }
   ncclResult_t res = comm_init(comm, ids, nid);
   if (res != ncclSuccess) {
@@ -144,10 +145,7 @@ typedef struct {
 
 static ncclResult_t run_split(void *arg) {
   split_args_t *a = arg;
-  ncclResult_t res =
-      comm_dead(a->parent)
-          ? log_err(ncclInvalidUsage, "ncclCommSplit: the communicator was destroyed before the group's end")
-          : comm_split(a->parent, a->color, a->key, a->has_config ? &a->config : NULL, a->newcomm);
+  ncclResult_t res = comm_split(a->parent, a->color, a->key, a->has_config ? &a->config : NULL, a->newcomm);
   free(a);
   return res;
 }
@@ -171,7 +169,8 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     }
   }
   *newcomm = NULL;
-  return group_job(run_split, a, comm, NULL);
+  return group_job(
+      &(group_job_t){.what = "ncclCommSplit", .fn = run_split, .arg = a, .release = free, .comm = comm});
 }
 
 /* A deferred shrink or grow: the parent, the child's place, and a copy of what the caller passed. */
@@ -187,20 +186,15 @@ typedef struct {
 static ncclResult_t run_shrink(void *arg) {
   resize_args_t *a = arg;
   ncclResult_t res =
-      comm_dead(a->parent)
-          ? log_err(ncclInvalidUsage, "ncclCommShrink: the communicator was destroyed before the group's end")
-          : comm_shrink(a->parent, a->excl, a->n, a->has_config ? &a->config : NULL, a->flags, a->newcomm);
+      comm_shrink(a->parent, a->excl, a->n, a->has_config ? &a->config : NULL, a->flags, a->newcomm);
   free(a);
   return res;
 }
 
 static ncclResult_t run_grow(void *arg) {
   resize_args_t *a = arg;
-  ncclResult_t res =
-      comm_dead(a->parent)
-          ? log_err(ncclInvalidUsage, "ncclCommGrow: the communicator was destroyed before the group's end")
-          : comm_grow(a->parent, a->nranks, a->has_id ? &a->id : NULL, a->has_config ? &a->config : NULL,
-                      a->newcomm);
+  ncclResult_t res = comm_grow(a->parent, a->nranks, a->has_id ? &a->id : NULL,
+                               a->has_config ? &a->config : NULL, a->newcomm);
   free(a);
   return res;
 }
@@ -254,7 +248,8 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
   a->flags = shrinkFlags;
   memcpy(a->excl, excludeRanksList, (size_t)excludeRanksCount * sizeof(int));
   *newcomm = NULL;
-  return group_job(run_shrink, a, comm, NULL);
+  return group_job(
+      &(group_job_t){.what = "ncclCommShrink", .fn = run_shrink, .arg = a, .release = free, .comm = comm});
 }
 
 NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
@@ -306,13 +301,11 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
   a->has_id = uniqueId != NULL;
   if (uniqueId != NULL) a->id = *uniqueId;
   *newcomm = NULL;
-  return group_job(run_grow, a, comm, NULL);
+  return group_job(
+      &(group_job_t){.what = "ncclCommGrow", .fn = run_grow, .arg = a, .release = free, .comm = comm});
 }
 
 static ncclResult_t deferred_finalize(void *arg) {
-  if (comm_dead(arg))
-    return log_err(ncclInvalidUsage,
-                   "ncclCommFinalize: the communicator was destroyed before the group's end");
   return comm_finalize(arg);
 }
 
@@ -320,7 +313,9 @@ static ncclResult_t deferred_finalize(void *arg) {
  * finalizes: one thread may finalize every rank of a communicator it drives. */
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   CHECK(group_error(comm_check_ready(comm, "ncclCommFinalize")));
-  if (group_depth() > 0) return group_job(deferred_finalize, comm, comm, NULL);
+  if (group_depth() > 0)
+    return group_job(
+        &(group_job_t){.what = "ncclCommFinalize", .fn = deferred_finalize, .arg = comm, .comm = comm});
   return comm_finalize(comm);
 }
 

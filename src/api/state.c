@@ -14,15 +14,10 @@
 #include "core/recover.h"
 
 static ncclResult_t run_suspend(void *arg) {
-  if (comm_dead(arg))
-    return log_err(ncclInvalidUsage,
-                   "ncclCommSuspend: the communicator was destroyed before the group's end");
   return comm_suspend(arg);
 }
 
 static ncclResult_t run_resume(void *arg) {
-  if (comm_dead(arg))
-    return log_err(ncclInvalidUsage, "ncclCommResume: the communicator was destroyed before the group's end");
   return comm_resume(arg);
 }
 
@@ -35,7 +30,7 @@ NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
                                "ncclCommSuspend: flags 0x%x has unknown bits (NCCL_SUSPEND_MEM is 0x%x)",
                                flags, NCCL_SUSPEND_MEM));
   if (!(flags & NCCL_SUSPEND_MEM)) return ncclSuccess; /* nothing to give back */
-  return group_job(run_suspend, comm, comm, NULL);
+  return group_job(&(group_job_t){.what = "ncclCommSuspend", .fn = run_suspend, .arg = comm, .comm = comm});
 }
 
 NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
@@ -43,7 +38,7 @@ NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
   int state = atomic_load(&comm->state);
   if (state == COMM_READY) return ncclSuccess; /* not suspended: nothing to restore */
   if (state != COMM_SUSPENDED) return group_error(comm_check_ready(comm, "ncclCommResume"));
-  return group_job(run_resume, comm, comm, NULL);
+  return group_job(&(group_job_t){.what = "ncclCommResume", .fn = run_resume, .arg = comm, .comm = comm});
 }
 
 NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value) {

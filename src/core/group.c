@@ -14,15 +14,12 @@
 #include "core/comm.h"
 #include "core/engine.h"
 
-/* A deferred init or split. */
+/* A deferred job (group_job_t); its communicator is held until it is done. */
 typedef struct job {
-  group_job_fn_t fn;
-  void *arg;
-  ncclComm_t comm;          /* the communicator the job works on, held until it is done (or NULL) */
-  char msg[LOG_ERROR_MAX];  /* the job's error message, handed to the caller's thread */
-  volatile int *abort_flag; /* raised when another job of the group fails (group_job) */
-  _Atomic int stopped;      /* it was: its own error is then only a consequence */
-  _Atomic int done;         /* fn returned (a finished job is left alone) */
+  group_job_t d;
+  char msg[LOG_ERROR_MAX]; /* the job's error message, handed to the caller's thread */
+  _Atomic int stopped;     /* its abort flag was raised: its own error is then only a consequence */
+  _Atomic int done;        /* fn returned (a finished job is left alone) */
   ncclResult_t res;
   pthread_t thread;
   struct job *group; /* the first job of its group */
@@ -62,18 +59,27 @@ ncclResult_t group_start(void) {
   return ncclSuccess;
 }
 
+/* Runs a job's work, unless its communicator was destroyed meanwhile. */
+static ncclResult_t job_call(const group_job_t *d) {
+  if (d->comm != NULL && comm_dead(d->comm)) {
+    if (d->release != NULL) d->release(d->arg);
+    return log_err(ncclInvalidUsage, "%s: the communicator was destroyed before the group's end", d->what);
+  }
+  return d->fn(d->arg);
+}
+
 /* Runs one job; when it fails, raises the abort flags of the group's other jobs (they may be waiting for it).
  */
 static void *job_main(void *arg) {
   job_t *job = arg;
-  job->res = job->fn(job->arg);
+  job->res = job_call(&job->d);
   atomic_store(&job->done, 1);
   if (job->res == ncclSuccess || job->res == ncclInProgress) return NULL;
   snprintf(job->msg, sizeof job->msg, "%s", log_last_error());
   for (job_t *o = job->group; o != NULL; o = o->next) {
-    if (o == job || o->abort_flag == NULL || atomic_load(&o->done) || atomic_exchange(&o->stopped, 1))
+    if (o == job || o->d.abort_flag == NULL || atomic_load(&o->done) || atomic_exchange(&o->stopped, 1))
       continue;
-    __atomic_store_n(o->abort_flag, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(o->d.abort_flag, 1, __ATOMIC_RELEASE);
   }
   return NULL;
 }
@@ -110,7 +116,7 @@ static ncclResult_t run_jobs(void) {
   while (jobs != NULL) {
     job_t *j = jobs;
     jobs = j->next;
-    if (j->comm != NULL) comm_unhold(j->comm);
+    if (j->d.comm != NULL) comm_unhold(j->d.comm);
     free(j);
   }
   if (stopped > 0)
@@ -119,23 +125,20 @@ static ncclResult_t run_jobs(void) {
   return cause != ncclSuccess ? cause : first;
 }
 
-ncclResult_t group_job(group_job_fn_t fn, void *arg, ncclComm_t comm, volatile int *abort_flag) {
+ncclResult_t group_job(const group_job_t *job) {
   group_t *g = me();
-  if (g->depth == 0) return fn(arg);
+  if (g->depth == 0) return job_call(job);
   job_t *j = calloc(1, sizeof *j);
-  if (j == NULL)
-    return group_error(log_err(ncclSystemError, "out of host memory deferring an init to ncclGroupEnd"));
-  if (comm != NULL) {
-    ncclResult_t res = comm_hold(comm, "ncclGroupStart");
-    if (res != ncclSuccess) {
-      free(j);
-      return group_error(res);
-    }
+  ncclResult_t res =
+      j == NULL ? log_err(ncclSystemError, "%s: out of host memory deferring it to ncclGroupEnd", job->what)
+      : job->comm != NULL ? comm_hold(job->comm, "ncclGroupStart")
+                          : ncclSuccess;
+  if (res != ncclSuccess) {
+    if (job->release != NULL) job->release(job->arg);
+    free(j);
+    return group_error(res);
   }
-  j->fn = fn;
-  j->arg = arg;
-  j->comm = comm;
-  j->abort_flag = abort_flag;
+  j->d = *job;
   j->next = g->jobs;
   g->jobs = j;
   return ncclSuccess;

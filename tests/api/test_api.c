@@ -282,12 +282,37 @@ static void memory(void) {
   EXPECT_OK(ncclMemFree(p));
 }
 
+/* Calls deferred to a group's end (split, finalize, suspend, init) whose communicator is destroyed before the
+ * group ends: ncclGroupEnd says which call found it gone, and nothing runs on it. */
+static void destroyed_in_group(void) {
+  static const char *const calls[] = {"ncclCommSplit", "ncclCommFinalize", "ncclCommSuspend",
+                                      "ncclCommInitRank"};
+  for (int k = 0; k < 4; k++) {
+    ncclComm_t comm = NULL, child = NULL;
+    EXPECT_OK(ncclGetUniqueId(&id));
+    if (k < 3) EXPECT_OK(ncclCommInitRank(&comm, 1, id, 0));
+    EXPECT_OK(ncclGroupStart());
+    if (k == 0) EXPECT_OK(ncclCommSplit(comm, 0, 0, &child, NULL));
+    if (k == 1) EXPECT_OK(ncclCommFinalize(comm));
+    if (k == 2) EXPECT_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
+    if (k == 3) EXPECT_OK(ncclCommInitRank(&comm, 1, id, 0));
+    EXPECT_OK(ncclCommDestroy(comm));
+    EXPECT_RES(ncclGroupEnd(), ncclInvalidUsage);
+    char want[128];
+    snprintf(want, sizeof want, "%s: the communicator was destroyed before the group's end", calls[k]);
+    EXPECT(strstr(ncclGetLastError(NULL), want) != NULL, "last error \"%s\" for %s", ncclGetLastError(NULL),
+           calls[k]);
+    EXPECT(child == NULL, "%s: a child communicator came back", calls[k]);
+  }
+}
+
 int main(void) {
   TEST(version_and_strings, 30);
   TEST(exports, 30);
   TEST(bad_init, 60);
   TEST(config_versions, 60);
   TEST(bad_calls, 60);
+  TEST(destroyed_in_group, 60);
   TEST(memory, 60);
   return test_summary();
 }
