@@ -125,6 +125,11 @@ ncclResult_t gpu_stream_sync(cudaStream_t stream);
  * that follows everything before it on the stream (with a memory barrier). The caller has entered the
  * device. */
 ncclResult_t gpu_stream_write32(cudaStream_t stream, void *word, uint32_t value);
+/* Makes the stream wait until the 32-bit word (device memory, or host memory from gpu_host_alloc or
+ * gpu_host_register) is at least `value` (compared as the driver does: the difference as a signed number): a
+ * stream memory operation, which holds no multiprocessor while it waits, and never gives up by itself: the
+ * caller must be able to release it by writing the word. The caller has entered the device. */
+ncclResult_t gpu_stream_wait32(cudaStream_t stream, void *word, uint32_t value);
 /* Copies device memory to device memory (of this device or mapped from a peer) in stream order. */
 ncclResult_t gpu_copy_dd_async(void *dst, const void *src, size_t bytes, cudaStream_t stream);
 /* A stream of the library's own that does not synchronise with the legacy default stream. */

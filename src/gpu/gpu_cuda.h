@@ -28,7 +28,7 @@
   X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) \
   X(cuLaunchKernelEx) \
   X(cuMemcpyHtoDAsync) X(cuUserObjectCreate) X(cuGraphRetainUserObject) X(cuThreadExchangeStreamCaptureMode) \
-  X(cuStreamWriteValue32) X(cuMemcpyDtoDAsync) X(cuStreamCreate) X(cuStreamDestroy) \
+  X(cuStreamWriteValue32) X(cuStreamWaitValue32) X(cuMemcpyDtoDAsync) X(cuStreamCreate) X(cuStreamDestroy) \
   X(cuEventSynchronize) X(cuMemGetAddressRange) X(cuPointerGetAttributes)
 // clang-format on
 

@@ -104,6 +104,13 @@ ncclResult_t gpu_stream_write32(cudaStream_t stream, void *word, uint32_t value)
   return ncclSuccess;
 }
 
+ncclResult_t gpu_stream_wait32(cudaStream_t stream, void *word, uint32_t value) {
+  CHECK(gpu_cuda_ready("gpu_stream_wait32"));
+  CU_CALL(cuStreamWaitValue32, (stream, (CUdeviceptr)word, value, CU_STREAM_WAIT_VALUE_GEQ),
+          "until %p holds %u or more, on stream %p", word, value, (void *)stream);
+  return ncclSuccess;
+}
+
 ncclResult_t gpu_copy_dd_async(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
   CHECK(gpu_cuda_ready("gpu_copy_dd_async"));
   CU_CALL(cuMemcpyDtoDAsync, ((CUdeviceptr)dst, (CUdeviceptr)src, bytes, stream),

@@ -117,6 +117,9 @@ ncclResult_t gpu_launch(gpu_func_t *func, unsigned grid, unsigned block, void *p
 ncclResult_t gpu_stream_write32(cudaStream_t stream, void *word, uint32_t value) {
   return no_cuda("gpu_stream_write32");
 }
+ncclResult_t gpu_stream_wait32(cudaStream_t stream, void *word, uint32_t value) {
+  return no_cuda("gpu_stream_wait32");
+}
 ncclResult_t gpu_copy_dd_async(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
   return no_cuda("gpu_copy_dd_async");
 }

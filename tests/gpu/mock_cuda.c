@@ -636,6 +636,22 @@ static CUresult mock_cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuu
   return CUDA_SUCCESS;
 }
 
+/* Spins in the calling thread until the word is at least `value` (the driver's signed difference), as the
+ * stream would wait; gives up after MOCK_CUDA_WAIT_S, which a GPU would not (counted). */
+static CUresult mock_cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                         unsigned int flags) {
+  if (flags != CU_STREAM_WAIT_VALUE_GEQ) return CUDA_ERROR_INVALID_VALUE;
+  tell((mock_cuda_op_t){.kind = MOCK_OP_WAIT, .dst = (void *)addr, .bytes = value, .stream = stream});
+  if (recording()) return CUDA_SUCCESS;
+  STAT_ADD(stream_waits, 1);
+  for (long i = 0; i < MOCK_CUDA_WAIT_S * 100000L; i++) {
+    if ((int32_t)(__atomic_load_n((cuuint32_t *)addr, __ATOMIC_SEQ_CST) - value) >= 0) return CUDA_SUCCESS;
+    usleep(10);
+  }
+  STAT_ADD(stream_waits_cut, 1);
+  return CUDA_SUCCESS;
+}
+
 static CUresult mock_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
   if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   tell((mock_cuda_op_t){
@@ -789,6 +805,34 @@ static CUresult run_push(const dev_push_t *w) {
   return CUDA_SUCCESS;
 }
 
+/* A launch of the general, small, LL or bulk entry point whose every transfer is local (no peer), run as the
+ * kernel would, in list order: a copy, a prepared copy (PreMulSum's factor), or dst = prepare(src) (+) dst,
+ * divided at LAST for SUM_POSTDIV. Returns 0 (and moves nothing) for any other launch, and for what it does
+ * not model: a device-resident factor, or SUM_POSTDIV's division on a copy. */
+static int run_local(const dev_work_t *w) {
+  const dev_xfer_t *x = w->ext != NULL ? w->ext : w->xfers;
+  for (int i = 0; i < w->nxfers; i++)
+    if (x[i].recv_peer >= 0 || x[i].send_peer >= 0 || x[i].scalar_ptr != NULL ||
+        (x[i].red == DEV_RED_SUM_POSTDIV && (x[i].flags & DEV_XF_LAST) && !(x[i].flags & DEV_XF_REDUCE)))
+      return 0;
+  for (int i = 0; i < w->nxfers; i++) {
+    const red_t red = {.kind = (red_kind_t)x[i].red,
+                       .type = (ncclDataType_t)x[i].type,
+                       .fscale = x[i].scalar.f,
+                       .iscale = x[i].scalar.i,
+                       .divisor = x[i].scalar.i};
+    const size_t n = x[i].bytes / dtype_size(red.type);
+    if (x[i].flags & DEV_XF_REDUCE)
+      red_combine(&red, x[i].dst, x[i].src, x[i].dst, n, (x[i].flags & DEV_XF_LAST) != 0);
+    else if (x[i].flags & DEV_XF_PREPARE)
+      red_prepare(&red, x[i].dst, x[i].src, n);
+    else
+      memmove(x[i].dst, x[i].src, x[i].bytes);
+  }
+  STAT_ADD(local_launches, 1);
+  return 1;
+}
+
 /* A kernel runs as cuLaunchKernel's are run (kernel_launch); the plain entry point counts it as such. */
 static _Thread_local int launch_overlaps; /* the launch in progress came through cuLaunchKernelEx */
 static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -878,6 +922,9 @@ static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, un
          pair         ? sizeof(dev_pair_t)
          : small_work ? sizeof(dev_work_small_t)
                       : sizeof(dev_work_t));
+  static int run_locals = -1;
+  if (run_locals < 0) run_locals = getenv("MOCK_CUDA_RUN_LOCAL") != NULL;
+  if (!pair && !recording() && run_locals) run_local(params[0]);
   if (f == &kernel_small) STAT_ADD(small_launches, 1);
   if (f == &kernel_ll) STAT_ADD(ll_launches, 1);
   if (f == &kernel_bulk) STAT_ADD(bulk_launches, 1);

@@ -7,6 +7,12 @@
  * recorded event never completes, as on a GPU whose kernels never finish), MOCK_CUDA_FAIL_DEVICE (a device
  * ordinal: cuMemCreate and cuMemAlloc on it are out of memory).
  *
+ * Stream memory operations, copies and the copy-engine path's kernels run at once, in the calling thread; a
+ * stream wait spins there until its word comes (MOCK_CUDA_WAIT_S at most). The general kernels move nothing;
+ * with MOCK_CUDA_RUN_LOCAL set, a launch whose every transfer is local (no peer) is run as the kernel would
+ * run it, in list order (run_local), so that work one rank does on memory it maps from others is checked on
+ * its data (other tests pass made-up addresses to the kernels).
+ *
  * What it saw is exported as `mock_cuda_stats`, which tests read through dlsym.
  */
 #ifndef BRAID_TESTS_MOCK_CUDA_H
@@ -65,6 +71,9 @@ typedef struct {
   int live_events;               /* events not destroyed */
   int capture_mode;          /* the calling thread's capture mode as last exchanged (CUstreamCaptureMode) */
   uint64_t stream_writes;    /* cuStreamWriteValue32 calls */
+  uint64_t stream_waits;     /* cuStreamWaitValue32 calls */
+  uint64_t stream_waits_cut; /* those whose word never came within MOCK_CUDA_WAIT_S (a GPU would wait on) */
+  uint64_t local_launches;   /* launches of local transfers alone, run by the stand-in (run_local) */
   uint64_t dd_copies;        /* cuMemcpyDtoDAsync calls */
   uint64_t wait_launches;    /* launches of MOCK_CUDA_KERNEL_WAIT */
   uint64_t wait_raises;      /* those that raised a word of the peer's first */
@@ -80,7 +89,7 @@ typedef struct {
 /* What the library enqueued, told to the recorder that a test installs in `mock_cuda_on_op` (found with
  * dlsym). With MOCK_CUDA_RECORD set in the environment the stand-in only tells: it moves no byte, waits for
  * no word and leaves fresh memory untouched, so that buffers of any size cost address space only. */
-typedef enum { MOCK_OP_LAUNCH, MOCK_OP_COPY, MOCK_OP_WRITE } mock_op_kind_t;
+typedef enum { MOCK_OP_LAUNCH, MOCK_OP_COPY, MOCK_OP_WRITE, MOCK_OP_WAIT } mock_op_kind_t;
 typedef struct {
   mock_op_kind_t kind;
   int dev;            /* the current context's device */
@@ -89,7 +98,7 @@ typedef struct {
   int overlap;        /* a launch: asked to overlap the stream's previous kernel */
   const void *params; /* a launch: its one parameter (as many bytes as its kernel takes) */
   const void *dst, *src;
-  uint64_t bytes; /* a copy: its bytes; a stream write: the value */
+  uint64_t bytes; /* a copy: its bytes; a stream write or wait: the value */
   const void *stream;
 } mock_cuda_op_t;
 typedef void (*mock_cuda_op_fn)(const mock_cuda_op_t *op);
