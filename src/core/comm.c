@@ -214,9 +214,18 @@ static void warn_shared_gpu(const ncclComm_t comm) {
     if (len < (int)sizeof ranks - 16) len += snprintf(ranks + len, sizeof ranks - (size_t)len, ", %d", r);
   }
   if (n == 0 || atomic_exchange(&warned, 1)) return;
-  WARN("%s: ranks %s share CUDA device %d from separate processes; the GPU time-slices their kernels, so "
-       "each collective among them waits for time slices (give each process a GPU of its own for speed)",
-       comm->name, ranks, comm->dev);
+  if (comm->sg != NULL)
+    WARN(
+        "%s: ranks %s share CUDA device %d from separate processes; the GPU time-slices their kernels: rank "
+        "0 "
+        "moves the data of their collectives so that those need no time slice (BRAID_SHARED_GPU_LEADER), but "
+        "a group it does not take (captured into a CUDA graph, or point-to-point calls alone) waits for time "
+        "slices, and so do the processes' own kernels (give each process a GPU of its own for speed)",
+        comm->name, ranks, comm->dev);
+  else
+    WARN("%s: ranks %s share CUDA device %d from separate processes; the GPU time-slices their kernels, so "
+         "each collective among them waits for time slices (give each process a GPU of its own for speed)",
+         comm->name, ranks, comm->dev);
 }
 
 /* Ranks of one process on one GPU launch into one context, where kernels are not time-sliced: their launches
@@ -273,7 +282,6 @@ static ncclResult_t init_peers(ncclComm_t comm) {
          comm->name, comm->rank, nch, comm->nch);
     comm->nch = nch;
   }
-  warn_shared_gpu(comm);
   for (int r = 0; r < comm->nranks; r++)
     if (comm->peers[r].ring_bytes != comm->ring_bytes)
       return log_err(ncclInvalidUsage,
@@ -310,10 +318,21 @@ static ncclResult_t init_gpu(ncclComm_t comm) {
   CHECK(ce_init(comm->dev, comm->rank, comm->nranks, comm->peers, comm->links, comm->boot, &comm->abort_flag,
                 &comm->dp_acct, comm->name, &comm->ce));
   gx_set_ce(comm->gx, comm->ce);
-  return ncclSuccess;
+  const sg_setup_t sg = {.dev = comm->dev,
+                         .rank = comm->rank,
+                         .nranks = comm->nranks,
+                         .peers = comm->peers,
+                         .links = comm->links,
+                         .boot = comm->boot,
+                         .abort_flag = &comm->abort_flag,
+                         .acct = &comm->dp_acct,
+                         .name = comm->name};
+  return sg_init(&sg, &comm->sg);
 }
 
 ncclResult_t comm_dp_free(ncclComm_t comm) {
+  sg_destroy(comm->sg, 0);
+  comm->sg = NULL;
   /* waits until no kernel or copy uses the rings (no graph holds them: the callers refuse then) */
   ncclResult_t res = gx_destroy(comm->gx);
   if (res == ncclSuccess) links_destroy(comm->links);
@@ -362,6 +381,7 @@ ncclResult_t comm_init(ncclComm_t comm, const ncclUniqueId *ids, int nid) {
   CHECK_GOTO(init_bootstrap(comm, ids, nid), res, fail_leave);
   CHECK_GOTO(init_peers(comm), res, fail_leave);
   CHECK_GOTO(comm_dp_build(comm), res, fail_leave);
+  warn_shared_gpu(comm);
   if (comm->dev >= 0) gpu_leave(&scope);
   publish(comm);
   INFO(LOG_INIT, "%s rank %d: init took %.1f ms", comm->name, comm->rank, (time_now() - t0) * 1e3);
@@ -519,6 +539,7 @@ ncclResult_t comm_async_error(ncclComm_t comm) {
   /* a revoked communicator's kernels were stopped on purpose: their error is not the communicator's */
   if (res != ncclSuccess || comm->gx == NULL || atomic_load(&comm->state) == COMM_REVOKED) return res;
   res = gx_error(comm->gx);
+  if (res == ncclSuccess) res = sg_error(comm->sg);
   if (res != ncclSuccess) comm_set_error(comm, res);
   return res;
 }
@@ -596,9 +617,11 @@ int comm_dead(ncclComm_t comm) {
 }
 
 /* Frees what the communicator owns but its header and its calls. */
-static void free_parts(ncclComm_t comm) {
+static void free_parts(ncclComm_t comm, int aborting) {
   ras_comm_retire(comm->ras); /* first: monitoring reads its memory account until then */
   comm->ras = NULL;
+  sg_destroy(comm->sg, aborting); /* first: the leader's work on the path is the executor's */
+  comm->sg = NULL;
   if (gx_graphs(comm->gx) > 0) {
     /* CUDA graphs outlive the communicator: its eager work ends first, a later replay leaves at once (the
      * abort flag), and what a replay could reach (the kernel view, the rings, the copy-engine path's words
@@ -643,7 +666,7 @@ static void end_comm(ncclComm_t comm, int aborting) {
     if (comm->links != NULL) links_fail(comm->links);
   }
   while (atomic_load(&comm->busy) > 0) time_sleep_us(1000);
-  free_parts(comm);
+  free_parts(comm, aborting);
   if (holds == 0) release_header(comm); /* else the last group to drop its hold does */
 }
 

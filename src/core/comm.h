@@ -23,6 +23,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/gpu_exec.h"
 #include "core/ce.h"
+#include "core/shared_gpu.h"
 #include "core/links.h"
 #include "core/plan.h"
 #include "core/redop.h"
@@ -60,6 +61,7 @@ struct ncclComm {
   int sms;             /* GPU: SMs its launches may take (shared by its process's ranks on the GPU) */
   gx_t *gx;            /* GPU executor state; NULL on the host backend */
   ce_t *ce;            /* copy engines into the peer's buffer (core/ce.h); NULL where there are none */
+  sg_t *sg;            /* ranks of separate processes on one GPU (core/shared_gpu.h); NULL: not so */
   uint64_t nonce;      /* the unique id's nonce: the communicator's identity */
   char name[64];       /* "comm <nonce> rank r" or the config's commName, for messages */
   int blocking;        /* config.blocking, resolved */

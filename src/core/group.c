@@ -215,7 +215,7 @@ static void connect_phase(int p, exec_t *execs, int n) {
 
 /* exec_t.step of a GPU communicator's calls, which the host executor skips (a step below 0): planned, to be
  * launched by launch_calls; or launched already by gx_relaunch. */
-enum { STEP_PLANNED = -1, STEP_RELAUNCHED = -2, STEP_DEAD = -3 };
+enum { STEP_PLANNED = -1, STEP_RELAUNCHED = -2, STEP_DEAD = -3, STEP_SHARED = -4, STEP_SHARED_TAKEN = -5 };
 
 /* GPU communicators: plan with whole blocks (the kernels slice) and offer the copy engines their steps (every
  * communicator of the group offers before any settles: core/ce.h); then settle and launch. Nothing waits
@@ -230,6 +230,22 @@ static ncclResult_t plan_calls(ncclComm_t c) {
 static ncclResult_t launch_calls(ncclComm_t c) {
   CHECK(ce_settle(c->ce, &c->plan));
   return gx_launch(c->gx, &c->plan);
+}
+
+/* The shared-GPU path (core/shared_gpu.h), for the communicators of the group whose calls it was offered
+ * (STEP_SHARED): the leaders settle first (`leaders`), then the other ranks, each thread's in one pass so
+ * that no rank waits for a leader that this thread has yet to settle; a group the path does not take is
+ * planned as any other, before any is launched (launch_calls). */
+static void settle_shared(exec_t *execs, int leaders) {
+  int i = 0;
+  for (ncclComm_t c = me()->comms; c != NULL; c = c->group_next, i++) {
+    exec_t *ex = &execs[i];
+    if (ex->step != STEP_SHARED || ex->result != ncclSuccess || sg_leads(c->sg) != leaders) continue;
+    int take = 0;
+    ex->result = sg_settle(c->sg, &c->plan, &take);
+    if (ex->result == ncclSuccess && !take) ex->result = plan_calls(c);
+    ex->step = take ? STEP_SHARED_TAKEN : STEP_PLANNED;
+  }
 }
 
 /* Tells monitoring of the calls a plan launched (counts by kind, the last sequence number). */
@@ -262,7 +278,10 @@ static ncclResult_t run_calls(void) {
     /* a revoke or suspend that came after the call's checks waits for `busy`: seen here, or it sees us */
     if ((g->execs[i].result = comm_accepts_work(c)) != ncclSuccess) continue;
     g->execs[i].ras = c->ras;
-    if (c->gx != NULL) {
+    if (c->gx != NULL && c->sg != NULL && sg_wants(c->sg, &c->plan)) {
+      g->execs[i].result = sg_offer(c->sg, &c->plan);
+      g->execs[i].step = STEP_SHARED;
+    } else if (c->gx != NULL) {
       /* the same calls as the last launch go again as they went, unplanned (gx_relaunch) */
       int took = 0;
       g->execs[i].result = gx_relaunch(c->gx, &c->plan, &took);
@@ -274,12 +293,20 @@ static ncclResult_t run_calls(void) {
       if (g->execs[i].result == ncclSuccess) ras_launched(c, 0);
     }
   }
+  settle_shared(g->execs, 1);
+  settle_shared(g->execs, 0);
   i = 0;
-  for (ncclComm_t c = g->comms; c != NULL; c = c->group_next, i++)
-    if (c->gx != NULL && g->execs[i].result == ncclSuccess && g->execs[i].step == STEP_PLANNED) {
-      g->execs[i].result = launch_calls(c);
-      if (g->execs[i].result == ncclSuccess) ras_launched(c, gx_captured(c->gx));
+  for (ncclComm_t c = g->comms; c != NULL; c = c->group_next, i++) {
+    exec_t *ex = &g->execs[i];
+    if (c->gx == NULL || ex->result != ncclSuccess) continue;
+    if (ex->step == STEP_PLANNED) {
+      ex->result = launch_calls(c);
+      if (ex->result == ncclSuccess) ras_launched(c, gx_captured(c->gx));
+    } else if (ex->step == STEP_SHARED_TAKEN) {
+      ex->result = sg_launch(c->sg, c->gx, &c->plan);
+      if (ex->result == ncclSuccess) ras_launched(c, 0);
     }
+  }
   for (int p = 0; p < 3; p++) connect_phase(p, g->execs, n);
   ncclResult_t res = engine_run(g->execs, n);
   i = 0;

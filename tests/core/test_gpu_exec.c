@@ -503,6 +503,9 @@ static void init_all_failure(void) {
 int main(int argc, char **argv) {
   test_reexec_with_library_dir(argv, BRAID_MOCK_CUDA_DIR);
   test_filter(argc - 1, argv + 1);
+  /* the rank processes share the stand-in's device 0: keep each rank's own kernels (the shared-GPU path,
+   * where rank 0 moves all, is test_shared_path's) */
+  setenv("BRAID_SHARED_GPU_LEADER", "0", 1);
   TEST(knobs_agree, 60);
   TEST(full_queue_wait, 90);
   TEST(tuning_log, 60);

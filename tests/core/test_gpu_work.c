@@ -780,6 +780,9 @@ static void pair_shapes(void) {
 int main(int argc, char **argv) {
   test_reexec_with_library_dir(argv, BRAID_MOCK_CUDA_DIR);
   test_filter(argc - 1, argv + 1);
+  /* the rank processes share the stand-in's device 0: keep each rank's own kernels (the shared-GPU path,
+   * where rank 0 moves all, is test_shared_path's) */
+  setenv("BRAID_SHARED_GPU_LEADER", "0", 1);
   TEST(channel_budget, 10);
   TEST(channels_agree, 60);
   TEST(dealt_marks, 60);

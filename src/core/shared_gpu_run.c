@@ -1,0 +1,255 @@
+/*
+ * Ranks of separate processes on one GPU: the leader's local work over every rank's buffers, and each
+ * stream's waits (see shared_gpu.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "core/shared_gpu_int.h"
+
+int sg_has_in(int kind, int rank, int root) {
+  return (kind != OP_BROADCAST && kind != OP_SCATTER && kind != OP_RECV) || rank == root;
+}
+
+int sg_has_out(int kind, int rank, int root) {
+  return (kind != OP_REDUCE && kind != OP_GATHER && kind != OP_SEND) || rank == root;
+}
+
+static const sg_msg_t *msg_of(const sg_t *sg, int r) {
+  return r == 0 ? &sg->mine : &sg->peers[r].msg;
+}
+
+static sg_view_t *view_of(sg_t *sg, int r, int i) {
+  return &sg->views[r * SG_CALLS + i];
+}
+
+/* ---- The leader's plan: the group's calls as transfers with no peer ---- */
+
+/* Appends dst = src (flags 0), dst = prepare(src) (XF_PREPARE) or dst = prepare(src) (+) dst (XF_REDUCE);
+ * nothing for an empty transfer or a plain copy onto itself. */
+static ncclResult_t add(sg_t *sg, const char *src, char *dst, uint64_t bytes, uint32_t flags,
+                        const red_t *red) {
+  plan_t *pl = &sg->local;
+  if (bytes == 0 || (flags == 0 && src == dst)) return ncclSuccess;
+  if (pl->nxfers == pl->cap_xfers) {
+    int cap = pl->cap_xfers < 64 ? 64 : 2 * pl->cap_xfers;
+    xfer_t *x = realloc(pl->xfers, (size_t)cap * sizeof *x);
+    if (x == NULL) return log_err(ncclSystemError, "%s: out of host memory for %d transfers", sg->name, cap);
+    pl->xfers = x;
+    pl->cap_xfers = cap;
+  }
+  pl->xfers[pl->nxfers++] = (xfer_t){.recv_peer = -1,
+                                     .send_peer = -1,
+                                     .src = src,
+                                     .dst = dst,
+                                     .bytes = bytes,
+                                     .esize = (uint32_t)dtype_size(red->type),
+                                     .flags = flags,
+                                     .red = red};
+  return ncclSuccess;
+}
+
+/* Closes the step opened at transfer `first` for task `t` (none when it has no transfer). */
+static ncclResult_t end_step(sg_t *sg, int first, const task_t *t) {
+  plan_t *pl = &sg->local;
+  if (pl->nxfers == first) return ncclSuccess;
+  if (pl->nsteps == pl->cap_steps) {
+    int cap = pl->cap_steps < 8 ? 8 : 2 * pl->cap_steps;
+    step_t *s = realloc(pl->steps, (size_t)cap * sizeof *s);
+    if (s == NULL) return log_err(ncclSystemError, "%s: out of host memory for %d steps", sg->name, cap);
+    pl->steps = s;
+    pl->cap_steps = cap;
+  }
+  pl->steps[pl->nsteps++] = (step_t){.first = first, .count = pl->nxfers - first, .task = t};
+  return ncclSuccess;
+}
+
+/* acc = the reduction of every rank's operand at byte `off` of its input, taking rank `first`'s first:
+ * one lane, in list order (the kernels run a step's local transfers so), each transfer reading what the one
+ * before it stored at the same bytes. */
+static ncclResult_t reduce_into(sg_t *sg, const int *idx, int first, uint64_t off, char *acc,
+                                uint64_t bytes) {
+  const sg_view_t *f = view_of(sg, first, idx[first]);
+  CHECK(add(sg, f->in + off, acc, bytes, XF_PREPARE, &f->red));
+  for (int k = 0, n = 0; k < sg->nranks; k++) {
+    if (k == first) continue;
+    const sg_view_t *v = view_of(sg, k, idx[k]);
+    const uint32_t last = ++n == sg->nranks - 1 ? XF_LAST : 0;
+    CHECK(add(sg, v->in + off, acc, bytes, XF_REDUCE | XF_PREPARE | last, &v->red));
+  }
+  return ncclSuccess;
+}
+
+/* One collective: idx[r] is its index among rank r's calls. */
+static ncclResult_t add_collective(sg_t *sg, const sg_call_t *c, const int *idx) {
+  const int n = sg->nranks, root = c->root;
+  const uint64_t b = c->count * dtype_size((ncclDataType_t)c->type);
+#define V(r) view_of(sg, (r), idx[r])
+  switch (c->kind) {
+  case OP_ALLREDUCE:
+    CHECK(reduce_into(sg, idx, 0, 0, V(0)->out, b));
+    for (int r = 1; r < n; r++) CHECK(add(sg, V(0)->out, V(r)->out, b, 0, &V(r)->red));
+    return ncclSuccess;
+  case OP_REDUCE:
+    return reduce_into(sg, idx, root, 0, V(root)->out, b);
+  case OP_REDUCESCATTER:
+    for (int r = 0; r < n; r++) CHECK(reduce_into(sg, idx, r, (uint64_t)r * b, V(r)->out, b));
+    return ncclSuccess;
+  case OP_BROADCAST:
+    for (int r = 0; r < n; r++) CHECK(add(sg, V(root)->in, V(r)->out, b, 0, &V(r)->red));
+    return ncclSuccess;
+  case OP_ALLGATHER:
+  case OP_ALLTOALL:
+    for (int r = 0; r < n; r++)
+      for (int k = 0; k < n; k++) {
+        const char *src = V(k)->in + (c->kind == OP_ALLTOALL ? (uint64_t)r * b : 0);
+        CHECK(add(sg, src, V(r)->out + (uint64_t)k * b, b, 0, &V(r)->red));
+      }
+    return ncclSuccess;
+  case OP_GATHER:
+    for (int k = 0; k < n; k++) CHECK(add(sg, V(k)->in, V(root)->out + (uint64_t)k * b, b, 0, &V(k)->red));
+    return ncclSuccess;
+  case OP_SCATTER:
+    for (int r = 0; r < n; r++) CHECK(add(sg, V(root)->in + (uint64_t)r * b, V(r)->out, b, 0, &V(r)->red));
+    return ncclSuccess;
+  default:
+    return log_err(ncclInternalError, "%s: call kind %d on the shared-GPU path", sg->name, c->kind);
+  }
+#undef V
+}
+
+/* Every send of the group into its receive (the leader checked that each has one, of as many bytes). */
+static ncclResult_t add_p2p(sg_t *sg) {
+  for (int a = 0; a < sg->nranks; a++) {
+    const sg_msg_t *m = msg_of(sg, a);
+    for (int i = 0; i < m->ncalls; i++) {
+      const sg_call_t *c = &m->calls[i];
+      if (c->kind != OP_SEND) continue;
+      int n = 0;
+      for (int j = 0; j < i; j++) n += m->calls[j].kind == OP_SEND && m->calls[j].root == c->root;
+      const sg_msg_t *o = msg_of(sg, c->root);
+      for (int j = 0; j < o->ncalls; j++)
+        if (o->calls[j].kind == OP_RECV && o->calls[j].root == a && n-- == 0) {
+          const uint64_t b = c->count * dtype_size((ncclDataType_t)c->type);
+          CHECK(add(sg, view_of(sg, a, i)->in, view_of(sg, c->root, j)->out, b, 0, &view_of(sg, a, i)->red));
+          break;
+        }
+    }
+  }
+  return ncclSuccess;
+}
+
+/* The index of rank r's k-th collective (point-to-point calls aside). */
+static int nth_collective(const sg_msg_t *m, int k) {
+  for (int i = 0; i < m->ncalls; i++)
+    if (m->calls[i].kind != OP_SEND && m->calls[i].kind != OP_RECV && k-- == 0) return i;
+  return -1;
+}
+
+ncclResult_t sg_build_local(sg_t *sg, const plan_t *plan) {
+  plan_t *pl = &sg->local;
+  plan_reset(pl);
+  pl->nxfers = pl->nsteps = 0;
+  for (int i = 0; i < plan->ntasks; i++) CHECK(plan_add_task(pl, &plan->tasks[i]));
+  int idx[PLAN_ONESHOT_MAX_RANKS * 8];
+  if (sg->nranks > (int)(sizeof idx / sizeof idx[0]))
+    return log_err(ncclInternalError, "%s: %d ranks on the shared-GPU path", sg->name, sg->nranks);
+  const task_t *p2p_task = NULL;
+  for (int k = 0;; k++) {
+    const int i = nth_collective(&sg->mine, k);
+    if (i < 0) break;
+    for (int r = 0; r < sg->nranks; r++) idx[r] = nth_collective(msg_of(sg, r), k);
+    const int first = pl->nxfers;
+    CHECK(add_collective(sg, &sg->mine.calls[i], idx));
+    CHECK(end_step(sg, first, &pl->tasks[i]));
+  }
+  for (int i = 0; i < plan->ntasks && p2p_task == NULL; i++)
+    if (plan->tasks[i].kind == OP_SEND || plan->tasks[i].kind == OP_RECV) p2p_task = &pl->tasks[i];
+  const int first = pl->nxfers;
+  CHECK(add_p2p(sg));
+  return end_step(sg, first, p2p_task != NULL ? p2p_task : &pl->tasks[0]);
+}
+
+/* ---- The streams ---- */
+
+/* A token for the call's waits, which the watch can name. */
+static uint32_t next_token(sg_t *sg, const plan_t *plan) {
+  if (++sg->token == 0) sg->token = 1;
+  sg->recent[sg->token % SG_RECENT].token = sg->token;
+  sg->recent[sg->token % SG_RECENT].seq = plan->tasks[0].seq;
+  sg->recent[sg->token % SG_RECENT].kind = (int)plan->tasks[0].kind;
+  return sg->token;
+}
+
+ncclResult_t sg_enqueue_leader(sg_t *sg, gx_t *gx, const plan_t *plan) {
+  CHECK(sg_build_local(sg, plan));
+  const cudaStream_t s = plan->tasks[0].stream;
+  gpu_scope_t scope;
+  CHECK(gpu_enter(sg->dev, &scope));
+  ncclResult_t res = gpu_stream_write32(s, sg->reached_dev, next_token(sg, plan));
+  for (int r = 1; r < sg->nranks && res == ncclSuccess; r++)
+    res = gpu_stream_wait32(s, (void *)&sg->peers[r].words_dev->ready, 1);
+  for (int r = 1; r < sg->nranks && res == ncclSuccess; r++)
+    res = gpu_stream_write32(s, (void *)&sg->peers[r].words_dev->ready, 0);
+  if (res == ncclSuccess) res = gpu_stream_write32(s, sg->reached_dev, 0);
+  if (res == ncclSuccess && sg->local.nsteps > 0) res = gx_tune(gx, &sg->local);
+  if (res == ncclSuccess && sg->local.nsteps > 0) res = gx_launch(gx, &sg->local);
+  for (int r = 1; r < sg->nranks && res == ncclSuccess; r++)
+    res = gpu_stream_write32(s, (void *)&sg->peers[r].words_dev->done, 1);
+  for (int i = 0; i < sg->local.nxfers && res == ncclSuccess; i++) {
+    const xfer_t *x = &sg->local.xfers[i];
+    for (int r = 1; r < sg->nranks && res == ncclSuccess;
+         r++) { /* the mappings stay until the work is done */
+      res = tp_peer_mem_used(sg->peers[r].mem, x->src, s);
+      if (res == ncclSuccess) res = tp_peer_mem_used(sg->peers[r].mem, x->dst, s);
+    }
+  }
+  if (res == ncclSuccess) res = gpu_event_record(sg->last, s);
+  if (res == ncclSuccess) sg->launched = 1;
+  gpu_leave(&scope);
+  return res;
+}
+
+/* Orders the group's other streams before (ahead = 1) or after (0) its first: events of this path's own. */
+static ncclResult_t join_streams(sg_t *sg, const plan_t *plan, int ahead) {
+  int j = 0;
+  for (int i = 1; i < plan->ntasks; i++) {
+    int seen = plan->tasks[i].stream == plan->tasks[0].stream;
+    for (int k = 1; k < i && !seen; k++) seen = plan->tasks[k].stream == plan->tasks[i].stream;
+    if (seen) continue;
+    if (j == sg->njoins) {
+      gpu_event_t **e = realloc(sg->joins, (size_t)(j + 1) * sizeof *e);
+      if (e == NULL) return log_err(ncclSystemError, "%s: out of host memory for stream events", sg->name);
+      sg->joins = e;
+      CHECK(gpu_event_create(&sg->joins[j]));
+      sg->njoins++;
+    }
+    const cudaStream_t from = ahead ? plan->tasks[i].stream : plan->tasks[0].stream;
+    const cudaStream_t to = ahead ? plan->tasks[0].stream : plan->tasks[i].stream;
+    CHECK(gpu_event_record(sg->joins[j], from));
+    CHECK(gpu_stream_wait(to, sg->joins[j]));
+    j++;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t sg_enqueue_rank(sg_t *sg, const plan_t *plan) {
+  const cudaStream_t s = plan->tasks[0].stream;
+  sg_words_t *w = sg->peers[0].words_dev;
+  gpu_scope_t scope;
+  CHECK(gpu_enter(sg->dev, &scope));
+  ncclResult_t res = join_streams(sg, plan, 1);
+  if (res == ncclSuccess) res = gpu_stream_write32(s, (void *)&w->ready, 1);
+  if (res == ncclSuccess) res = gpu_stream_write32(s, sg->reached_dev, next_token(sg, plan));
+  if (res == ncclSuccess) res = gpu_stream_wait32(s, (void *)&w->done, 1);
+  if (res == ncclSuccess) res = gpu_stream_write32(s, (void *)&w->done, 0);
+  if (res == ncclSuccess) res = gpu_stream_write32(s, sg->reached_dev, 0);
+  if (res == ncclSuccess) res = join_streams(sg, plan, 0);
+  if (res == ncclSuccess) res = gpu_event_record(sg->last, s);
+  if (res == ncclSuccess) sg->launched = 1;
+  gpu_leave(&scope);
+  return res;
+}

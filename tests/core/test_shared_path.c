@@ -1,0 +1,308 @@
+/*
+ * The shared-GPU path (core/shared_gpu.h) against the tests' stand-in driver: two and three rank processes on
+ * its device 0, where rank 0 moves every rank's data. The stand-in runs the stream waits (spinning in the
+ * calling thread), the copies and the launches whose transfers are all local (tests/gpu/mock_cuda.h), so the
+ * leader's work really reads and writes the other processes' buffers. Checked: every collective, type
+ * family and operation at sizes 0, 1, odd and a few thousand, in and out of place, against independently
+ * computed values (tests/common/coll_check.h) in poisoned outputs; that ranks other than the leader launch no
+ * kernel at all; point-to-point calls grouped with a collective; groups that must go the ordinary way (a
+ * buffer no other process can map, a captured call) go it on every rank; calls that differ fail on every
+ * rank with a message that says how, and the next calls still pair; a rank whose stream never comes fails
+ * the leader's communicator within BRAID_TIMEOUT_S, and releases both ranks' streams.
+ *
+ * Without CUDA's headers there is no stand-in driver and nothing to test.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/param.h"
+#include "base/timeutil.h"
+#include "coll_check.h"
+#include "data.h"
+#include "harness.h"
+#include "nccl.h"
+
+#ifdef BRAID_MOCK_CUDA_DIR
+
+#include "gx_mock.h"
+
+/* What the rank processes share beyond the unique id: where rank 1 says its pid. */
+typedef struct {
+  shared_t sh;
+  volatile int pid[4];
+} procs_t;
+
+static ncclComm_t open_comm(procs_t *p, int rank, int nranks, char *log, size_t len) {
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "INIT,TUNING", 1);
+  rank_log(&p->sh, rank, log, len);
+  ncclComm_t comm;
+  EXPECT_OK(ncclCommInitRank(&comm, nranks, p->sh.id, rank));
+  return comm;
+}
+
+/* Runs fn on `n` rank processes sharing a procs_t, each logging into a fresh folder. */
+static void run_procs(int n, void (*fn)(int rank, int nranks, void *arg), int timeout_s) {
+  procs_t *p = mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  EXPECT(p != MAP_FAILED);
+  snprintf(p->sh.log_dir, sizeof p->sh.log_dir, "/tmp/braid-test-shared-XXXXXX");
+  EXPECT(mkdtemp(p->sh.log_dir) != NULL);
+  EXPECT_OK(ncclGetUniqueId(&p->sh.id));
+  EXPECT(run_ranks(n, timeout_s, fn, p) == 0, "a rank failed");
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", p->sh.log_dir);
+  EXPECT(system(cmd) == 0);
+  munmap(p, sizeof *p);
+}
+
+/* One case on device memory every process can map (ncclMemAlloc), checked element by element. */
+static void check_case(ncclComm_t comm, const coll_case_t *c, int rank, int n) {
+  const size_t es = data_esize(c->type);
+  const coll_layout_t lay = coll_layout(c, n, rank);
+  char *recv_mem, *send_mem;
+  EXPECT_OK(ncclMemAlloc((void **)&recv_mem, lay.recv_elems * es + 64));
+  EXPECT_OK(ncclMemAlloc((void **)&send_mem, lay.send_elems * es + 64));
+  char *recv = recv_mem + c->offset, *send = send_mem + c->offset;
+  data_poison(recv, lay.recv_elems * es);
+  if (coll_inplace(c) && lay.recv_inside_send)
+    recv = send + lay.at * es;
+  else if (coll_inplace(c))
+    send = recv + lay.at * es;
+  for (size_t j = 0; j < lay.send_elems; j++) data_set(send, j, c->type, coll_input(c, rank, j));
+  unsigned char scalar[8];
+  int created;
+  ncclRedOp_t op = coll_make_op(comm, c, scalar, 0, &created);
+  char what[256];
+  coll_describe(c, n, rank, what, sizeof what);
+  EXPECT(coll_call(comm, c, send, recv, op, NULL) == ncclSuccess, "%s: %s", what, ncclGetLastError(comm));
+  if (created) EXPECT_OK(ncclRedOpDestroy(op, comm));
+  for (size_t i = 0; i < lay.recv_elems; i++) {
+    const double want = coll_expected(c, n, rank, i);
+    if (isnan(want)) continue;
+    const double got = data_get(recv, i, c->type);
+    EXPECT(data_match(got, want, c->type, coll_ref_op(c), n), "%s: element %zu is %g, expected %g", what, i,
+           got, want);
+  }
+  EXPECT_OK(ncclMemFree(recv_mem));
+  EXPECT_OK(ncclMemFree(send_mem));
+}
+
+/* The same list of cases on every rank: each collective (not the point-to-point ring, a group of
+ * point-to-point calls alone, which goes the ordinary way), a float, an integer and a 16-bit float type,
+ * every operation that applies (PreMulSum with its factor on the host), sizes 0, 1, odd and larger, in and
+ * out of place, roots first and last. */
+static void every_case(ncclComm_t comm, int rank, int n) {
+  static const size_t counts[] = {0, 1, 7, 1001, 4099};
+  static const ncclDataType_t types[] = {ncclFloat32, ncclInt32, ncclBfloat16};
+  uint64_t seed = 1;
+  for (int k = 0; k < K_SENDRECV; k++)
+    for (int t = 0; t < 3; t++)
+      for (int op = 0; op <= (coll_reduces((kind_t)k) ? (int)ncclNumOps : 0); op++)
+        for (int ci = 0; ci < 5; ci++)
+          for (int inplace = 0; inplace < 2; inplace++) {
+            if (ci > 1 && ci < 4 && op != 0 && op != ncclAvg && t == 2) continue; /* a few are enough */
+            if (inplace && k == K_ALLTOALL) continue; /* the ordinary way: checked in ordinary_ways */
+            const coll_case_t c = {.kind = (kind_t)k,
+                                   .type = types[t],
+                                   .op = op,
+                                   .count = counts[ci],
+                                   .inplace = inplace,
+                                   .root = (int)(seed % 2) * (n - 1),
+                                   .offset = (int)(seed % 3) * 4,
+                                   .seed = seed};
+            seed++;
+            check_case(comm, &c, rank, n);
+          }
+}
+
+static void collectives_rank(int rank, int n, void *arg) {
+  char log[128];
+  ncclComm_t comm = open_comm(arg, rank, n, log, sizeof log);
+  EXPECT(test_file_lines(log, "moves the data of every rank's collectives") == 1,
+         "rank %d: the communicator is not on the shared-GPU path", rank);
+  EXPECT(test_file_lines(log, "time-slices their kernels: rank 0 moves the data of their collectives") == 1,
+         "rank %d: init did not warn that the GPU time-slices the processes' own kernels", rank);
+  mock_cuda_stats_t *st = mock_stats();
+  const int launches = st->launches;
+  const uint64_t waits = st->stream_waits, local = st->local_launches;
+  every_case(comm, rank, n);
+  /* the leader waits for every other rank at each call, which each wait for the leader */
+  if (rank == 0) {
+    EXPECT(st->local_launches > local, "rank 0 ran no local launch");
+    EXPECT(st->stream_waits - waits >= (uint64_t)(n - 1), "rank 0: %llu stream waits",
+           (unsigned long long)(st->stream_waits - waits));
+  } else {
+    EXPECT(st->launches == launches, "rank %d launched %d kernels", rank, st->launches - launches);
+    EXPECT(st->stream_waits > waits, "rank %d: no stream wait", rank);
+  }
+  EXPECT(st->stream_waits_cut == 0, "rank %d: %llu stream waits never came", rank,
+         (unsigned long long)st->stream_waits_cut);
+  EXPECT(test_file_lines(log, "goes the ordinary way") == 0, "rank %d: a call went the ordinary way", rank);
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+/* Point-to-point calls in a group with a collective: a ring shift of two sizes beside an all-reduce. */
+static void p2p_rank(int rank, int n, void *arg) {
+  char log[128];
+  ncclComm_t comm = open_comm(arg, rank, n, log, sizeof log);
+  enum { N = 333 };
+  float *buf;
+  EXPECT_OK(ncclMemAlloc((void **)&buf, 6 * N * sizeof(float)));
+  float *send = buf, *recv = buf + 2 * N, *ar = buf + 4 * N;
+  data_fill(send, 2 * N, 5, rank, ncclFloat, ncclSum);
+  data_fill(ar, N, 6, rank, ncclFloat, ncclSum);
+  data_poison(recv, 2 * N * sizeof(float));
+  const int to = (rank + 1) % n, from = (rank + n - 1) % n;
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(send, N, ncclFloat, to, comm, NULL));
+  EXPECT_OK(ncclRecv(recv, N, ncclFloat, from, comm, NULL));
+  EXPECT_OK(ncclAllReduce(ar, ar + N, N, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclSend(send + N, N - 2, ncclFloat, to, comm, NULL));
+  EXPECT_OK(ncclRecv(recv + N, N - 2, ncclFloat, from, comm, NULL));
+  EXPECT_OK(ncclGroupEnd());
+  for (size_t i = 0; i < 2 * N - 2; i++)
+    EXPECT(recv[i] == (float)data_value(5, from, i, ncclFloat, ncclSum), "rank %d: element %zu", rank, i);
+  for (size_t i = 0; i < N; i++)
+    EXPECT(data_match(ar[N + i], data_expect(6, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
+           "rank %d: all-reduce element %zu", rank, i);
+  EXPECT(test_file_lines(log, "goes the ordinary way") == 0, "rank %d: the group went the ordinary way",
+         rank);
+  EXPECT_OK(ncclMemFree(buf));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+/* Groups that go the ordinary way on every rank (the stand-in's kernels move nothing there): a buffer no
+ * other process can map on one rank, an in-place all-to-all; then calls that differ fail on every rank, and a
+ * matching call after them still goes through rank 0. */
+static void ordinary_rank(int rank, int n, void *arg) {
+  char log[128];
+  ncclComm_t comm = open_comm(arg, rank, n, log, sizeof log);
+  mock_cuda_stats_t *st = mock_stats();
+  enum { N = 1000 };
+  float *dev, *host = malloc(n * N * sizeof(float));
+  EXPECT(host != NULL);
+  EXPECT_OK(ncclMemAlloc((void **)&dev, n * N * sizeof(float)));
+  const uint64_t waits = st->stream_waits;
+  EXPECT_OK(ncclAllReduce(dev, rank == n - 1 ? host : dev, N, ncclFloat, ncclSum, comm, NULL));
+  EXPECT_OK(ncclAlltoAll(dev, dev, N, ncclFloat, comm, NULL));
+  EXPECT(st->stream_waits == waits, "rank %d: an ordinary group waited on the stream", rank);
+  EXPECT(test_file_lines(log, "goes the ordinary way") == 1, "rank %d: the refusal was not logged once",
+         rank);
+  /* rank 1 asks for one element more */
+  ncclResult_t res = ncclAllReduce(dev, dev, N + (rank == 1), ncclFloat, ncclSum, comm, NULL);
+  EXPECT(res == ncclInvalidUsage, "rank %d: calls that differ gave %s", rank, ncclGetErrorString(res));
+  EXPECT(strstr(ncclGetLastError(comm), "1000 x") != NULL && strstr(ncclGetLastError(comm), "1001 x") != NULL,
+         "rank %d: the error does not say how the calls differ: %s", rank, ncclGetLastError(comm));
+  data_fill(dev, N, 9, rank, ncclFloat, ncclSum);
+  EXPECT_OK(ncclAllReduce(dev, dev + N, N, ncclFloat, ncclSum, comm, NULL));
+  for (size_t i = 0; i < N; i++)
+    EXPECT(data_match(dev[N + i], data_expect(9, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
+           "rank %d: element %zu after the refusals", rank, i);
+  ncclResult_t async;
+  EXPECT_OK(ncclCommGetAsyncError(comm, &async));
+  EXPECT(async == ncclSuccess, "rank %d: %s", rank, ncclGetErrorString(async));
+  free(host);
+  EXPECT_OK(ncclMemFree(dev));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+/* Rank 1's stream never reaches the call (the process is stopped after sending its calls): rank 0's wait
+ * fails after BRAID_TIMEOUT_S, naming rank 1, and is released; once rank 1 goes on, its own wait finds the
+ * leader's release and its communicator fails too. */
+static void stalled_rank(int rank, int n, void *arg) {
+  procs_t *p = arg;
+  char log[128];
+  ncclComm_t comm = open_comm(p, rank, n, log, sizeof log);
+  float *dev;
+  EXPECT_OK(ncclMemAlloc((void **)&dev, 2 * sizeof(float)));
+  ncclResult_t async = ncclSuccess;
+  /* once first: rank 0 maps rank 1's buffer now (a stopped process serves no descriptor) */
+  EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL));
+  if (rank == 1) {
+    p->pid[1] = (int)getpid();
+    /* stopped for longer than BRAID_TIMEOUT_S while it waits for the answer: that wait may fail too */
+    ncclResult_t res = ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL);
+    EXPECT(res == ncclSuccess || res == ncclRemoteError || res == ncclSystemError || res == ncclInternalError,
+           "rank 1: %s", ncclGetErrorString(res));
+  } else {
+    while (p->pid[1] == 0) usleep(1000);
+    usleep(500 * 1000); /* rank 1 is waiting for the answer to its calls by now */
+    EXPECT(kill(p->pid[1], SIGSTOP) == 0);
+    const double t0 = time_now();
+    EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL)); /* returns once released */
+    const double waited = time_now() - t0;
+    EXPECT(kill(p->pid[1], SIGCONT) == 0);
+    EXPECT(waited > 1.5 && waited < 20, "rank 0's wait lasted %.1f s (BRAID_TIMEOUT_S 2)", waited);
+    EXPECT(test_file_lines(log, "(BRAID_TIMEOUT_S) for rank 1 (whose stream never reached it)") == 1,
+           "rank 0: the failure does not name rank 1");
+  }
+  for (int i = 0; i < 2000 && async == ncclSuccess; i++) { /* the watch looks every few milliseconds */
+    EXPECT_OK(ncclCommGetAsyncError(comm, &async));
+    usleep(1000);
+  }
+  EXPECT(async != ncclSuccess, "rank %d: the communicator did not fail", rank);
+  if (rank == 0)
+    EXPECT(async == ncclRemoteError, "rank 0: the communicator says %s", ncclGetErrorString(async));
+  EXPECT_OK(ncclCommAbort(comm));
+  EXPECT_OK(ncclMemFree(dev));
+}
+
+static void shared_path(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  setenv("MOCK_CUDA_RUN_LOCAL", "1", 1);
+  unsetenv("MOCK_CUDA_STUCK");
+  run_procs(2, collectives_rank, 120);
+  run_procs(3, collectives_rank, 120);
+  run_procs(3, p2p_rank, 60);
+  run_procs(2, ordinary_rank, 60);
+  setenv("BRAID_TIMEOUT_S", "2", 1);
+  run_procs(2, stalled_rank, 60);
+  unsetenv("BRAID_TIMEOUT_S");
+}
+
+/* BRAID_SHARED_GPU_LEADER 0 on one rank: no rank takes the path. */
+static void off_rank(int rank, int n, void *arg) {
+  if (rank == 1) setenv("BRAID_SHARED_GPU_LEADER", "0", 1);
+  char log[128];
+  ncclComm_t comm = open_comm(arg, rank, n, log, sizeof log);
+  EXPECT(test_file_lines(log, "ranks share this GPU but not the shared-GPU path") == 1,
+         "rank %d: the path is not off", rank);
+  mock_cuda_stats_t *st = mock_stats();
+  const uint64_t waits = st->stream_waits;
+  float *dev;
+  EXPECT_OK(ncclMemAlloc((void **)&dev, 2 * sizeof(float)));
+  EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(st->stream_waits == waits, "rank %d waited on the stream", rank);
+  EXPECT_OK(ncclMemFree(dev));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+static void shared_path_off(void) {
+  setenv("BRAID_DEVICE", "cuda", 1);
+  run_procs(2, off_rank, 60);
+}
+
+int main(int argc, char **argv) {
+  test_reexec_with_library_dir(argv, BRAID_MOCK_CUDA_DIR);
+  test_filter(argc - 1, argv + 1);
+  TEST(shared_path, 400);
+  TEST(shared_path_off, 60);
+  return test_summary();
+}
+
+#else
+
+int main(void) {
+  printf("built without CUDA's headers: no stand-in driver, nothing to test\n");
+  return 0;
+}
+
+#endif
