@@ -259,7 +259,13 @@ static void describe(sg_t *sg, const plan_t *plan, sg_msg_t *m) {
     if (t->red.scalar_dev != NULL) m->refuse |= SG_DEV_SCALAR;
     if (t->count == 0 || sg->rank == 0) continue; /* the leader's own buffers need no export */
     if (sg_has_in(t->kind, sg->rank, t->root)) export_buf(sg, t->sendbuff, &c->has_in, &c->in, &m->refuse);
-    if (sg_has_out(t->kind, sg->rank, t->root)) export_buf(sg, t->recvbuff, &c->has_out, &c->out, &m->refuse);
+    if (!sg_has_out(t->kind, sg->rank, t->root)) continue;
+    if (c->has_in && t->recvbuff == t->sendbuff) { /* in place: one export serves both */
+      c->has_out = 1;
+      c->out = c->in;
+    } else {
+      export_buf(sg, t->recvbuff, &c->has_out, &c->out, &m->refuse);
+    }
   }
 }
 
