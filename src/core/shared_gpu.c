@@ -240,6 +240,13 @@ static void describe(sg_t *sg, const plan_t *plan, sg_msg_t *m) {
   m->rank = sg->rank;
   m->ncalls = plan->ntasks;
   m->refuse = plan->ntasks > SG_CALLS ? SG_TOO_MANY : 0;
+  for (int i = 0; i < plan->ntasks; i++) { /* first: a capture may forbid the calls an export makes */
+    int capturing = 0;
+    void *graph;
+    uint64_t id;
+    if (gpu_stream_capture(plan->tasks[i].stream, &capturing, &graph, &id) != ncclSuccess || capturing)
+      m->refuse |= SG_CAPTURED;
+  }
   for (int i = 0; i < plan->ntasks && i < SG_CALLS; i++) {
     const task_t *t = &plan->tasks[i];
     sg_call_t *c = &m->calls[i];
@@ -251,13 +258,9 @@ static void describe(sg_t *sg, const plan_t *plan, sg_msg_t *m) {
                      .fscale = t->red.fscale,
                      .iscale = t->red.iscale,
                      .divisor = t->red.divisor};
-    int capturing = 0;
-    void *graph;
-    uint64_t id;
-    if (gpu_stream_capture(t->stream, &capturing, &graph, &id) != ncclSuccess || capturing)
-      m->refuse |= SG_CAPTURED;
     if (t->red.scalar_dev != NULL) m->refuse |= SG_DEV_SCALAR;
-    if (t->count == 0 || sg->rank == 0) continue; /* the leader's own buffers need no export */
+    /* the leader's own buffers need no export, nor do those of a group that goes the ordinary way */
+    if (t->count == 0 || sg->rank == 0 || (m->refuse & SG_CAPTURED)) continue;
     if (sg_has_in(t->kind, sg->rank, t->root)) export_buf(sg, t->sendbuff, &c->has_in, &c->in, &m->refuse);
     if (!sg_has_out(t->kind, sg->rank, t->root)) continue;
     if (c->has_in && t->recvbuff == t->sendbuff) { /* in place: one export serves both */

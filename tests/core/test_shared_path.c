@@ -180,8 +180,8 @@ static void p2p_rank(int rank, int n, void *arg) {
 }
 
 /* Groups that go the ordinary way on every rank (the stand-in's kernels move nothing there): a buffer no
- * other process can map on one rank, an in-place all-to-all; then calls that differ fail on every rank, and a
- * matching call after them still goes through rank 0. */
+ * other process can map on one rank, an in-place all-to-all, a captured call; then calls that differ fail on
+ * every rank, and a matching call after them still goes through rank 0. */
 static void ordinary_rank(int rank, int n, void *arg) {
   char log[128];
   ncclComm_t comm = open_comm(arg, rank, n, log, sizeof log);
@@ -193,6 +193,8 @@ static void ordinary_rank(int rank, int n, void *arg) {
   const uint64_t waits = st->stream_waits;
   EXPECT_OK(ncclAllReduce(dev, rank == n - 1 ? host : dev, N, ncclFloat, ncclSum, comm, NULL));
   EXPECT_OK(ncclAlltoAll(dev, dev, N, ncclFloat, comm, NULL));
+  /* captured into a CUDA graph: a graph would keep rank 0's waits and the other ranks' buffers */
+  EXPECT_OK(ncclAllReduce(dev, dev + N, N, ncclFloat, ncclSum, comm, (cudaStream_t)MOCK_CUDA_CAPTURING));
   EXPECT(st->stream_waits == waits, "rank %d: an ordinary group waited on the stream", rank);
   EXPECT(test_file_lines(log, "goes the ordinary way") == 1, "rank %d: the refusal was not logged once",
          rank);
