@@ -412,11 +412,10 @@ static ncclResult_t map_views(sg_t *sg, const plan_t *plan, sg_msg_t *const *msg
 
 /* Why the group goes the ordinary way, in words (the first reason of the rank that gave one). */
 static int refusal(const sg_t *sg, const plan_t *plan, sg_msg_t *const *msgs, char *why, size_t len) {
-  static const char *const reasons[] = {"a buffer is not memory another process can map (cudaMalloc or "
-                                        "ncclMemAlloc memory is)",
-                                        "a call is captured into a CUDA graph",
-                                        "a PreMulSum factor is in device memory",
-                                        "the group has more than 32 calls"};
+  static const char *const reasons[] = {
+      "a buffer is not memory another process can map (only cudaMalloc's and ncclMemAlloc's are)",
+      "a call is captured into a CUDA graph", "a PreMulSum factor is in device memory",
+      "the group has more than 32 calls"};
   for (int r = 0; r < sg->nranks; r++) {
     for (int b = 0; b < 4; b++)
       if (msgs[r]->refuse & (1u << b)) {
