@@ -8,12 +8,14 @@
  * kernel at all; point-to-point calls grouped with a collective; groups that must go the ordinary way (a
  * buffer no other process can map, a captured call) go it on every rank; calls that differ fail on every
  * rank with a message that says how, and the next calls still pair; a rank whose stream never comes fails
- * the leader's communicator within BRAID_TIMEOUT_S, and releases both ranks' streams.
+ * the leader's communicator within BRAID_TIMEOUT_S, and releases both ranks' streams; a rank whose process
+ * is killed meanwhile releases the leader at once.
  *
  * Without CUDA's headers there is no stand-in driver and nothing to test.
  */
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,18 +51,28 @@ static ncclComm_t open_comm(procs_t *p, int rank, int nranks, char *log, size_t 
   return comm;
 }
 
-/* Runs fn on `n` rank processes sharing a procs_t, each logging into a fresh folder. */
-static void run_procs(int n, void (*fn)(int rank, int nranks, void *arg), int timeout_s) {
+/* Runs fn on `n` rank processes sharing a procs_t, each logging into a fresh folder, with `helper` (or NULL)
+ * on a thread of this process meanwhile; the ranks in `dying` (a bit each) must fail, the others succeed. */
+static void run_procs_with(int n, void (*fn)(int rank, int nranks, void *arg), int timeout_s,
+                           void *(*helper)(void *), unsigned dying) {
   procs_t *p = mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   EXPECT(p != MAP_FAILED);
   snprintf(p->sh.log_dir, sizeof p->sh.log_dir, "/tmp/braid-test-shared-XXXXXX");
   EXPECT(mkdtemp(p->sh.log_dir) != NULL);
   EXPECT_OK(ncclGetUniqueId(&p->sh.id));
-  EXPECT(run_ranks(n, timeout_s, fn, p) == 0, "a rank failed");
+  pthread_t t;
+  if (helper != NULL) EXPECT(pthread_create(&t, NULL, helper, p) == 0);
+  const unsigned failed = run_ranks_mask(n, timeout_s, fn, p);
+  if (helper != NULL) pthread_join(t, NULL);
+  EXPECT(failed == dying, "ranks 0x%x failed, 0x%x should have", failed, dying);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", p->sh.log_dir);
   EXPECT(system(cmd) == 0);
   munmap(p, sizeof *p);
+}
+
+static void run_procs(int n, void (*fn)(int rank, int nranks, void *arg), int timeout_s) {
+  run_procs_with(n, fn, timeout_s, NULL, 0);
 }
 
 /* One case on device memory every process can map (ncclMemAlloc), checked element by element. */
@@ -257,6 +269,54 @@ static void stalled_rank(int rank, int n, void *arg) {
   EXPECT_OK(ncclMemFree(dev));
 }
 
+/* Rank 1's process is killed while rank 0's stream waits for it: rank 0's wait is released at once (not
+ * after BRAID_TIMEOUT_S), and its communicator fails, naming rank 1's exit. */
+static void killed_rank(int rank, int n, void *arg) {
+  procs_t *p = arg;
+  char log[128];
+  ncclComm_t comm = open_comm(p, rank, n, log, sizeof log);
+  float *dev;
+  EXPECT_OK(ncclMemAlloc((void **)&dev, 2 * sizeof(float)));
+  EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL));
+  if (rank == 1) {
+    p->pid[1] = (int)getpid();
+    ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL);
+    pause(); /* killed meanwhile */
+  }
+  while (p->pid[1] == 0) usleep(1000);
+  usleep(500 * 1000); /* rank 1 is waiting for the answer to its calls by now */
+  EXPECT(kill(p->pid[1], SIGSTOP) == 0);
+  p->pid[0] = 1; /* the runner kills rank 1 a little later */
+  const double t0 = time_now();
+  EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL)); /* returns once released */
+  const double waited = time_now() - t0;
+  EXPECT(waited < 20, "rank 0's wait lasted %.1f s (BRAID_TIMEOUT_S 60)", waited);
+  ncclResult_t async = ncclSuccess;
+  for (int i = 0; i < 2000 && async == ncclSuccess; i++) {
+    EXPECT_OK(ncclCommGetAsyncError(comm, &async));
+    usleep(1000);
+  }
+  EXPECT(async == ncclRemoteError, "rank 0: the communicator says %s", ncclGetErrorString(async));
+  EXPECT(test_file_lines(log, "rank 1's process") == 1, "rank 0: the failure does not name rank 1's exit");
+  EXPECT_OK(ncclCommAbort(comm));
+  EXPECT_OK(ncclMemFree(dev));
+}
+
+/* The runner's side of killed_rank: kills rank 1 one second after rank 0 stopped it. */
+static void *killer(void *arg) {
+  procs_t *p = arg;
+  while (p->pid[0] == 0) usleep(1000);
+  usleep(1000 * 1000);
+  kill(p->pid[1], SIGKILL);
+  return NULL;
+}
+
+static void killed(void) {
+  setenv("BRAID_TIMEOUT_S", "60", 1);
+  run_procs_with(2, killed_rank, 60, killer, 2);
+  unsetenv("BRAID_TIMEOUT_S");
+}
+
 static void shared_path(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
   setenv("MOCK_CUDA_RUN_LOCAL", "1", 1);
@@ -268,6 +328,7 @@ static void shared_path(void) {
   setenv("BRAID_TIMEOUT_S", "2", 1);
   run_procs(2, stalled_rank, 60);
   unsetenv("BRAID_TIMEOUT_S");
+  killed();
 }
 
 /* BRAID_SHARED_GPU_LEADER 0 on one rank: no rank takes the path. */
