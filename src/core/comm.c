@@ -224,7 +224,8 @@ static void warn_shared_gpu(const ncclComm_t comm) {
         comm->name, ranks, comm->dev);
   else
     WARN("%s: ranks %s share CUDA device %d from separate processes; the GPU time-slices their kernels, so "
-         "each collective among them waits for time slices (give each process a GPU of its own for speed)",
+         "each collective among them waits for time slices (give each process a GPU of its own for speed, or "
+         "set BRAID_SHARED_GPU_LEADER=1 on every rank so that rank 0 moves their collectives' data)",
          comm->name, ranks, comm->dev);
 }
 

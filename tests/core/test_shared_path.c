@@ -319,6 +319,7 @@ static void killed(void) {
 
 static void shared_path(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
+  setenv("BRAID_SHARED_GPU_LEADER", "1", 1);
   setenv("MOCK_CUDA_RUN_LOCAL", "1", 1);
   unsetenv("MOCK_CUDA_STUCK");
   run_procs(2, collectives_rank, 120);
@@ -331,7 +332,7 @@ static void shared_path(void) {
   killed();
 }
 
-/* BRAID_SHARED_GPU_LEADER 0 on one rank: no rank takes the path. */
+/* BRAID_SHARED_GPU_LEADER 0 on one rank, 1 on the other: no rank takes the path. */
 static void off_rank(int rank, int n, void *arg) {
   if (rank == 1) setenv("BRAID_SHARED_GPU_LEADER", "0", 1);
   char log[128];
@@ -350,6 +351,7 @@ static void off_rank(int rank, int n, void *arg) {
 
 static void shared_path_off(void) {
   setenv("BRAID_DEVICE", "cuda", 1);
+  setenv("BRAID_SHARED_GPU_LEADER", "1", 1);
   run_procs(2, off_rank, 60);
 }
 
