@@ -161,13 +161,22 @@ static void verify(const coll_case_t *c, int n, int rank, const char *out, size_
   }
 }
 
+static void *host_alloc(size_t bytes) {
+  return malloc(bytes);
+}
+
 void coll_check(ncclComm_t comm, const coll_case_t *c) {
+  coll_check_in(comm, c, host_alloc, free);
+}
+
+void coll_check_in(ncclComm_t comm, const coll_case_t *c, void *(*alloc)(size_t bytes),
+                   void (*release)(void *p)) {
   int n, rank;
   EXPECT_OK(ncclCommCount(comm, &n));
   EXPECT_OK(ncclCommUserRank(comm, &rank));
   size_t es = data_esize(c->type);
   coll_layout_t lay = coll_layout(c, n, rank);
-  char *recv_mem = malloc(lay.recv_elems * es + 64), *send_mem = malloc(lay.send_elems * es + 64);
+  char *recv_mem = alloc(lay.recv_elems * es + 64), *send_mem = alloc(lay.send_elems * es + 64);
   EXPECT(recv_mem != NULL && send_mem != NULL, "out of memory");
   char *recv = recv_mem + c->offset, *send = send_mem + c->offset;
   data_poison(recv, lay.recv_elems * es);
@@ -187,6 +196,6 @@ void coll_check(ncclComm_t comm, const coll_case_t *c) {
   }
   if (created) EXPECT_OK(ncclRedOpDestroy(op, comm));
   verify(c, n, rank, recv, lay.recv_elems);
-  free(recv_mem);
-  free(send_mem);
+  release(recv_mem);
+  release(send_mem);
 }

@@ -41,6 +41,10 @@ typedef struct {
 
 /* Runs one case on this rank and checks its outputs; fails the process with a message on any mismatch. */
 void coll_check(ncclComm_t comm, const coll_case_t *c);
+/* The same on buffers from `alloc`, freed with `release` (memory the host can read and write, such as the
+ * tests' stand-in driver's device memory). */
+void coll_check_in(ncclComm_t comm, const coll_case_t *c, void *(*alloc)(size_t bytes),
+                   void (*release)(void *p));
 /* Name of a kind. */
 const char *coll_kind_name(kind_t kind);
 

@@ -75,43 +75,20 @@ static void run_procs(int n, void (*fn)(int rank, int nranks, void *arg), int ti
   run_procs_with(n, fn, timeout_s, NULL, 0);
 }
 
-/* One case on device memory every process can map (ncclMemAlloc), checked element by element. */
-static void check_case(ncclComm_t comm, const coll_case_t *c, int rank, int n) {
-  const size_t es = data_esize(c->type);
-  const coll_layout_t lay = coll_layout(c, n, rank);
-  char *recv_mem, *send_mem;
-  EXPECT_OK(ncclMemAlloc((void **)&recv_mem, lay.recv_elems * es + 64));
-  EXPECT_OK(ncclMemAlloc((void **)&send_mem, lay.send_elems * es + 64));
-  char *recv = recv_mem + c->offset, *send = send_mem + c->offset;
-  data_poison(recv, lay.recv_elems * es);
-  if (coll_inplace(c) && lay.recv_inside_send)
-    recv = send + lay.at * es;
-  else if (coll_inplace(c))
-    send = recv + lay.at * es;
-  for (size_t j = 0; j < lay.send_elems; j++) data_set(send, j, c->type, coll_input(c, rank, j));
-  unsigned char scalar[8];
-  int created;
-  ncclRedOp_t op = coll_make_op(comm, c, scalar, 0, &created);
-  char what[256];
-  coll_describe(c, n, rank, what, sizeof what);
-  EXPECT(coll_call(comm, c, send, recv, op, NULL) == ncclSuccess, "%s: %s", what, ncclGetLastError(comm));
-  if (created) EXPECT_OK(ncclRedOpDestroy(op, comm));
-  for (size_t i = 0; i < lay.recv_elems; i++) {
-    const double want = coll_expected(c, n, rank, i);
-    if (isnan(want)) continue;
-    const double got = data_get(recv, i, c->type);
-    EXPECT(data_match(got, want, c->type, coll_ref_op(c), n), "%s: element %zu is %g, expected %g", what, i,
-           got, want);
-  }
-  EXPECT_OK(ncclMemFree(recv_mem));
-  EXPECT_OK(ncclMemFree(send_mem));
+/* Device memory every process can map (ncclMemAlloc), for coll_check_in. */
+static void *dev_alloc(size_t bytes) {
+  void *p = NULL;
+  return ncclMemAlloc(&p, bytes) == ncclSuccess ? p : NULL;
+}
+static void dev_free(void *p) {
+  EXPECT_OK(ncclMemFree(p));
 }
 
 /* The same list of cases on every rank: each collective (not the point-to-point ring, a group of
  * point-to-point calls alone, which goes the ordinary way), a float, an integer and a 16-bit float type,
  * every operation that applies (PreMulSum with its factor on the host), sizes 0, 1, odd and larger, in and
  * out of place, roots first and last. */
-static void every_case(ncclComm_t comm, int rank, int n) {
+static void every_case(ncclComm_t comm, int n) {
   static const size_t counts[] = {0, 1, 7, 1001, 4099};
   static const ncclDataType_t types[] = {ncclFloat32, ncclInt32, ncclBfloat16};
   uint64_t seed = 1;
@@ -131,7 +108,7 @@ static void every_case(ncclComm_t comm, int rank, int n) {
                                    .offset = (int)(seed % 3) * 4,
                                    .seed = seed};
             seed++;
-            check_case(comm, &c, rank, n);
+            coll_check_in(comm, &c, dev_alloc, dev_free);
           }
 }
 
@@ -145,7 +122,7 @@ static void collectives_rank(int rank, int n, void *arg) {
   mock_cuda_stats_t *st = mock_stats();
   const int launches = st->launches;
   const uint64_t waits = st->stream_waits, local = st->local_launches;
-  every_case(comm, rank, n);
+  every_case(comm, n);
   /* the leader waits for every other rank at each call, which each wait for the leader */
   if (rank == 0) {
     EXPECT(st->local_launches > local, "rank 0 ran no local launch");
@@ -228,6 +205,36 @@ static void ordinary_rank(int rank, int n, void *arg) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
+/* Both ranks: an all-reduce once (rank 0 maps rank 1's buffer now: a stopped process serves no descriptor),
+ * then again, rank 1 first; rank 0 stops rank 1 while it waits for the answer to its calls, so that rank 1's
+ * stream never raises its word, and returns how long its own call took (released), with rank 1 still
+ * stopped (-1 on rank 1, whose call returns whatever its waits found). */
+static double stop_rank1(procs_t *p, int rank, ncclComm_t comm, float *dev) {
+  EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL));
+  if (rank == 1) {
+    p->pid[1] = (int)getpid();
+    ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL);
+    return -1;
+  }
+  while (p->pid[1] == 0) usleep(1000);
+  usleep(500 * 1000); /* rank 1 is waiting for the answer to its calls by now */
+  EXPECT(kill(p->pid[1], SIGSTOP) == 0);
+  p->pid[0] = 1; /* for a helper of the runner's */
+  const double t0 = time_now();
+  EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL)); /* returns once released */
+  return time_now() - t0;
+}
+
+/* The communicator's asynchronous error, once the watch (which looks every few milliseconds) found one. */
+static ncclResult_t async_error(ncclComm_t comm) {
+  ncclResult_t async = ncclSuccess;
+  for (int i = 0; i < 2000 && async == ncclSuccess; i++) {
+    EXPECT_OK(ncclCommGetAsyncError(comm, &async));
+    usleep(1000);
+  }
+  return async;
+}
+
 /* Rank 1's stream never reaches the call (the process is stopped after sending its calls): rank 0's wait
  * fails after BRAID_TIMEOUT_S, naming rank 1, and is released; once rank 1 goes on, its own wait finds the
  * leader's release and its communicator fails too. */
@@ -237,31 +244,14 @@ static void stalled_rank(int rank, int n, void *arg) {
   ncclComm_t comm = open_comm(p, rank, n, log, sizeof log);
   float *dev;
   EXPECT_OK(ncclMemAlloc((void **)&dev, 2 * sizeof(float)));
-  ncclResult_t async = ncclSuccess;
-  /* once first: rank 0 maps rank 1's buffer now (a stopped process serves no descriptor) */
-  EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL));
-  if (rank == 1) {
-    p->pid[1] = (int)getpid();
-    /* stopped for longer than BRAID_TIMEOUT_S while it waits for the answer: that wait may fail too */
-    ncclResult_t res = ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL);
-    EXPECT(res == ncclSuccess || res == ncclRemoteError || res == ncclSystemError || res == ncclInternalError,
-           "rank 1: %s", ncclGetErrorString(res));
-  } else {
-    while (p->pid[1] == 0) usleep(1000);
-    usleep(500 * 1000); /* rank 1 is waiting for the answer to its calls by now */
-    EXPECT(kill(p->pid[1], SIGSTOP) == 0);
-    const double t0 = time_now();
-    EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL)); /* returns once released */
-    const double waited = time_now() - t0;
+  const double waited = stop_rank1(p, rank, comm, dev);
+  if (rank == 0) {
     EXPECT(kill(p->pid[1], SIGCONT) == 0);
     EXPECT(waited > 1.5 && waited < 20, "rank 0's wait lasted %.1f s (BRAID_TIMEOUT_S 2)", waited);
     EXPECT(test_file_lines(log, "(BRAID_TIMEOUT_S) for rank 1 (whose stream never reached it)") == 1,
            "rank 0: the failure does not name rank 1");
   }
-  for (int i = 0; i < 2000 && async == ncclSuccess; i++) { /* the watch looks every few milliseconds */
-    EXPECT_OK(ncclCommGetAsyncError(comm, &async));
-    usleep(1000);
-  }
+  const ncclResult_t async = async_error(comm);
   EXPECT(async != ncclSuccess, "rank %d: the communicator did not fail", rank);
   if (rank == 0)
     EXPECT(async == ncclRemoteError, "rank 0: the communicator says %s", ncclGetErrorString(async));
@@ -277,25 +267,10 @@ static void killed_rank(int rank, int n, void *arg) {
   ncclComm_t comm = open_comm(p, rank, n, log, sizeof log);
   float *dev;
   EXPECT_OK(ncclMemAlloc((void **)&dev, 2 * sizeof(float)));
-  EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL));
-  if (rank == 1) {
-    p->pid[1] = (int)getpid();
-    ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL);
-    pause(); /* killed meanwhile */
-  }
-  while (p->pid[1] == 0) usleep(1000);
-  usleep(500 * 1000); /* rank 1 is waiting for the answer to its calls by now */
-  EXPECT(kill(p->pid[1], SIGSTOP) == 0);
-  p->pid[0] = 1; /* the runner kills rank 1 a little later */
-  const double t0 = time_now();
-  EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL)); /* returns once released */
-  const double waited = time_now() - t0;
+  const double waited = stop_rank1(p, rank, comm, dev);
+  if (rank == 1) pause(); /* killed meanwhile */
   EXPECT(waited < 20, "rank 0's wait lasted %.1f s (BRAID_TIMEOUT_S 60)", waited);
-  ncclResult_t async = ncclSuccess;
-  for (int i = 0; i < 2000 && async == ncclSuccess; i++) {
-    EXPECT_OK(ncclCommGetAsyncError(comm, &async));
-    usleep(1000);
-  }
+  const ncclResult_t async = async_error(comm);
   EXPECT(async == ncclRemoteError, "rank 0: the communicator says %s", ncclGetErrorString(async));
   EXPECT(test_file_lines(log, "rank 1's process") == 1, "rank 0: the failure does not name rank 1's exit");
   EXPECT_OK(ncclCommAbort(comm));
