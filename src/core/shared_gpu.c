@@ -70,6 +70,8 @@ static void release(sg_t *sg) {
   free(sg->peers);
   plan_free(&sg->local);
   free(sg->views);
+  free(sg->msgs);
+  free(sg->idx);
   for (int i = 0; i < sg->njoins; i++) gpu_event_destroy(sg->joins[i]);
   free(sg->joins);
   if (sg->last != NULL) gpu_event_destroy(sg->last);
@@ -183,7 +185,9 @@ ncclResult_t sg_init(const sg_setup_t *s, sg_t **sg_p) {
   pthread_mutex_init(&sg->lock, NULL);
   pthread_cond_init(&sg->wake, NULL);
   sg->peers = calloc((size_t)sg->npeers, sizeof *sg->peers);
-  if (sg->peers == NULL) {
+  sg->msgs = calloc((size_t)s->nranks, sizeof *sg->msgs);
+  sg->idx = calloc((size_t)s->nranks, sizeof *sg->idx);
+  if (sg->peers == NULL || sg->msgs == NULL || sg->idx == NULL) {
     release(sg);
     return log_err(ncclSystemError, "%s: out of host memory for the shared-GPU path", s->name);
   }
@@ -480,15 +484,10 @@ ncclResult_t sg_settle(sg_t *sg, const plan_t *plan, int *take) {
   if (sg == NULL) return ncclSuccess;
   sg_answer_t a;
   if (sg->rank == 0) {
-    sg_msg_t **msgs = calloc((size_t)sg->nranks, sizeof *msgs);
-    if (msgs == NULL) return log_err(ncclSystemError, "%s: out of host memory", sg->name);
     gpu_scope_t scope;
-    ncclResult_t res = gpu_enter(sg->dev, &scope);
-    if (res == ncclSuccess) {
-      res = judge(sg, plan, msgs, &a);
-      gpu_leave(&scope);
-    }
-    free(msgs);
+    CHECK(gpu_enter(sg->dev, &scope));
+    ncclResult_t res = judge(sg, plan, sg->msgs, &a);
+    gpu_leave(&scope);
     CHECK(res);
     for (int r = 1; r < sg->nranks; r++) {
       const tp_mbox_wait_t who = waiting_for(sg, &sg->peers[r], "shared-GPU answer");

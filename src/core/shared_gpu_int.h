@@ -90,8 +90,10 @@ struct sg {
   sg_msg_t mine;    /* another rank: its last message */
   int verdict;      /* the last group's answer */
   plan_t local;     /* the leader: the group as local transfers */
-  sg_view_t *views; /* the leader: [ncalls * nranks] */
+  sg_view_t *views; /* the leader: [nranks * SG_CALLS] */
   int cap_views;
+  sg_msg_t **msgs; /* the leader: [nranks], each rank's calls of the group being settled */
+  int *idx;        /* the leader: [nranks], where one collective is among each rank's calls */
   /* a word the stream sets to a call's token while it waits, and clears after: the watch reads it */
   volatile uint32_t *reached;
   void *reached_dev;

@@ -154,9 +154,7 @@ ncclResult_t sg_build_local(sg_t *sg, const plan_t *plan) {
   plan_reset(pl);
   pl->nxfers = pl->nsteps = 0;
   for (int i = 0; i < plan->ntasks; i++) CHECK(plan_add_task(pl, &plan->tasks[i]));
-  int idx[PLAN_ONESHOT_MAX_RANKS * 8];
-  if (sg->nranks > (int)(sizeof idx / sizeof idx[0]))
-    return log_err(ncclInternalError, "%s: %d ranks on the shared-GPU path", sg->name, sg->nranks);
+  int *idx = sg->idx;
   const task_t *p2p_task = NULL;
   for (int k = 0;; k++) {
     const int i = nth_collective(&sg->mine, k);
