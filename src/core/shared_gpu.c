@@ -529,7 +529,10 @@ static int quiesce(sg_t *sg, double limit_s) {
 
 void sg_destroy(sg_t *sg, int aborting) {
   if (sg == NULL) return;
-  if (aborting) atomic_store(&sg->aborting, 1);
+  if (aborting) {
+    atomic_store(&sg->aborting, 1);
+    sg_gave_up(sg); /* now: the watch may not look again before it stops */
+  }
   gpu_scope_t scope;
   const int entered = gpu_enter(sg->dev, &scope) == ncclSuccess;
   int64_t t = param_int(P_BRAID_TIMEOUT_S);

@@ -133,6 +133,8 @@ void sg_watch_stop(sg_t *sg);
 /* Records the first failure, with `msg` at WARN when `loud` (a wait of this rank's is concerned), else INFO.
  */
 void sg_fail(sg_t *sg, ncclResult_t res, int loud, const char *msg);
+/* Tells the other side that this rank failed or was aborted (its watch fails that rank's communicator). */
+void sg_gave_up(sg_t *sg);
 /* Stores every word this rank's stream may wait for (a release). */
 void sg_release(sg_t *sg);
 

@@ -182,33 +182,43 @@ static uint32_t next_token(sg_t *sg, const plan_t *plan) {
   return sg->token;
 }
 
-ncclResult_t sg_enqueue_leader(sg_t *sg, gx_t *gx, const plan_t *plan) {
+/* The leader's work on stream s: its waits for every rank's word, then the group's transfers. */
+static ncclResult_t leader_work(sg_t *sg, gx_t *gx, const plan_t *plan, cudaStream_t s) {
   CHECK(sg_build_local(sg, plan));
+  CHECK(gpu_stream_write32(s, sg->reached_dev, next_token(sg, plan)));
+  for (int r = 1; r < sg->nranks; r++) CHECK(gpu_stream_wait32(s, (void *)&sg->peers[r].words_dev->ready, 1));
+  for (int r = 1; r < sg->nranks; r++)
+    CHECK(gpu_stream_write32(s, (void *)&sg->peers[r].words_dev->ready, 0));
+  CHECK(gpu_stream_write32(s, sg->reached_dev, 0));
+  if (sg->local.nsteps == 0) return ncclSuccess;
+  CHECK(gx_tune(gx, &sg->local));
+  CHECK(gx_launch(gx, &sg->local));
+  for (int i = 0; i < sg->local.nxfers; i++) /* the cached mappings stay until the work is done */
+    for (int r = 1; r < sg->nranks; r++) {
+      CHECK(tp_peer_mem_used(sg->peers[r].mem, sg->local.xfers[i].src, s));
+      CHECK(tp_peer_mem_used(sg->peers[r].mem, sg->local.xfers[i].dst, s));
+    }
+  return ncclSuccess;
+}
+
+ncclResult_t sg_enqueue_leader(sg_t *sg, gx_t *gx, const plan_t *plan) {
   const cudaStream_t s = plan->tasks[0].stream;
   gpu_scope_t scope;
   CHECK(gpu_enter(sg->dev, &scope));
-  ncclResult_t res = gpu_stream_write32(s, sg->reached_dev, next_token(sg, plan));
-  for (int r = 1; r < sg->nranks && res == ncclSuccess; r++)
-    res = gpu_stream_wait32(s, (void *)&sg->peers[r].words_dev->ready, 1);
-  for (int r = 1; r < sg->nranks && res == ncclSuccess; r++)
-    res = gpu_stream_write32(s, (void *)&sg->peers[r].words_dev->ready, 0);
-  if (res == ncclSuccess) res = gpu_stream_write32(s, sg->reached_dev, 0);
-  if (res == ncclSuccess && sg->local.nsteps > 0) res = gx_tune(gx, &sg->local);
-  if (res == ncclSuccess && sg->local.nsteps > 0) res = gx_launch(gx, &sg->local);
-  for (int r = 1; r < sg->nranks && res == ncclSuccess; r++)
-    res = gpu_stream_write32(s, (void *)&sg->peers[r].words_dev->done, 1);
-  for (int i = 0; i < sg->local.nxfers && res == ncclSuccess; i++) {
-    const xfer_t *x = &sg->local.xfers[i];
-    for (int r = 1; r < sg->nranks && res == ncclSuccess;
-         r++) { /* the mappings stay until the work is done */
-      res = tp_peer_mem_used(sg->peers[r].mem, x->src, s);
-      if (res == ncclSuccess) res = tp_peer_mem_used(sg->peers[r].mem, x->dst, s);
-    }
-  }
-  if (res == ncclSuccess) res = gpu_event_record(sg->last, s);
-  if (res == ncclSuccess) sg->launched = 1;
+  const ncclResult_t res = leader_work(sg, gx, plan, s);
+  /* the other ranks' streams wait for these, whatever became of the work: a failed call releases them too */
+  ncclResult_t raised = ncclSuccess;
+  for (int r = 1; r < sg->nranks && raised == ncclSuccess; r++)
+    raised = gpu_stream_write32(s, (void *)&sg->peers[r].words_dev->done, 1);
+  if (raised == ncclSuccess) raised = gpu_event_record(sg->last, s);
+  if (raised == ncclSuccess) sg->launched = 1;
   gpu_leave(&scope);
-  return res;
+  if (res == ncclSuccess && raised == ncclSuccess) return ncclSuccess;
+  sg_fail(sg, res != ncclSuccess ? res : raised, 1,
+          "a call on the shared-GPU path could not be enqueued; the communicator fails");
+  for (int r = 1; r < sg->nranks && raised != ncclSuccess; r++) /* nothing will raise them on the stream */
+    __atomic_store_n(&sg->peers[r].words->done, 1, __ATOMIC_SEQ_CST);
+  return res != ncclSuccess ? res : raised;
 }
 
 /* Orders the group's other streams before (ahead = 1) or after (0) its first: events of this path's own. */

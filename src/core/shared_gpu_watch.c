@@ -15,11 +15,18 @@
 
 #define SG_WATCH_US 5000 /* between two looks */
 
+/* Tells the other side that this rank failed or was aborted (its watch fails that rank's communicator). */
+void sg_gave_up(sg_t *sg) {
+  for (int i = 0; i < sg->npeers; i++)
+    if (sg->peers[i].words != NULL) sg->peers[i].words->gave_up[sg->rank == 0 ? 0 : 1] = 1;
+}
+
 void sg_fail(sg_t *sg, ncclResult_t res, int loud, const char *msg) {
   int expected = ncclSuccess;
   if (atomic_compare_exchange_strong(&sg->failed, &expected, (int)res))
     LOG_AT(loud ? LOG_WARN : LOG_INFO, LOG_ALL, "%s rank %d: %s", sg->name, sg->rank, msg);
   sg->quit = 1;
+  sg_gave_up(sg);
 }
 
 void sg_release(sg_t *sg) {
@@ -118,8 +125,7 @@ static void look(sg_t *sg, stuck_t *st) {
   if (*sg->abort_flag) sg->quit = 1;
   const int failed = atomic_load(&sg->failed) != ncclSuccess;
   if (failed || atomic_load(&sg->aborting) || *sg->abort_flag) {
-    for (int i = 0; i < sg->npeers; i++) /* the other side learns of it at once */
-      if (sg->peers[i].words != NULL) sg->peers[i].words->gave_up[sg->rank == 0 ? 0 : 1] = 1;
+    sg_gave_up(sg);
     if (sg->rank == 0) atomic_store(&sg->releasing, 1);
   }
   if (atomic_load(&sg->releasing)) sg_release(sg);

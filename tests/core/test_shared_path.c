@@ -9,7 +9,7 @@
  * buffer no other process can map, a captured call) go it on every rank; calls that differ fail on every
  * rank with a message that says how, and the next calls still pair; a rank whose stream never comes fails
  * the leader's communicator within BRAID_TIMEOUT_S, and releases both ranks' streams; a rank whose process
- * is killed meanwhile releases the leader at once.
+ * is killed meanwhile releases the leader at once; a leader whose launch fails still releases the others.
  *
  * Without CUDA's headers there is no stand-in driver and nothing to test.
  */
@@ -277,6 +277,27 @@ static void killed_rank(int rank, int n, void *arg) {
   EXPECT_OK(ncclMemFree(dev));
 }
 
+/* Rank 0's launch fails (the stand-in refuses it): its call fails, and the other rank's stream, which waits
+ * for rank 0's, is still released and its communicator fails too, without waiting for a timeout. */
+static void launch_fails_rank(int rank, int n, void *arg) {
+  char log[128];
+  ncclComm_t comm = open_comm(arg, rank, n, log, sizeof log);
+  mock_cuda_stats_t *st = mock_stats();
+  float *dev;
+  EXPECT_OK(ncclMemAlloc((void **)&dev, 2 * sizeof(float)));
+  EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL));
+  if (rank == 0) setenv("MOCK_CUDA_FAIL_LAUNCHES", "1", 1);
+  const double t0 = time_now();
+  const ncclResult_t res = ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL);
+  unsetenv("MOCK_CUDA_FAIL_LAUNCHES");
+  EXPECT(rank != 0 || res != ncclSuccess, "rank 0: a call whose launch failed succeeded");
+  EXPECT(time_now() - t0 < 20, "rank %d: the call took %.1f s", rank, time_now() - t0);
+  EXPECT(st->stream_waits_cut == 0, "rank %d: a stream wait was never released", rank);
+  EXPECT(async_error(comm) != ncclSuccess, "rank %d: the communicator did not fail", rank);
+  EXPECT_OK(ncclCommAbort(comm));
+  EXPECT_OK(ncclMemFree(dev));
+}
+
 /* The runner's side of killed_rank: kills rank 1 one second after rank 0 stopped it. */
 static void *killer(void *arg) {
   procs_t *p = arg;
@@ -305,6 +326,7 @@ static void shared_path(void) {
   run_procs(2, stalled_rank, 60);
   unsetenv("BRAID_TIMEOUT_S");
   killed();
+  run_procs(2, launch_fails_rank, 60);
 }
 
 /* BRAID_SHARED_GPU_LEADER 0 on one rank, 1 on the other: no rank takes the path. */

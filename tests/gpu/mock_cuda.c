@@ -881,6 +881,7 @@ static const char *kernel_name(CUfunction f) {
 static CUresult kernel_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                               unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                               CUstream stream, void **params, void **extra) {
+  if (getenv("MOCK_CUDA_FAIL_LAUNCHES") != NULL) return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
   if (params != NULL)
     tell((mock_cuda_op_t){.kind = MOCK_OP_LAUNCH,
                           .kernel = kernel_name(f),

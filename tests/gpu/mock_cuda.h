@@ -5,7 +5,8 @@
  * IPC handles do too). Its environment knobs: MOCK_CUDA_DEVICES (default 2; 0: cuInit reports no device),
  * MOCK_CUDA_NO_VMM (set: no cuMem support, so allocations fall back to cuMemAlloc), MOCK_CUDA_STUCK (set: a
  * recorded event never completes, as on a GPU whose kernels never finish), MOCK_CUDA_FAIL_DEVICE (a device
- * ordinal: cuMemCreate and cuMemAlloc on it are out of memory).
+ * ordinal: cuMemCreate and cuMemAlloc on it are out of memory), MOCK_CUDA_FAIL_LAUNCHES (set: every kernel
+ * launch fails, as when a launch is out of resources).
  *
  * Stream memory operations, copies and the copy-engine path's kernels run at once, in the calling thread; a
  * stream wait spins there until its word comes (MOCK_CUDA_WAIT_S at most). The general kernels move nothing;
