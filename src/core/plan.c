@@ -77,21 +77,25 @@ typedef struct {
   int whole_blocks;    /* ring blocks are the call's count each (reduce-scatter, all-gather), not count / n */
 } ctx_t;
 
-static ncclResult_t add(ctx_t *c, int recv_peer, int send_peer, const void *src, void *dst, size_t elems,
-                        uint32_t flags) {
-  plan_t *p = c->plan;
-  if (elems == 0) return ncclSuccess;
+ncclResult_t plan_add_xfer(plan_t *p, const xfer_t *x) {
   if (grow((void **)&p->xfers, &p->cap_xfers, p->nxfers + 1, sizeof(xfer_t), "transfers") != ncclSuccess)
     return ncclSystemError;
-  p->xfers[p->nxfers++] = (xfer_t){.recv_peer = recv_peer,
-                                   .send_peer = send_peer,
-                                   .src = src,
-                                   .dst = dst,
-                                   .bytes = elems * c->esize,
-                                   .esize = (uint32_t)c->esize,
-                                   .flags = flags,
-                                   .red = &c->task->red};
+  p->xfers[p->nxfers++] = *x;
   return ncclSuccess;
+}
+
+static ncclResult_t add(ctx_t *c, int recv_peer, int send_peer, const void *src, void *dst, size_t elems,
+                        uint32_t flags) {
+  if (elems == 0) return ncclSuccess;
+  const xfer_t x = {.recv_peer = recv_peer,
+                    .send_peer = send_peer,
+                    .src = src,
+                    .dst = dst,
+                    .bytes = elems * c->esize,
+                    .esize = (uint32_t)c->esize,
+                    .flags = flags,
+                    .red = &c->task->red};
+  return plan_add_xfer(c->plan, &x);
 }
 
 /* Pointer to element `index` of a buffer. */
@@ -224,13 +228,10 @@ static ncclResult_t scratch(plan_t *p, size_t bytes) {
   return ncclSuccess;
 }
 
-static ncclResult_t open_step(plan_t *p, const task_t *task);
-static void close_step(plan_t *p);
-
 /* Ends the current step of the call being built and starts another: what follows runs after it. */
 static ncclResult_t next_step(ctx_t *c) {
-  close_step(c->plan);
-  return open_step(c->plan, c->task);
+  plan_close_step(c->plan);
+  return plan_open_step(c->plan, c->task);
 }
 
 /* All-reduce on two ranks as two steps (task_t.split): each rank reduces its half (the peer sends
@@ -376,7 +377,7 @@ static ncclResult_t stage_sends(ctx_t *c) {
     if (!send_staged(plan, sp, t, c->rank)) continue;
     if (c->staged == NULL && (c->staged = calloc((size_t)plan->ntasks, sizeof *c->staged)) == NULL)
       return log_err(ncclSystemError, "out of host memory for the staged sends of %d calls", plan->ntasks);
-    if (!opened) CHECK(open_step(plan, t));
+    if (!opened) CHECK(plan_open_step(plan, t));
     opened = 1;
     c->task = t;
     c->esize = dtype_size(t->type);
@@ -384,7 +385,7 @@ static ncclResult_t stage_sends(ctx_t *c) {
     c->staged[i] = stage;
     CHECK(add(c, -1, -1, t->sendbuff, stage, t->count, 0));
   }
-  if (opened) close_step(plan);
+  if (opened) plan_close_step(plan);
   return ncclSuccess;
 }
 
@@ -510,14 +511,14 @@ static const build_fn_t builders[OP_COUNT] = {
     [OP_RECV] = build_p2p,
 };
 
-static ncclResult_t open_step(plan_t *p, const task_t *task) {
+ncclResult_t plan_open_step(plan_t *p, const task_t *task) {
   if (grow((void **)&p->steps, &p->cap_steps, p->nsteps + 1, sizeof(step_t), "steps") != ncclSuccess)
     return ncclSystemError;
   p->steps[p->nsteps++] = (step_t){.first = p->nxfers, .count = 0, .task = task};
   return ncclSuccess;
 }
 
-static void close_step(plan_t *p) {
+void plan_close_step(plan_t *p) {
   step_t *s = &p->steps[p->nsteps - 1];
   s->count = p->nxfers - s->first;
   if (s->count == 0) p->nsteps--;
@@ -598,7 +599,7 @@ static ncclResult_t build_steps(ctx_t *c, size_t slice_bytes, int tuned) {
       const task_t *t = &plan->tasks[i];
       int is_p2p = t->kind == OP_SEND || t->kind == OP_RECV;
       if (is_p2p != pass) continue;
-      if (!is_p2p || !p2p_open) CHECK(open_step(plan, t));
+      if (!is_p2p || !p2p_open) CHECK(plan_open_step(plan, t));
       p2p_open = is_p2p;
       c->task = t;
       c->esize = dtype_size(t->type);
@@ -607,9 +608,9 @@ static ncclResult_t build_steps(ctx_t *c, size_t slice_bytes, int tuned) {
       const build_fn_t build = builder_of(t, c->nranks, tuned);
       plan->steps[plan->nsteps - 1].oneshot = build == oneshot_builders[t->kind];
       CHECK(build(c));
-      if (!is_p2p) close_step(plan);
+      if (!is_p2p) plan_close_step(plan);
     }
-    if (p2p_open) close_step(plan);
+    if (p2p_open) plan_close_step(plan);
   }
   return ncclSuccess;
 }

@@ -151,6 +151,11 @@ ncclResult_t plan_build(plan_t *plan, int rank, int nranks, size_t slice_bytes, 
 /* Bytes of staging the plan's calls need on `rank` (in-place all-to-all, in-place one-shot reductions):
  * what plan_build takes from plan->scratch or plan->ext_scratch. */
 size_t plan_scratch_need(const plan_t *plan, int rank, int nranks, int tuned);
+/* Building blocks of a plan built by hand (the shared-GPU path's local work): appends a transfer; opens a
+ * step for `task` at the next transfer, and closes the last one, dropping it when it got no transfer. */
+ncclResult_t plan_add_xfer(plan_t *plan, const xfer_t *x);
+ncclResult_t plan_open_step(plan_t *plan, const task_t *task);
+void plan_close_step(plan_t *plan);
 /* Forgets the tasks and steps (keeps the arrays). */
 void plan_reset(plan_t *plan);
 /* Frees the arrays. */

@@ -60,7 +60,7 @@ static void peer_close(sg_t *sg, sg_peer_t *p) {
   tp_peer_mem_free(p->mem);
   tp_mbox_close(p->inbox);
   tp_mbox_close(p->outbox);
-  if (p->registered) gpu_host_unregister(p->seg.base);
+  if (p->words != NULL) gpu_host_unregister(p->seg.base);
   tp_seg_close(&p->seg, "shared-GPU words");
   memset(p, 0, sizeof *p);
 }
@@ -86,7 +86,6 @@ static ncclResult_t words_map(sg_t *sg, sg_peer_t *p, const char *name) {
   if (name != NULL) CHECK(tp_seg_attach(name, SG_WORDS_BYTES, "shared-GPU words", &p->seg));
   void *dev = NULL;
   CHECK(gpu_host_register(p->seg.base, SG_WORDS_BYTES, &dev));
-  p->registered = 1;
   p->words = p->seg.base;
   p->words_dev = dev;
   return ncclSuccess;
@@ -97,7 +96,6 @@ static ncclResult_t words_map(sg_t *sg, sg_peer_t *p, const char *name) {
 static void leader_open(sg_t *sg, const sg_setup_t *s, sg_peer_t *p, const sg_hello_t *theirs,
                         sg_hello_t *out) {
   *out = (sg_hello_t){.magic = SG_MAGIC, .pidns = tp_pid_namespace()};
-  p->rank = theirs->on ? p->rank : -1;
   if (!theirs->on) return;
   const tp_config_t *cfg = tp_ctx_config(s->links->tp);
   out->on = tp_seg_create(cfg, p->rank, SG_WORDS_BYTES, "shared-GPU words", &p->seg) == ncclSuccess &&

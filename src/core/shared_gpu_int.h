@@ -60,11 +60,10 @@ typedef struct {
 /* The leader's side of another rank, or the other rank's side of the leader. */
 typedef struct {
   int rank;
-  int pid;      /* its process, to check while waiting (0: another pid namespace, or unknown) */
-  tp_seg_t seg; /* the rank's words (sg_words_t) */
-  sg_words_t *words;
-  sg_words_t *words_dev; /* the same, as the device sees it */
-  int registered;
+  int pid;                   /* its process, to check while waiting (0: another pid namespace, or unknown) */
+  tp_seg_t seg;              /* the rank's words (sg_words_t) */
+  sg_words_t *words;         /* NULL until mapped and registered */
+  sg_words_t *words_dev;     /* the same, as the device sees it */
   tp_mbox_t *inbox, *outbox; /* leader: the rank's calls in, answers out; the rank: answers in, calls out */
   tp_peer_mem_t *mem;        /* leader: the rank's buffers mapped here */
   sg_msg_t msg;              /* leader: the rank's calls of the group being settled */

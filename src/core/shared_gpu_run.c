@@ -32,39 +32,16 @@ static sg_view_t *view_of(sg_t *sg, int r, int i) {
  * nothing for an empty transfer or a plain copy onto itself. */
 static ncclResult_t add(sg_t *sg, const char *src, char *dst, uint64_t bytes, uint32_t flags,
                         const red_t *red) {
-  plan_t *pl = &sg->local;
   if (bytes == 0 || (flags == 0 && src == dst)) return ncclSuccess;
-  if (pl->nxfers == pl->cap_xfers) {
-    int cap = pl->cap_xfers < 64 ? 64 : 2 * pl->cap_xfers;
-    xfer_t *x = realloc(pl->xfers, (size_t)cap * sizeof *x);
-    if (x == NULL) return log_err(ncclSystemError, "%s: out of host memory for %d transfers", sg->name, cap);
-    pl->xfers = x;
-    pl->cap_xfers = cap;
-  }
-  pl->xfers[pl->nxfers++] = (xfer_t){.recv_peer = -1,
-                                     .send_peer = -1,
-                                     .src = src,
-                                     .dst = dst,
-                                     .bytes = bytes,
-                                     .esize = (uint32_t)dtype_size(red->type),
-                                     .flags = flags,
-                                     .red = red};
-  return ncclSuccess;
-}
-
-/* Closes the step opened at transfer `first` for task `t` (none when it has no transfer). */
-static ncclResult_t end_step(sg_t *sg, int first, const task_t *t) {
-  plan_t *pl = &sg->local;
-  if (pl->nxfers == first) return ncclSuccess;
-  if (pl->nsteps == pl->cap_steps) {
-    int cap = pl->cap_steps < 8 ? 8 : 2 * pl->cap_steps;
-    step_t *s = realloc(pl->steps, (size_t)cap * sizeof *s);
-    if (s == NULL) return log_err(ncclSystemError, "%s: out of host memory for %d steps", sg->name, cap);
-    pl->steps = s;
-    pl->cap_steps = cap;
-  }
-  pl->steps[pl->nsteps++] = (step_t){.first = first, .count = pl->nxfers - first, .task = t};
-  return ncclSuccess;
+  const xfer_t x = {.recv_peer = -1,
+                    .send_peer = -1,
+                    .src = src,
+                    .dst = dst,
+                    .bytes = bytes,
+                    .esize = (uint32_t)dtype_size(red->type),
+                    .flags = flags,
+                    .red = red};
+  return plan_add_xfer(&sg->local, &x);
 }
 
 /* acc = the reduction of every rank's operand at byte `off` of its input, taking rank `first`'s first:
@@ -152,7 +129,6 @@ static int nth_collective(const sg_msg_t *m, int k) {
 ncclResult_t sg_build_local(sg_t *sg, const plan_t *plan) {
   plan_t *pl = &sg->local;
   plan_reset(pl);
-  pl->nxfers = pl->nsteps = 0;
   for (int i = 0; i < plan->ntasks; i++) CHECK(plan_add_task(pl, &plan->tasks[i]));
   int *idx = sg->idx;
   const task_t *p2p_task = NULL;
@@ -160,15 +136,16 @@ ncclResult_t sg_build_local(sg_t *sg, const plan_t *plan) {
     const int i = nth_collective(&sg->mine, k);
     if (i < 0) break;
     for (int r = 0; r < sg->nranks; r++) idx[r] = nth_collective(msg_of(sg, r), k);
-    const int first = pl->nxfers;
+    CHECK(plan_open_step(pl, &pl->tasks[i]));
     CHECK(add_collective(sg, &sg->mine.calls[i], idx));
-    CHECK(end_step(sg, first, &pl->tasks[i]));
+    plan_close_step(pl);
   }
   for (int i = 0; i < plan->ntasks && p2p_task == NULL; i++)
     if (plan->tasks[i].kind == OP_SEND || plan->tasks[i].kind == OP_RECV) p2p_task = &pl->tasks[i];
-  const int first = pl->nxfers;
+  CHECK(plan_open_step(pl, p2p_task != NULL ? p2p_task : &pl->tasks[0]));
   CHECK(add_p2p(sg));
-  return end_step(sg, first, p2p_task != NULL ? p2p_task : &pl->tasks[0]);
+  plan_close_step(pl);
+  return ncclSuccess;
 }
 
 /* ---- The streams ---- */
