@@ -119,7 +119,8 @@ static void fill_xfer(const gx_t *gx, const xfer_t *in, const tune_shape_t *sh, 
   const uint64_t ll128_nch = (uint64_t)(sh->ll128_nch < cap ? sh->ll128_nch : cap);
   const int peers = in->send_peer >= 0 || in->recv_peer >= 0;
   const int ll128 = !ll && peers && in->bytes <= sh->ll128_max && in->bytes <= ll128_nch * DEV_LL128_PART_MAX;
-  const int ll_copy = !ll && !peers && !(in->flags & (XF_REDUCE | XF_PREPARE)) &&
+  /* an XF_SEQ copy keeps the channels of the combines beside it: each block covers the same bytes of each */
+  const int ll_copy = !ll && !peers && !(in->flags & (XF_REDUCE | XF_PREPARE | XF_SEQ)) &&
                       in->bytes <= sh->ll128_max && in->bytes <= ll128_nch * DEV_LL128_PIECE;
   int flags = (int)in->flags;
   if (ll || ll128 || ll_copy) {

@@ -66,7 +66,9 @@ enum {
   XF_LAST = 1 << 2,    /* the final combine of a reduction (integer average divides here) */
   /* GPU executor only (one-shot algorithms; the host executor never sees them): */
   XF_SEQ = 1 << 3,      /* runs in one lane with every other XF_SEQ transfer of its step, in list order, so a
-                           transfer may read what an earlier one of them stored, whatever their connections */
+                           transfer may read what an earlier one of them stored at the same offsets (each block
+                           moves the same part of each), whatever their connections; all of a step's XF_SEQ
+                           transfers are of one size */
   XF_PREPARED = 1 << 4, /* `src` holds prepared contributions (a running result): combined as a plain sum for
                            PreMulSum instead of being scaled again */
 };

@@ -32,7 +32,7 @@ static sg_view_t *view_of(sg_t *sg, int r, int i) {
  * nothing for an empty transfer or a plain copy onto itself. */
 static ncclResult_t add(sg_t *sg, const char *src, char *dst, uint64_t bytes, uint32_t flags,
                         const red_t *red) {
-  if (bytes == 0 || (flags == 0 && src == dst)) return ncclSuccess;
+  if (bytes == 0 || ((flags & ~(uint32_t)XF_SEQ) == 0 && src == dst)) return ncclSuccess;
   const xfer_t x = {.recv_peer = -1,
                     .send_peer = -1,
                     .src = src,
@@ -44,18 +44,17 @@ static ncclResult_t add(sg_t *sg, const char *src, char *dst, uint64_t bytes, ui
   return plan_add_xfer(&sg->local, &x);
 }
 
-/* acc = the reduction of every rank's operand at byte `off` of its input, taking rank `first`'s first:
- * one lane, in list order (the kernels run a step's local transfers so), each transfer reading what the one
- * before it stored at the same bytes. */
+/* acc = the reduction of every rank's operand at byte `off` of its input, taking rank `first`'s first: in
+ * list order (XF_SEQ), each transfer reading what the one before it stored at the same bytes. */
 static ncclResult_t reduce_into(sg_t *sg, const int *idx, int first, uint64_t off, char *acc,
                                 uint64_t bytes) {
   const sg_view_t *f = view_of(sg, first, idx[first]);
-  CHECK(add(sg, f->in + off, acc, bytes, XF_PREPARE, &f->red));
+  CHECK(add(sg, f->in + off, acc, bytes, XF_PREPARE | XF_SEQ, &f->red));
   for (int k = 0, n = 0; k < sg->nranks; k++) {
     if (k == first) continue;
     const sg_view_t *v = view_of(sg, k, idx[k]);
     const uint32_t last = ++n == sg->nranks - 1 ? XF_LAST : 0;
-    CHECK(add(sg, v->in + off, acc, bytes, XF_REDUCE | XF_PREPARE | last, &v->red));
+    CHECK(add(sg, v->in + off, acc, bytes, XF_REDUCE | XF_PREPARE | XF_SEQ | last, &v->red));
   }
   return ncclSuccess;
 }
@@ -68,7 +67,7 @@ static ncclResult_t add_collective(sg_t *sg, const sg_call_t *c, const int *idx)
   switch (c->kind) {
   case OP_ALLREDUCE:
     CHECK(reduce_into(sg, idx, 0, 0, V(0)->out, b));
-    for (int r = 1; r < n; r++) CHECK(add(sg, V(0)->out, V(r)->out, b, 0, &V(r)->red));
+    for (int r = 1; r < n; r++) CHECK(add(sg, V(0)->out, V(r)->out, b, XF_SEQ, &V(r)->red)); /* after it */
     return ncclSuccess;
   case OP_REDUCE:
     return reduce_into(sg, idx, root, 0, V(root)->out, b);

@@ -1,15 +1,17 @@
 /*
  * The shared-GPU path (core/shared_gpu.h) against the tests' stand-in driver: two and three rank processes on
  * its device 0, where rank 0 moves every rank's data. The stand-in runs the stream waits (spinning in the
- * calling thread), the copies and the launches whose transfers are all local (tests/gpu/mock_cuda.h), so the
- * leader's work really reads and writes the other processes' buffers. Checked: every collective, type
- * family and operation at sizes 0, 1, odd and a few thousand, in and out of place, against independently
- * computed values (tests/common/coll_check.h) in poisoned outputs; that ranks other than the leader launch no
- * kernel at all; point-to-point calls grouped with a collective; groups that must go the ordinary way (a
- * buffer no other process can map, a captured call) go it on every rank; calls that differ fail on every
- * rank with a message that says how, and the next calls still pair; a rank whose stream never comes fails
- * the leader's communicator within BRAID_TIMEOUT_S, and releases both ranks' streams; a rank whose process
- * is killed meanwhile releases the leader at once; a leader whose launch fails still releases the others.
+ * calling thread), the copies and the launches whose transfers are all local, block by block as the kernels
+ * cut them (tests/gpu/mock_cuda.h), so the leader's work really reads and writes the other processes'
+ * buffers, in an order a GPU may take. Checked: every collective, type family and operation at sizes 0, 1,
+ * odd, a few thousand and one the kernels cut into several channels, in and out of place, against
+ * independently computed values (tests/common/coll_check.h) in poisoned outputs; that ranks other than the
+ * leader launch no kernel at all; point-to-point calls grouped with a collective; groups that must go the
+ * ordinary way (a buffer no other process can map, a captured call) go it on every rank; calls that differ
+ * fail on every rank with a message that says how, and the next calls still pair; a rank whose stream never
+ * comes fails the leader's communicator within BRAID_TIMEOUT_S, and releases both ranks' streams; a rank
+ * whose process is killed meanwhile releases the leader at once; a leader whose launch fails still releases
+ * the others.
  *
  * Without CUDA's headers there is no stand-in driver and nothing to test.
  */
@@ -86,18 +88,19 @@ static void dev_free(void *p) {
 
 /* The same list of cases on every rank: each collective (not the point-to-point ring, a group of
  * point-to-point calls alone, which goes the ordinary way), a float, an integer and a 16-bit float type,
- * every operation that applies (PreMulSum with its factor on the host), sizes 0, 1, odd and larger, in and
- * out of place, roots first and last. */
+ * every operation that applies (PreMulSum with its factor on the host), sizes 0, 1, odd and larger (up to
+ * where the kernels cut transfers into several channels), in and out of place, roots first and last. */
 static void every_case(ncclComm_t comm, int n) {
-  static const size_t counts[] = {0, 1, 7, 1001, 4099};
+  static const size_t counts[] = {0, 1, 7, 1001, 4099, 65537};
   static const ncclDataType_t types[] = {ncclFloat32, ncclInt32, ncclBfloat16};
   uint64_t seed = 1;
   for (int k = 0; k < K_SENDRECV; k++)
     for (int t = 0; t < 3; t++)
       for (int op = 0; op <= (coll_reduces((kind_t)k) ? (int)ncclNumOps : 0); op++)
-        for (int ci = 0; ci < 5; ci++)
+        for (int ci = 0; ci < 6; ci++)
           for (int inplace = 0; inplace < 2; inplace++) {
             if (ci > 1 && ci < 4 && op != 0 && op != ncclAvg && t == 2) continue; /* a few are enough */
+            if (ci == 5 && (t != 0 || (op != 0 && op != ncclAvg))) continue;
             if (inplace && k == K_ALLTOALL) continue; /* the ordinary way: checked in ordinary_ways */
             const coll_case_t c = {.kind = (kind_t)k,
                                    .type = types[t],

@@ -805,29 +805,52 @@ static CUresult run_push(const dev_push_t *w) {
   return CUDA_SUCCESS;
 }
 
-/* A launch of the general, small, LL or bulk entry point whose every transfer is local (no peer), run as the
- * kernel would, in list order: a copy, a prepared copy (PreMulSum's factor), or dst = prepare(src) (+) dst,
- * divided at LAST for SUM_POSTDIV. Returns 0 (and moves nothing) for any other launch, and for what it does
- * not model: a device-resident factor, or SUM_POSTDIV's division on a copy. */
+/* One channel's part of a local transfer: a copy, a prepared copy (PreMulSum's factor), or dst = prepare(src)
+ * (+) dst, divided at LAST for SUM_POSTDIV. */
+static void local_part(const dev_xfer_t *x, dev_span_t part) {
+  const red_t red = {.kind = (red_kind_t)x->red,
+                     .type = (ncclDataType_t)x->type,
+                     .fscale = x->scalar.f,
+                     .iscale = x->scalar.i,
+                     .divisor = x->scalar.i};
+  const size_t n = part.len / dtype_size(red.type);
+  char *dst = (char *)x->dst + part.off;
+  const char *src = (const char *)x->src + part.off;
+  if (x->flags & DEV_XF_REDUCE)
+    red_combine(&red, dst, src, dst, n, (x->flags & DEV_XF_LAST) != 0);
+  else if (x->flags & DEV_XF_PREPARE)
+    red_prepare(&red, dst, src, n);
+  else
+    memmove(dst, src, part.len);
+}
+
+/* A launch of the general, small, LL or bulk entry point whose every transfer is local (no peer), run as
+ * the kernels cut it: step by step (a grid barrier between), each step's transfers one lane, block c moving
+ * channel c's part of each transfer in list order (an LL transfer in one slice, dev_part). The blocks of a
+ * step run in no order on a GPU; here the last channel's block runs first, so that a step whose transfers
+ * read what another block of the same step writes gives wrong values, as it may on a GPU. Returns 0 (and
+ * moves nothing) for any other launch, and for what it does not model: a device-resident factor, or
+ * SUM_POSTDIV's division on a copy. */
 static int run_local(const dev_work_t *w) {
   const dev_xfer_t *x = w->ext != NULL ? w->ext : w->xfers;
   for (int i = 0; i < w->nxfers; i++)
     if (x[i].recv_peer >= 0 || x[i].send_peer >= 0 || x[i].scalar_ptr != NULL ||
         (x[i].red == DEV_RED_SUM_POSTDIV && (x[i].flags & DEV_XF_LAST) && !(x[i].flags & DEV_XF_REDUCE)))
       return 0;
-  for (int i = 0; i < w->nxfers; i++) {
-    const red_t red = {.kind = (red_kind_t)x[i].red,
-                       .type = (ncclDataType_t)x[i].type,
-                       .fscale = x[i].scalar.f,
-                       .iscale = x[i].scalar.i,
-                       .divisor = x[i].scalar.i};
-    const size_t n = x[i].bytes / dtype_size(red.type);
-    if (x[i].flags & DEV_XF_REDUCE)
-      red_combine(&red, x[i].dst, x[i].src, x[i].dst, n, (x[i].flags & DEV_XF_LAST) != 0);
-    else if (x[i].flags & DEV_XF_PREPARE)
-      red_prepare(&red, x[i].dst, x[i].src, n);
-    else
-      memmove(x[i].dst, x[i].src, x[i].bytes);
+  for (int s = 0, first = 0; s < w->nsteps; first = w->step_end[s++]) {
+    int nch = 1;
+    for (int i = first; i < w->step_end[s]; i++) nch = x[i].nch > nch ? x[i].nch : nch;
+    for (int c = nch - 1; c >= 0; c--)
+      for (uint64_t j = 0, more = 1; more; j++) {
+        more = 0;
+        for (int i = first; i < w->step_end[s]; i++) {
+          const int ll = (x[i].flags & DEV_XF_LL) != 0;
+          if (c >= x[i].nch || (ll && j > 0)) continue;
+          more |= !ll && (j + 1) * dev_slice_stride(x[i].nch) < x[i].bytes;
+          const dev_span_t part = dev_part(x[i].bytes, x[i].nch, j, (uint32_t)c);
+          if (part.len != 0) local_part(&x[i], part);
+        }
+      }
   }
   STAT_ADD(local_launches, 1);
   return 1;

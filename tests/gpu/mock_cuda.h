@@ -10,9 +10,10 @@
  *
  * Stream memory operations, copies and the copy-engine path's kernels run at once, in the calling thread; a
  * stream wait spins there until its word comes (MOCK_CUDA_WAIT_S at most). The general kernels move nothing;
- * with MOCK_CUDA_RUN_LOCAL set, a launch whose every transfer is local (no peer) is run as the kernel would
- * run it, in list order (run_local), so that work one rank does on memory it maps from others is checked on
- * its data (other tests pass made-up addresses to the kernels).
+ * with MOCK_CUDA_RUN_LOCAL set, a launch whose every transfer is local (no peer) is run as the kernels cut
+ * it, block by block, the last channel's first (run_local), so that work one rank does on memory it maps
+ * from others is checked on its data, in an order a GPU may take (other tests pass made-up addresses to the
+ * kernels).
  *
  * What it saw is exported as `mock_cuda_stats`, which tests read through dlsym.
  */
