@@ -208,6 +208,13 @@ static void ordinary_rank(int rank, int n, void *arg) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
+/* A communicator (logging into `log`) and a device buffer of two floats that every process can map. */
+static ncclComm_t open_with_dev(procs_t *p, int rank, int n, char *log, size_t len, float **dev) {
+  ncclComm_t comm = open_comm(p, rank, n, log, len);
+  EXPECT_OK(ncclMemAlloc((void **)dev, 2 * sizeof(float)));
+  return comm;
+}
+
 /* Both ranks: an all-reduce once (rank 0 maps rank 1's buffer now: a stopped process serves no descriptor),
  * then again, rank 1 first; rank 0 stops rank 1 while it waits for the answer to its calls, so that rank 1's
  * stream never raises its word, and returns how long its own call took (released), with rank 1 still
@@ -244,9 +251,8 @@ static ncclResult_t async_error(ncclComm_t comm) {
 static void stalled_rank(int rank, int n, void *arg) {
   procs_t *p = arg;
   char log[128];
-  ncclComm_t comm = open_comm(p, rank, n, log, sizeof log);
   float *dev;
-  EXPECT_OK(ncclMemAlloc((void **)&dev, 2 * sizeof(float)));
+  ncclComm_t comm = open_with_dev(p, rank, n, log, sizeof log, &dev);
   const double waited = stop_rank1(p, rank, comm, dev);
   if (rank == 0) {
     EXPECT(kill(p->pid[1], SIGCONT) == 0);
@@ -267,9 +273,8 @@ static void stalled_rank(int rank, int n, void *arg) {
 static void killed_rank(int rank, int n, void *arg) {
   procs_t *p = arg;
   char log[128];
-  ncclComm_t comm = open_comm(p, rank, n, log, sizeof log);
   float *dev;
-  EXPECT_OK(ncclMemAlloc((void **)&dev, 2 * sizeof(float)));
+  ncclComm_t comm = open_with_dev(p, rank, n, log, sizeof log, &dev);
   const double waited = stop_rank1(p, rank, comm, dev);
   if (rank == 1) pause(); /* killed meanwhile */
   EXPECT(waited < 20, "rank 0's wait lasted %.1f s (BRAID_TIMEOUT_S 60)", waited);
@@ -284,10 +289,9 @@ static void killed_rank(int rank, int n, void *arg) {
  * for rank 0's, is still released and its communicator fails too, without waiting for a timeout. */
 static void launch_fails_rank(int rank, int n, void *arg) {
   char log[128];
-  ncclComm_t comm = open_comm(arg, rank, n, log, sizeof log);
-  mock_cuda_stats_t *st = mock_stats();
   float *dev;
-  EXPECT_OK(ncclMemAlloc((void **)&dev, 2 * sizeof(float)));
+  ncclComm_t comm = open_with_dev(arg, rank, n, log, sizeof log, &dev);
+  mock_cuda_stats_t *st = mock_stats();
   EXPECT_OK(ncclAllReduce(dev, dev + 1, 1, ncclFloat, ncclSum, comm, NULL));
   if (rank == 0) setenv("MOCK_CUDA_FAIL_LAUNCHES", "1", 1);
   const double t0 = time_now();
