@@ -333,10 +333,12 @@ static ncclResult_t fetch_reply(int sock, pid_t pid, uint64_t token, const volat
     char buf[CMSG_SPACE(sizeof(int))];
   } ctl;
   struct iovec iov = {.iov_base = rep, .iov_len = sizeof *rep};
-  for (;;) {
+  for (int eofs = 0;;) {
     struct msghdr msg = {
         .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
     ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    /* Linux can report the server's close ahead of the reply queued before it: a second read is final. */
+    if (n == 0 && eofs++ == 0) continue;
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
       CHECK(wait_slice(sock, POLLIN, abort_flag, deadline, "waiting for its reply", pid, token));
       continue;
