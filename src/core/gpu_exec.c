@@ -334,6 +334,18 @@ static ncclResult_t after(gx_t *gx, const plan_t *plan, cudaStream_t s, int capt
   return ncclSuccess;
 }
 
+ncclResult_t gx_order_before(gx_t *gx, cudaStream_t s) {
+  if (gx->launched && gx->last != s) CHECK(gpu_stream_wait(s, gx->done));
+  return ncclSuccess;
+}
+
+ncclResult_t gx_order_after(gx_t *gx, cudaStream_t s) {
+  CHECK(gpu_event_record(gx->done, s));
+  gx->launched = 1;
+  gx->last = s;
+  return ncclSuccess;
+}
+
 /* ---- The work queue ---- */
 
 typedef struct {

@@ -43,6 +43,11 @@ ncclResult_t gx_launch(gx_t *gx, const plan_t *plan);
  * launch and that was one step on the LL or pair entry point, launches them again as gx_launch would and sets
  * *took; otherwise (or when the stream is capturing) sets *took to 0, and the caller takes the full path. */
 ncclResult_t gx_relaunch(gx_t *gx, const plan_t *plan, int *took);
+/* Work the communicator enqueues on stream `s` outside a launch (the shared-GPU path's stream memory
+ * operations) is ordered as launches are: gx_order_before makes `s` wait for the last eager launch when that
+ * came on another stream, gx_order_after makes the next launch wait for the work. Eager work only. */
+ncclResult_t gx_order_before(gx_t *gx, cudaStream_t s);
+ncclResult_t gx_order_after(gx_t *gx, cudaStream_t s);
 /* Whether the last gx_launch was captured into a CUDA graph (monitoring counts such calls apart). */
 int gx_captured(const gx_t *gx);
 /* How many launches gx_relaunch made (for tests). */

@@ -507,7 +507,7 @@ ncclResult_t sg_settle(sg_t *sg, const plan_t *plan, int *take) {
 }
 
 ncclResult_t sg_launch(sg_t *sg, gx_t *gx, const plan_t *plan) {
-  return sg->rank == 0 ? sg_enqueue_leader(sg, gx, plan) : sg_enqueue_rank(sg, plan);
+  return sg->rank == 0 ? sg_enqueue_leader(sg, gx, plan) : sg_enqueue_rank(sg, gx, plan);
 }
 
 /* ---- Teardown ---- */

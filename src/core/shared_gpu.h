@@ -11,12 +11,14 @@
  *   rank r's stream:   raise ready[r]                          wait done[r] >= 1, clear it
  *   leader's stream:   wait ready[r] >= 1 for every r, clear   the calls' work   raise done[r] for every r
  *
- * Every word is 0 again after a call. On the host, per group, each other rank first sends the leader its
- * calls (kinds, sizes, operations, its buffers exported) through a mailbox, and the leader answers each: the
- * path takes the group (sg_launch), or the group goes the ordinary way on every rank (a call captured into a
- * CUDA graph, a buffer that cannot be exported, a device-resident PreMulSum factor, an in-place all-to-all,
- * more than SG_CALLS calls), or the calls do not match (every rank then fails the group with
- * ncclInvalidUsage, saying how they differ). Captured work never takes the path, so no graph holds any of it.
+ * Every word is 0 again after a call, and a call's operations wait for the communicator's previous call or
+ * launch when that came on another stream (as launches do), so no rank's word is raised twice at once. On
+ * the host, per group, each other rank first sends the leader its calls (kinds, sizes, operations, its
+ * buffers exported) through a mailbox, and the leader answers each: the path takes the group (sg_launch), or
+ * the group goes the ordinary way on every rank (a call captured into a CUDA graph, a buffer that cannot be
+ * exported, a device-resident PreMulSum factor, an in-place all-to-all, more than SG_CALLS calls), or the
+ * calls do not match (every rank then fails the group with ncclInvalidUsage, saying how they differ).
+ * Captured work never takes the path, so no graph holds any of it.
  *
  * The waits are bounded by a thread per rank (sg_watch): on the leader, a wait for a rank's stream that
  * lasts BRAID_TIMEOUT_S, a rank's process that exits, an abort on any rank, or this communicator's abort

@@ -121,7 +121,7 @@ struct sg {
 /* shared_gpu_run.c */
 ncclResult_t sg_build_local(sg_t *sg, const plan_t *plan);
 ncclResult_t sg_enqueue_leader(sg_t *sg, gx_t *gx, const plan_t *plan);
-ncclResult_t sg_enqueue_rank(sg_t *sg, const plan_t *plan);
+ncclResult_t sg_enqueue_rank(sg_t *sg, gx_t *gx, const plan_t *plan);
 /* Whether call `kind` reads an input, and writes an output, on `rank` (root: of rooted calls). */
 int sg_has_in(int kind, int rank, int root);
 int sg_has_out(int kind, int rank, int root);

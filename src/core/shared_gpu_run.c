@@ -181,11 +181,13 @@ ncclResult_t sg_enqueue_leader(sg_t *sg, gx_t *gx, const plan_t *plan) {
   const cudaStream_t s = plan->tasks[0].stream;
   gpu_scope_t scope;
   CHECK(gpu_enter(sg->dev, &scope));
-  const ncclResult_t res = leader_work(sg, gx, plan, s);
+  ncclResult_t res = gx_order_before(gx, s);
+  if (res == ncclSuccess) res = leader_work(sg, gx, plan, s);
   /* the other ranks' streams wait for these, whatever became of the work: a failed call releases them too */
   ncclResult_t raised = ncclSuccess;
   for (int r = 1; r < sg->nranks && raised == ncclSuccess; r++)
     raised = gpu_stream_write32(s, (void *)&sg->peers[r].words_dev->done, 1);
+  if (raised == ncclSuccess) raised = gx_order_after(gx, s);
   if (raised == ncclSuccess) raised = gpu_event_record(sg->last, s);
   if (raised == ncclSuccess) sg->launched = 1;
   gpu_leave(&scope);
@@ -220,18 +222,21 @@ static ncclResult_t join_streams(sg_t *sg, const plan_t *plan, int ahead) {
   return ncclSuccess;
 }
 
-ncclResult_t sg_enqueue_rank(sg_t *sg, const plan_t *plan) {
+ncclResult_t sg_enqueue_rank(sg_t *sg, gx_t *gx, const plan_t *plan) {
   const cudaStream_t s = plan->tasks[0].stream;
   sg_words_t *w = sg->peers[0].words_dev;
   gpu_scope_t scope;
   CHECK(gpu_enter(sg->dev, &scope));
   ncclResult_t res = join_streams(sg, plan, 1);
+  /* one word per rank: a call on another stream must not raise it while the last call's is still up */
+  if (res == ncclSuccess) res = gx_order_before(gx, s);
   if (res == ncclSuccess) res = gpu_stream_write32(s, (void *)&w->ready, 1);
   if (res == ncclSuccess) res = gpu_stream_write32(s, sg->reached_dev, next_token(sg, plan));
   if (res == ncclSuccess) res = gpu_stream_wait32(s, (void *)&w->done, 1);
   if (res == ncclSuccess) res = gpu_stream_write32(s, (void *)&w->done, 0);
   if (res == ncclSuccess) res = gpu_stream_write32(s, sg->reached_dev, 0);
   if (res == ncclSuccess) res = join_streams(sg, plan, 0);
+  if (res == ncclSuccess) res = gx_order_after(gx, s);
   if (res == ncclSuccess) res = gpu_event_record(sg->last, s);
   if (res == ncclSuccess) sg->launched = 1;
   gpu_leave(&scope);

@@ -177,6 +177,7 @@ static void put_launch(int rank, const mock_cuda_op_t *op) {
 
 static void on_op(const mock_cuda_op_t *op) {
   if (!rec_on || op->dev < 0 || op->dev >= rec_nranks) return;
+  if (op->kind == MOCK_OP_EVENT_RECORD || op->kind == MOCK_OP_EVENT_WAIT) return; /* not in the table */
   const int rank = op->dev; /* rank r runs on device r */
   if (recs[rank].len > 0) put(rank, " ; ");
   if (op->kind == MOCK_OP_LAUNCH)

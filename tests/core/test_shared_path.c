@@ -171,6 +171,73 @@ static void p2p_rank(int rank, int n, void *arg) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
+/* What the stand-in was asked to enqueue, in order: the kind, stream and event (or word) of each. */
+enum { MAX_OPS = 256 };
+typedef struct {
+  int kind;
+  const void *stream, *obj;
+} op_seen_t;
+static op_seen_t ops[MAX_OPS];
+static int nops;
+
+static void record_op(const mock_cuda_op_t *op) {
+  if (nops < MAX_OPS)
+    ops[nops++] = (op_seen_t){(int)op->kind, op->stream, op->src != NULL ? op->src : op->dst};
+}
+
+/* Whether the first operation on stream b comes after b waits for an event recorded on stream a after a's
+ * last operation before it. */
+static int ordered_after(const void *a, const void *b) {
+  int first_b = -1, last_a = -1;
+  for (int i = 0; i < nops && first_b < 0; i++) {
+    const int work = ops[i].kind != MOCK_OP_EVENT_RECORD && ops[i].kind != MOCK_OP_EVENT_WAIT;
+    if (work && ops[i].stream == b) first_b = i;
+    if (work && ops[i].stream == a) last_a = i;
+  }
+  if (first_b < 0 || last_a < 0) return 0;
+  for (int j = last_a + 1; j < first_b; j++) {
+    if (ops[j].kind != MOCK_OP_EVENT_WAIT || ops[j].stream != b) continue;
+    for (int k = last_a + 1; k < j; k++)
+      if (ops[k].kind == MOCK_OP_EVENT_RECORD && ops[k].stream == a && ops[k].obj == ops[j].obj) return 1;
+  }
+  return 0;
+}
+
+/* Two calls on two streams, nothing between them: each rank has one word the leader waits on, so the second
+ * call's operations must wait for the first's, as launches on different streams do (else a GPU could raise
+ * the word again before the leader saw it the first time, and the leader would wait forever). */
+static void two_streams_rank(int rank, int n, void *arg) {
+  char log[128];
+  ncclComm_t comm = open_comm(arg, rank, n, log, sizeof log);
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  mock_cuda_op_fn *hook = lib != NULL ? dlsym(lib, MOCK_CUDA_ON_OP) : NULL;
+  EXPECT(hook != NULL, "the loaded libcuda.so.1 is not the stand-in driver");
+  enum { N = 1001 };
+  float *dev;
+  EXPECT_OK(ncclMemAlloc((void **)&dev, 4 * N * sizeof(float)));
+  data_fill(dev, N, 11, rank, ncclFloat, ncclSum);
+  data_fill(dev + 2 * N, N, 12, rank, ncclFloat, ncclSum);
+  data_poison(dev + N, N * sizeof(float));
+  data_poison(dev + 3 * N, N * sizeof(float));
+  cudaStream_t a = (cudaStream_t)(uintptr_t)0x5a, b = (cudaStream_t)(uintptr_t)0x5b;
+  nops = 0;
+  *hook = record_op;
+  EXPECT_OK(ncclAllReduce(dev, dev + N, N, ncclFloat, ncclSum, comm, a));
+  EXPECT_OK(ncclAllReduce(dev + 2 * N, dev + 3 * N, N, ncclFloat, ncclSum, comm, b));
+  *hook = NULL;
+  EXPECT(ordered_after(a, b),
+         "rank %d: the call on the second stream does not wait for the first (%d operations)", rank, nops);
+  for (size_t i = 0; i < N; i++) {
+    EXPECT(data_match(dev[N + i], data_expect(11, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
+           "rank %d: first all-reduce, element %zu", rank, i);
+    EXPECT(data_match(dev[3 * N + i], data_expect(12, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
+           "rank %d: second all-reduce, element %zu", rank, i);
+  }
+  EXPECT(test_file_lines(log, "goes the ordinary way") == 0, "rank %d: a call went the ordinary way", rank);
+  EXPECT_OK(ncclMemFree(dev));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
 /* Groups that go the ordinary way on every rank (the stand-in's kernels move nothing there): a buffer no
  * other process can map on one rank, an in-place all-to-all, a captured call; then calls that differ fail on
  * every rank, and a matching call after them still goes through rank 0. */
@@ -328,6 +395,7 @@ static void shared_path(void) {
   run_procs(2, collectives_rank, 120);
   run_procs(3, collectives_rank, 120);
   run_procs(3, p2p_rank, 60);
+  run_procs(3, two_streams_rank, 60);
   run_procs(2, ordinary_rank, 60);
   setenv("BRAID_TIMEOUT_S", "2", 1);
   run_procs(2, stalled_rank, 60);

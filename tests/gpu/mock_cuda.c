@@ -558,6 +558,7 @@ static CUresult mock_cuEventDestroy(CUevent ev) {
 static CUresult mock_cuEventRecord(CUevent ev, CUstream stream) {
   if (ev == NULL) return CUDA_ERROR_INVALID_HANDLE;
   ev->recorded++;
+  tell((mock_cuda_op_t){.kind = MOCK_OP_EVENT_RECORD, .src = ev, .stream = stream});
   return CUDA_SUCCESS;
 }
 
@@ -569,7 +570,9 @@ static CUresult mock_cuEventQuery(CUevent ev) {
 }
 
 static CUresult mock_cuStreamWaitEvent(CUstream stream, CUevent ev, unsigned int flags) {
-  return ev == NULL || flags != 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+  if (ev == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  tell((mock_cuda_op_t){.kind = MOCK_OP_EVENT_WAIT, .src = ev, .stream = stream});
+  return CUDA_SUCCESS;
 }
 
 static CUresult capture_status(CUstream stream, CUstreamCaptureStatus *status) {

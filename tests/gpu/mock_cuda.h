@@ -91,7 +91,14 @@ typedef struct {
 /* What the library enqueued, told to the recorder that a test installs in `mock_cuda_on_op` (found with
  * dlsym). With MOCK_CUDA_RECORD set in the environment the stand-in only tells: it moves no byte, waits for
  * no word and leaves fresh memory untouched, so that buffers of any size cost address space only. */
-typedef enum { MOCK_OP_LAUNCH, MOCK_OP_COPY, MOCK_OP_WRITE, MOCK_OP_WAIT } mock_op_kind_t;
+typedef enum {
+  MOCK_OP_LAUNCH,
+  MOCK_OP_COPY,
+  MOCK_OP_WRITE,
+  MOCK_OP_WAIT,
+  MOCK_OP_EVENT_RECORD, /* cuEventRecord: the event in src */
+  MOCK_OP_EVENT_WAIT    /* cuStreamWaitEvent: the event in src */
+} mock_op_kind_t;
 typedef struct {
   mock_op_kind_t kind;
   int dev;            /* the current context's device */
