@@ -28,7 +28,8 @@
 # carried from another machine, instead of building), NET_CHECK (1: also run scripts/gpu_net_check.sh, two ranks
 # on one GPU over Braid's network plugin, into $OUT/net).
 #
-# $OUT receives summary.md, results.tsv, gpu-tests.tsv, machine.txt, build.log and two tarballs of logs.
+# $OUT receives summary.md, results.tsv, gpu-tests.tsv, torch-suite.tsv, machine.txt, build.log and logs.tgz
+# (every log: gpu-tests/, nccl-tests/, torch/).
 # NVLink multicast stays off for every program started here.
 set -u
 cd "$(dirname "$0")/.."
@@ -320,9 +321,8 @@ reference NCCL from \`$ref\`. Largest size in the one-process-per-GPU runs: $lar
 of a budget of $budget s${skipped_stages:+; not run for lack of time: $skipped_stages}. NCCL_NVLS_ENABLE=0 throughout."
 write_summary "$gtests" "$results" "$header" >"$out/summary.md"
 printf '\n## PyTorch suite\n\n%s\n' "$torch_line" >>"$out/summary.md"
-tar czf "$out/gpu-tests-logs.tgz" -C "$work/logs/gpu-tests" .
-tar czf "$out/nccl-tests-logs.tgz" -C "$work/logs/nccl-tests" .
-[ -d "$work/logs/torch" ] && tar czf "$out/torch-logs.tgz" -C "$work/logs/torch" .
+# every log in one tarball, so that $OUT stays a handful of files
+tar czf "$out/logs.tgz" -C "$work/logs" .
 [ -n "${WORK:-}" ] || rm -rf "$work"
 cat "$out/summary.md"
 # Success means Braid passed everything it ran.

@@ -46,7 +46,10 @@ def gpu_count():
 
 def run_world(scenario, world, args, ngpus):
     sizes, limit, extra = SCENARIOS[scenario]
-    env = {**os.environ, **SAFE_ENV, **extra, "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+    # a hang is logged with what the library waits for once BRAID_TIMEOUT_S passes: keep that under torch's
+    # collective timeout (120 s, torch_rank.py), which would abort the ranks first
+    env = {"BRAID_TIMEOUT_S": "60", "NCCL_DEBUG": "WARN", **os.environ, **SAFE_ENV, **extra,
+           "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port()), "SCENARIO": scenario, "PYTHONPATH": HERE}
     if world > ngpus:
         env["TORCH_SUITE_SMALL"] = "1"
