@@ -292,9 +292,21 @@ static int one_stream(const plan_t *plan) {
   return 1;
 }
 
+ncclResult_t gx_order_before(gx_t *gx, cudaStream_t s) {
+  if (gx->launched && gx->last != s) CHECK(gpu_stream_wait(s, gx->done));
+  return ncclSuccess;
+}
+
+ncclResult_t gx_order_after(gx_t *gx, cudaStream_t s) {
+  CHECK(gpu_event_record(gx->done, s));
+  gx->launched = 1;
+  gx->last = s;
+  return ncclSuccess;
+}
+
 /* Orders the launch on `s` after the group's other streams and after the previous eager launch. */
 static ncclResult_t before(gx_t *gx, const plan_t *plan, cudaStream_t s, int capturing) {
-  if (!capturing && gx->launched && gx->last != s) CHECK(gpu_stream_wait(s, gx->done));
+  if (!capturing) CHECK(gx_order_before(gx, s));
   int j = 0;
   for (int i = 1; i < plan->ntasks; i++) {
     if (!first_on_stream(plan, i)) continue;
@@ -323,26 +335,12 @@ static ncclResult_t after(gx_t *gx, const plan_t *plan, cudaStream_t s, int capt
   if (capturing) {
     if (gx->capture_join == NULL) CHECK(gpu_event_create(&gx->capture_join));
     ev = gx->capture_join;
-  }
-  CHECK(gpu_event_record(ev, s));
-  if (!capturing) {
-    gx->launched = 1;
-    gx->last = s;
+    CHECK(gpu_event_record(ev, s));
+  } else {
+    CHECK(gx_order_after(gx, s));
   }
   for (int i = 1; i < plan->ntasks; i++)
     if (first_on_stream(plan, i)) CHECK(gpu_stream_wait(plan->tasks[i].stream, ev));
-  return ncclSuccess;
-}
-
-ncclResult_t gx_order_before(gx_t *gx, cudaStream_t s) {
-  if (gx->launched && gx->last != s) CHECK(gpu_stream_wait(s, gx->done));
-  return ncclSuccess;
-}
-
-ncclResult_t gx_order_after(gx_t *gx, cudaStream_t s) {
-  CHECK(gpu_event_record(gx->done, s));
-  gx->launched = 1;
-  gx->last = s;
   return ncclSuccess;
 }
 
