@@ -6,6 +6,8 @@
  *   single_group_mix   the same group issued for every GPU by one thread (ncclCommInitAll);
  *   procs_split_streams a communicator and two splits of it (one with the ranks reversed), each with its own
  *                      stream, with many calls in flight on all three at once before anything is waited for;
+ *   procs_two_streams  one communicator whose calls alternate between two streams, all in flight before
+ *                      anything is waited for (ranks sharing a GPU: each call waits for the last);
  *   procs_wide_mixed   transfers of 8 MiB and more, whose channels each follows from its own size on two
  * ranks (BRAID_WIDE_STEPS=3), where the ranks' steps differ: an all-to-all and an all-gather out of place on
  * rank 0 and in place on the others, a send/receive ring beside a send and receive to self on rank 0 only, in
@@ -220,6 +222,44 @@ static void procs_split_streams(void) {
   EXPECT(cuda_run_ranks(cuda_nranks, 4 * TIMEOUT_S, split_rank, NULL) == 0, "a rank failed");
 }
 
+/* ---- One communicator, calls alternating between two streams ---- */
+
+#define N_ALTERNATE 16
+
+static void alternate_rank(int rank, int n, const ncclUniqueId *id, void *arg) {
+  (void)arg;
+  const char *mode = "procs, one communicator on two streams";
+  cuda_rank_t rs[2];
+  for (int i = 0; i < 2; i++) cuda_rank_open(&rs[i], rank, POOL, 2 * POOL, NULL);
+  ncclComm_t comm;
+  cuda_watch("ncclCommInitRank", TIMEOUT_S);
+  EXPECT_OK(ncclCommInitRank(&comm, n, *id, rank));
+  static cuda_case_t k[N_ALTERNATE];
+  char what[160];
+  snprintf(what, sizeof what, "[%s] %d calls in flight at once, rank %d of %d", mode, N_ALTERNATE, rank, n);
+  cuda_watch(what, 2 * TIMEOUT_S);
+  for (int i = 0; i < N_ALTERNATE; i++) {
+    coll_case_t cc = {.kind = i % 3 == 2 ? K_BROADCAST : K_ALLREDUCE,
+                      .type = ncclFloat32,
+                      .op = ncclSum,
+                      .count = i % 2 ? 4099 : 1,
+                      .root = i % n,
+                      .seed = 9500 + (uint64_t)i};
+    cuda_case_prepare(&k[i], comm, &rs[i % 2], &cc, mode);
+  }
+  /* Nothing waits between these: every call is queued, alternating streams, before the first check. */
+  for (int i = 0; i < N_ALTERNATE; i++) cuda_case_launch(&k[i]);
+  for (int i = 0; i < N_ALTERNATE; i++) cuda_case_check(&k[i]);
+  cuda_watch("ncclCommDestroy", TIMEOUT_S);
+  EXPECT_OK(ncclCommDestroy(comm));
+  cuda_unwatch();
+  for (int i = 0; i < 2; i++) cuda_rank_close(&rs[i]);
+}
+
+static void procs_two_streams(void) {
+  EXPECT(cuda_run_ranks(cuda_nranks, 3 * TIMEOUT_S, alternate_rank, NULL) == 0, "a rank failed");
+}
+
 /* ---- Large transfers where the ranks' steps differ ---- */
 
 #define WIDE_POOL ((size_t)160 << 20)
@@ -274,6 +314,7 @@ int main(int argc, char **argv) {
   TEST(procs_group_streams, 4 * TIMEOUT_S);
   TEST(single_group_mix, 4 * TIMEOUT_S);
   TEST(procs_split_streams, 5 * TIMEOUT_S);
+  TEST(procs_two_streams, 4 * TIMEOUT_S);
   TEST(procs_wide_mixed, 4 * TIMEOUT_S);
   return test_summary();
 }
