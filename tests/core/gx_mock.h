@@ -56,12 +56,17 @@ static inline void run_one_process(void (*fn)(int rank, int nranks, void *arg), 
   EXPECT(system(cmd) == 0);
 }
 
-/* The stand-in driver's record of what it saw (tests/gpu/mock_cuda.h), found in the loaded driver. */
-static inline mock_cuda_stats_t *mock_stats(void) {
+/* A symbol of the loaded stand-in driver (tests/gpu/mock_cuda.h). */
+static inline void *mock_sym(const char *name) {
   void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  mock_cuda_stats_t *s = lib != NULL ? dlsym(lib, "mock_cuda_stats") : NULL;
+  void *s = lib != NULL ? dlsym(lib, name) : NULL;
   EXPECT(s != NULL, "the loaded libcuda.so.1 is not the stand-in driver");
   return s;
+}
+
+/* The stand-in driver's record of what it saw. */
+static inline mock_cuda_stats_t *mock_stats(void) {
+  return mock_sym("mock_cuda_stats");
 }
 
 /* The transfers of the last launch (at most DEV_MAX_XFERS; none when spilled): the work's list, or a pair
