@@ -293,7 +293,9 @@ static int one_stream(const plan_t *plan) {
 }
 
 ncclResult_t gx_order_before(gx_t *gx, cudaStream_t s) {
-  if (gx->launched && gx->last != s) CHECK(gpu_stream_wait(s, gx->done));
+  if (!gx->launched || gx->last == s) return ncclSuccess;
+  CHECK(gpu_stream_wait(s, gx->done));
+  gx->last = s; /* s now follows the eager work: a second call before gx_order_after need not wait again */
   return ncclSuccess;
 }
 

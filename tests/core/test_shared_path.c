@@ -225,6 +225,9 @@ static void two_streams_rank(int rank, int n, void *arg) {
   *hook = NULL;
   EXPECT(ordered_after(a, b),
          "rank %d: the call on the second stream does not wait for the first (%d operations)", rank, nops);
+  int waits = 0;
+  for (int i = 0; i < nops; i++) waits += ops[i].kind == MOCK_OP_EVENT_WAIT && ops[i].stream == b;
+  EXPECT(waits == 1, "rank %d: the second stream waited %d times for the first, not once", rank, waits);
   for (size_t i = 0; i < N; i++) {
     EXPECT(data_match(dev[N + i], data_expect(11, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
            "rank %d: first all-reduce, element %zu", rank, i);
