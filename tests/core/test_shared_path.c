@@ -6,12 +6,13 @@
  * buffers, in an order a GPU may take. Checked: every collective, type family and operation at sizes 0, 1,
  * odd, a few thousand and one the kernels cut into several channels, in and out of place, against
  * independently computed values (tests/common/coll_check.h) in poisoned outputs; that ranks other than the
- * leader launch no kernel at all; point-to-point calls grouped with a collective; groups that must go the
- * ordinary way (a buffer no other process can map, a captured call) go it on every rank; calls that differ
- * fail on every rank with a message that says how, and the next calls still pair; a rank whose stream never
- * comes fails the leader's communicator within BRAID_TIMEOUT_S, and releases both ranks' streams; a rank
- * whose process is killed meanwhile releases the leader at once; a leader whose launch fails still releases
- * the others.
+ * leader launch no kernel at all; point-to-point calls grouped with a collective; calls on two streams, and a
+ * call through rank 0 beside a launch on another stream, wait for each other in the order made; groups that
+ * must go the ordinary way (a buffer no other process can map, a captured call) go it on every rank; calls
+ * that differ fail on every rank with a message that says how, and the next calls still pair; a rank whose
+ * stream never comes fails the leader's communicator within BRAID_TIMEOUT_S, and releases both ranks'
+ * streams; a rank whose process is killed meanwhile releases the leader at once; a leader whose launch fails
+ * still releases the others.
  *
  * Without CUDA's headers there is no stand-in driver and nothing to test.
  */
@@ -185,13 +186,13 @@ static void record_op(const mock_cuda_op_t *op) {
     ops[nops++] = (op_seen_t){(int)op->kind, op->stream, op->src != NULL ? op->src : op->dst};
 }
 
-/* Whether the first operation on stream b comes after b waits for an event recorded on stream a after a's
- * last operation before it. */
-static int ordered_after(const void *a, const void *b) {
+/* Whether the first operation on stream b from operation `from` on comes after b waits for an event recorded
+ * on stream a after a's last operation before it. */
+static int ordered_after_from(const void *a, const void *b, int from) {
   int first_b = -1, last_a = -1;
   for (int i = 0; i < nops && first_b < 0; i++) {
     const int work = ops[i].kind != MOCK_OP_EVENT_RECORD && ops[i].kind != MOCK_OP_EVENT_WAIT;
-    if (work && ops[i].stream == b) first_b = i;
+    if (work && ops[i].stream == b && i >= from) first_b = i;
     if (work && ops[i].stream == a) last_a = i;
   }
   if (first_b < 0 || last_a < 0) return 0;
@@ -201,6 +202,10 @@ static int ordered_after(const void *a, const void *b) {
       if (ops[k].kind == MOCK_OP_EVENT_RECORD && ops[k].stream == a && ops[k].obj == ops[j].obj) return 1;
   }
   return 0;
+}
+
+static int ordered_after(const void *a, const void *b) {
+  return ordered_after_from(a, b, 0);
 }
 
 /* Two calls on two streams, nothing between them: each rank has one word the leader waits on, so the second
@@ -235,6 +240,44 @@ static void two_streams_rank(int rank, int n, void *arg) {
            "rank %d: second all-reduce, element %zu", rank, i);
   }
   EXPECT(test_file_lines(log, "goes the ordinary way") == 0, "rank %d: a call went the ordinary way", rank);
+  EXPECT_OK(ncclMemFree(dev));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+/* A collective through rank 0, point-to-point calls alone on another stream (the ordinary way: a launch),
+ * then a collective on the first stream again, as PyTorch orders its collectives and its point-to-point
+ * calls on one communicator: each waits for the one before it, whichever way either went. */
+static void path_and_launch_rank(int rank, int n, void *arg) {
+  char log[128];
+  ncclComm_t comm = open_comm(arg, rank, n, log, sizeof log);
+  mock_cuda_op_fn *hook = mock_sym(MOCK_CUDA_ON_OP);
+  enum { N = 777 };
+  float *dev;
+  EXPECT_OK(ncclMemAlloc((void **)&dev, 4 * N * sizeof(float)));
+  data_fill(dev, N, 13, rank, ncclFloat, ncclSum);
+  data_poison(dev + N, N * sizeof(float));
+  cudaStream_t a = (cudaStream_t)(uintptr_t)0x6a, b = (cudaStream_t)(uintptr_t)0x6b;
+  nops = 0;
+  *hook = record_op;
+  EXPECT_OK(ncclAllReduce(dev, dev + N, N, ncclFloat, ncclSum, comm, a));
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclSend(dev + 2 * N, N, ncclFloat, 1 - rank, comm, b));
+  EXPECT_OK(ncclRecv(dev + 3 * N, N, ncclFloat, 1 - rank, comm, b));
+  EXPECT_OK(ncclGroupEnd());
+  const int third = nops;
+  EXPECT_OK(ncclAllReduce(dev, dev + N, N, ncclFloat, ncclSum, comm, a));
+  *hook = NULL;
+  EXPECT(ordered_after(a, b), "rank %d: the launch does not wait for the call through rank 0 (%d operations)",
+         rank, nops);
+  EXPECT(ordered_after_from(b, a, third),
+         "rank %d: the call through rank 0 does not wait for the launch before it (%d operations)", rank,
+         nops);
+  int launches = 0;
+  for (int i = 0; i < nops; i++) launches += ops[i].kind == MOCK_OP_LAUNCH && ops[i].stream == b;
+  EXPECT(launches > 0, "rank %d: the point-to-point calls launched nothing on their stream", rank);
+  for (size_t i = 0; i < N; i++)
+    EXPECT(data_match(dev[N + i], data_expect(13, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
+           "rank %d: element %zu", rank, i);
   EXPECT_OK(ncclMemFree(dev));
   EXPECT_OK(ncclCommDestroy(comm));
 }
@@ -397,6 +440,7 @@ static void shared_path(void) {
   run_procs(3, collectives_rank, 120);
   run_procs(3, p2p_rank, 60);
   run_procs(3, two_streams_rank, 60);
+  run_procs(2, path_and_launch_rank, 60);
   run_procs(2, ordinary_rank, 60);
   setenv("BRAID_TIMEOUT_S", "2", 1);
   run_procs(2, stalled_rank, 60);
