@@ -282,6 +282,65 @@ static void path_and_launch_rank(int rank, int n, void *arg) {
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
+/* Whether stream `to` waits for an event recorded on `from`: after `from`'s last move of data (late = 1), or
+ * before `to`'s first (late = 0). A move is a launch or a copy; on a rank that moves none, any operation. */
+static int joined(const void *from, const void *to, int late) {
+  int first_to = nops, first_move = nops, last_from = -1, last_move = -1;
+  for (int i = 0; i < nops; i++) {
+    const int work = ops[i].kind != MOCK_OP_EVENT_RECORD && ops[i].kind != MOCK_OP_EVENT_WAIT;
+    const int move = ops[i].kind == MOCK_OP_LAUNCH || ops[i].kind == MOCK_OP_COPY;
+    if (work && ops[i].stream == to && first_to == nops) first_to = i;
+    if (move && ops[i].stream == to && first_move == nops) first_move = i;
+    if (work && ops[i].stream == from) last_from = i;
+    if (move && ops[i].stream == from) last_move = i;
+  }
+  const int since = !late ? 0 : last_move >= 0 ? last_move + 1 : last_from + 1;
+  const int until = late ? nops : first_move < nops ? first_move : first_to;
+  for (int k = since; k < until; k++) {
+    if (ops[k].kind != MOCK_OP_EVENT_RECORD || ops[k].stream != from) continue;
+    for (int j = k + 1; j < until; j++)
+      if (ops[j].kind == MOCK_OP_EVENT_WAIT && ops[j].stream == to && ops[j].obj == ops[k].obj) return 1;
+  }
+  return 0;
+}
+
+/* One group with calls on two streams: the group's work (on its first stream) waits for the second stream's
+ * work before it, and the second stream for the group's work, as around a launch. */
+static void group_streams_rank(int rank, int n, void *arg) {
+  char log[128];
+  ncclComm_t comm = open_comm(arg, rank, n, log, sizeof log);
+  mock_cuda_op_fn *hook = mock_sym(MOCK_CUDA_ON_OP);
+  enum { N = 515 };
+  float *dev;
+  EXPECT_OK(ncclMemAlloc((void **)&dev, 4 * N * sizeof(float)));
+  data_fill(dev, N, 14, rank, ncclFloat, ncclSum);
+  data_fill(dev + 2 * N, N, 15, rank, ncclFloat, ncclSum);
+  data_poison(dev + N, N * sizeof(float));
+  data_poison(dev + 3 * N, N * sizeof(float));
+  cudaStream_t a = (cudaStream_t)(uintptr_t)0x7a, b = (cudaStream_t)(uintptr_t)0x7b;
+  nops = 0;
+  *hook = record_op;
+  EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclAllReduce(dev, dev + N, N, ncclFloat, ncclSum, comm, a));
+  EXPECT_OK(ncclAllReduce(dev + 2 * N, dev + 3 * N, N, ncclFloat, ncclSum, comm, b));
+  EXPECT_OK(ncclGroupEnd());
+  *hook = NULL;
+  EXPECT(joined(b, a, 0), "rank %d: the group's work does not wait for its second stream (%d operations)",
+         rank, nops);
+  EXPECT(joined(a, b, 1), "rank %d: the second stream does not wait for the group's work (%d operations)",
+         rank, nops);
+  for (size_t i = 0; i < N; i++) {
+    EXPECT(data_match(dev[N + i], data_expect(14, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
+           "rank %d: first all-reduce, element %zu", rank, i);
+    EXPECT(data_match(dev[3 * N + i], data_expect(15, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
+           "rank %d: second all-reduce, element %zu", rank, i);
+  }
+  EXPECT(test_file_lines(log, "goes the ordinary way") == 0, "rank %d: the group went the ordinary way",
+         rank);
+  EXPECT_OK(ncclMemFree(dev));
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
 /* Groups that go the ordinary way on every rank (the stand-in's kernels move nothing there): a buffer no
  * other process can map on one rank, an in-place all-to-all, a captured call; then calls that differ fail on
  * every rank, and a matching call after them still goes through rank 0. */
@@ -441,6 +500,7 @@ static void shared_path(void) {
   run_procs(3, p2p_rank, 60);
   run_procs(3, two_streams_rank, 60);
   run_procs(2, path_and_launch_rank, 60);
+  run_procs(3, group_streams_rank, 60);
   run_procs(2, ordinary_rank, 60);
   setenv("BRAID_TIMEOUT_S", "2", 1);
   run_procs(2, stalled_rank, 60);
