@@ -306,9 +306,7 @@ ncclResult_t gx_order_after(gx_t *gx, cudaStream_t s) {
   return ncclSuccess;
 }
 
-/* Orders the launch on `s` after the group's other streams and after the previous eager launch. */
-static ncclResult_t before(gx_t *gx, const plan_t *plan, cudaStream_t s, int capturing) {
-  if (!capturing) CHECK(gx_order_before(gx, s));
+ncclResult_t gx_join_before(gx_t *gx, const plan_t *plan, cudaStream_t s) {
   int j = 0;
   for (int i = 1; i < plan->ntasks; i++) {
     if (!first_on_stream(plan, i)) continue;
@@ -327,6 +325,23 @@ static ncclResult_t before(gx_t *gx, const plan_t *plan, cudaStream_t s, int cap
   return ncclSuccess;
 }
 
+/* The group's streams other than its first wait for `ev`. */
+static ncclResult_t others_wait(const plan_t *plan, gpu_event_t *ev) {
+  for (int i = 1; i < plan->ntasks; i++)
+    if (first_on_stream(plan, i)) CHECK(gpu_stream_wait(plan->tasks[i].stream, ev));
+  return ncclSuccess;
+}
+
+ncclResult_t gx_join_after(gx_t *gx, const plan_t *plan) {
+  return others_wait(plan, gx->done);
+}
+
+/* Orders the launch on `s` after the group's other streams and after the previous eager launch. */
+static ncclResult_t before(gx_t *gx, const plan_t *plan, cudaStream_t s, int capturing) {
+  if (!capturing) CHECK(gx_order_before(gx, s));
+  return gx_join_before(gx, plan, s);
+}
+
 /* After the launch: the group's other streams wait for it, and so will the next eager launch. Inside a
  * capture, `done` keeps its last eager record (an eager wait on an event recorded in a graph is not
  * allowed), and a separate event joins the streams. `done` is recorded after every eager launch, not lazily
@@ -341,9 +356,7 @@ static ncclResult_t after(gx_t *gx, const plan_t *plan, cudaStream_t s, int capt
   } else {
     CHECK(gx_order_after(gx, s));
   }
-  for (int i = 1; i < plan->ntasks; i++)
-    if (first_on_stream(plan, i)) CHECK(gpu_stream_wait(plan->tasks[i].stream, ev));
-  return ncclSuccess;
+  return others_wait(plan, ev);
 }
 
 /* ---- The work queue ---- */

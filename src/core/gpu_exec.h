@@ -48,6 +48,10 @@ ncclResult_t gx_relaunch(gx_t *gx, const plan_t *plan, int *took);
  * came on another stream, gx_order_after makes the next launch wait for the work. Eager work only. */
 ncclResult_t gx_order_before(gx_t *gx, cudaStream_t s);
 ncclResult_t gx_order_after(gx_t *gx, cudaStream_t s);
+/* A group's streams other than its first, `s`, for work outside a launch: gx_join_before makes `s` wait for
+ * their work so far, gx_join_after (after gx_order_after) makes them wait for the work on `s`. */
+ncclResult_t gx_join_before(gx_t *gx, const plan_t *plan, cudaStream_t s);
+ncclResult_t gx_join_after(gx_t *gx, const plan_t *plan);
 /* Whether the last gx_launch was captured into a CUDA graph (monitoring counts such calls apart). */
 int gx_captured(const gx_t *gx);
 /* How many launches gx_relaunch made (for tests). */

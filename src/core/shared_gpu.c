@@ -72,8 +72,6 @@ static void release(sg_t *sg) {
   free(sg->views);
   free(sg->msgs);
   free(sg->idx);
-  for (int i = 0; i < sg->njoins; i++) gpu_event_destroy(sg->joins[i]);
-  free(sg->joins);
   if (sg->last != NULL) gpu_event_destroy(sg->last);
   if (sg->reached != NULL) gpu_host_free((void *)sg->reached);
   pthread_mutex_destroy(&sg->lock);

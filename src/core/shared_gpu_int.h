@@ -104,8 +104,6 @@ struct sg {
   } recent[SG_RECENT];
   gpu_event_t *last; /* recorded after each call's waits */
   int launched;
-  gpu_event_t **joins; /* another rank: orders a group's other streams with the first */
-  int njoins;
   /* the watch */
   pthread_t thread;
   int thread_live;

@@ -199,44 +199,21 @@ ncclResult_t sg_enqueue_leader(sg_t *sg, gx_t *gx, const plan_t *plan) {
   return res != ncclSuccess ? res : raised;
 }
 
-/* Orders the group's other streams before (ahead = 1) or after (0) its first: events of this path's own. */
-static ncclResult_t join_streams(sg_t *sg, const plan_t *plan, int ahead) {
-  int j = 0;
-  for (int i = 1; i < plan->ntasks; i++) {
-    int seen = plan->tasks[i].stream == plan->tasks[0].stream;
-    for (int k = 1; k < i && !seen; k++) seen = plan->tasks[k].stream == plan->tasks[i].stream;
-    if (seen) continue;
-    if (j == sg->njoins) {
-      gpu_event_t **e = realloc(sg->joins, (size_t)(j + 1) * sizeof *e);
-      if (e == NULL) return log_err(ncclSystemError, "%s: out of host memory for stream events", sg->name);
-      sg->joins = e;
-      CHECK(gpu_event_create(&sg->joins[j]));
-      sg->njoins++;
-    }
-    const cudaStream_t from = ahead ? plan->tasks[i].stream : plan->tasks[0].stream;
-    const cudaStream_t to = ahead ? plan->tasks[0].stream : plan->tasks[i].stream;
-    CHECK(gpu_event_record(sg->joins[j], from));
-    CHECK(gpu_stream_wait(to, sg->joins[j]));
-    j++;
-  }
-  return ncclSuccess;
-}
-
 ncclResult_t sg_enqueue_rank(sg_t *sg, gx_t *gx, const plan_t *plan) {
   const cudaStream_t s = plan->tasks[0].stream;
   sg_words_t *w = sg->peers[0].words_dev;
   gpu_scope_t scope;
   CHECK(gpu_enter(sg->dev, &scope));
-  ncclResult_t res = join_streams(sg, plan, 1);
   /* one word per rank: a call on another stream must not raise it while the last call's is still up */
-  if (res == ncclSuccess) res = gx_order_before(gx, s);
+  ncclResult_t res = gx_order_before(gx, s);
+  if (res == ncclSuccess) res = gx_join_before(gx, plan, s);
   if (res == ncclSuccess) res = gpu_stream_write32(s, (void *)&w->ready, 1);
   if (res == ncclSuccess) res = gpu_stream_write32(s, sg->reached_dev, next_token(sg, plan));
   if (res == ncclSuccess) res = gpu_stream_wait32(s, (void *)&w->done, 1);
   if (res == ncclSuccess) res = gpu_stream_write32(s, (void *)&w->done, 0);
   if (res == ncclSuccess) res = gpu_stream_write32(s, sg->reached_dev, 0);
-  if (res == ncclSuccess) res = join_streams(sg, plan, 0);
   if (res == ncclSuccess) res = gx_order_after(gx, s);
+  if (res == ncclSuccess) res = gx_join_after(gx, plan);
   if (res == ncclSuccess) res = gpu_event_record(sg->last, s);
   if (res == ncclSuccess) sg->launched = 1;
   gpu_leave(&scope);
