@@ -208,39 +208,48 @@ static int ordered_after(const void *a, const void *b) {
   return ordered_after_from(a, b, 0);
 }
 
+/* Two all-reduces of `count` floats on streams a and b, in one group or not, with what the stand-in was asked
+ * to enqueue recorded in ops; checks every element and that neither went the ordinary way. */
+static void two_reduces(ncclComm_t comm, int rank, int n, const char *log, size_t count, int grouped,
+                        cudaStream_t a, cudaStream_t b) {
+  mock_cuda_op_fn *hook = mock_sym(MOCK_CUDA_ON_OP);
+  float *dev;
+  EXPECT_OK(ncclMemAlloc((void **)&dev, 4 * count * sizeof(float)));
+  data_fill(dev, count, 11, rank, ncclFloat, ncclSum);
+  data_fill(dev + 2 * count, count, 12, rank, ncclFloat, ncclSum);
+  data_poison(dev + count, count * sizeof(float));
+  data_poison(dev + 3 * count, count * sizeof(float));
+  nops = 0;
+  *hook = record_op;
+  if (grouped) EXPECT_OK(ncclGroupStart());
+  EXPECT_OK(ncclAllReduce(dev, dev + count, count, ncclFloat, ncclSum, comm, a));
+  EXPECT_OK(ncclAllReduce(dev + 2 * count, dev + 3 * count, count, ncclFloat, ncclSum, comm, b));
+  if (grouped) EXPECT_OK(ncclGroupEnd());
+  *hook = NULL;
+  for (size_t i = 0; i < count; i++) {
+    EXPECT(data_match(dev[count + i], data_expect(11, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
+           "rank %d: first all-reduce, element %zu", rank, i);
+    EXPECT(
+        data_match(dev[3 * count + i], data_expect(12, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
+        "rank %d: second all-reduce, element %zu", rank, i);
+  }
+  EXPECT(test_file_lines(log, "goes the ordinary way") == 0, "rank %d: a call went the ordinary way", rank);
+  EXPECT_OK(ncclMemFree(dev));
+}
+
 /* Two calls on two streams, nothing between them: each rank has one word the leader waits on, so the second
  * call's operations must wait for the first's, as launches on different streams do (else a GPU could raise
  * the word again before the leader saw it the first time, and the leader would wait forever). */
 static void two_streams_rank(int rank, int n, void *arg) {
   char log[128];
   ncclComm_t comm = open_comm(arg, rank, n, log, sizeof log);
-  mock_cuda_op_fn *hook = mock_sym(MOCK_CUDA_ON_OP);
-  enum { N = 1001 };
-  float *dev;
-  EXPECT_OK(ncclMemAlloc((void **)&dev, 4 * N * sizeof(float)));
-  data_fill(dev, N, 11, rank, ncclFloat, ncclSum);
-  data_fill(dev + 2 * N, N, 12, rank, ncclFloat, ncclSum);
-  data_poison(dev + N, N * sizeof(float));
-  data_poison(dev + 3 * N, N * sizeof(float));
   cudaStream_t a = (cudaStream_t)(uintptr_t)0x5a, b = (cudaStream_t)(uintptr_t)0x5b;
-  nops = 0;
-  *hook = record_op;
-  EXPECT_OK(ncclAllReduce(dev, dev + N, N, ncclFloat, ncclSum, comm, a));
-  EXPECT_OK(ncclAllReduce(dev + 2 * N, dev + 3 * N, N, ncclFloat, ncclSum, comm, b));
-  *hook = NULL;
+  two_reduces(comm, rank, n, log, 1001, 0, a, b);
   EXPECT(ordered_after(a, b),
          "rank %d: the call on the second stream does not wait for the first (%d operations)", rank, nops);
   int waits = 0;
   for (int i = 0; i < nops; i++) waits += ops[i].kind == MOCK_OP_EVENT_WAIT && ops[i].stream == b;
   EXPECT(waits == 1, "rank %d: the second stream waited %d times for the first, not once", rank, waits);
-  for (size_t i = 0; i < N; i++) {
-    EXPECT(data_match(dev[N + i], data_expect(11, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
-           "rank %d: first all-reduce, element %zu", rank, i);
-    EXPECT(data_match(dev[3 * N + i], data_expect(12, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
-           "rank %d: second all-reduce, element %zu", rank, i);
-  }
-  EXPECT(test_file_lines(log, "goes the ordinary way") == 0, "rank %d: a call went the ordinary way", rank);
-  EXPECT_OK(ncclMemFree(dev));
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
@@ -309,35 +318,12 @@ static int joined(const void *from, const void *to, int late) {
 static void group_streams_rank(int rank, int n, void *arg) {
   char log[128];
   ncclComm_t comm = open_comm(arg, rank, n, log, sizeof log);
-  mock_cuda_op_fn *hook = mock_sym(MOCK_CUDA_ON_OP);
-  enum { N = 515 };
-  float *dev;
-  EXPECT_OK(ncclMemAlloc((void **)&dev, 4 * N * sizeof(float)));
-  data_fill(dev, N, 14, rank, ncclFloat, ncclSum);
-  data_fill(dev + 2 * N, N, 15, rank, ncclFloat, ncclSum);
-  data_poison(dev + N, N * sizeof(float));
-  data_poison(dev + 3 * N, N * sizeof(float));
   cudaStream_t a = (cudaStream_t)(uintptr_t)0x7a, b = (cudaStream_t)(uintptr_t)0x7b;
-  nops = 0;
-  *hook = record_op;
-  EXPECT_OK(ncclGroupStart());
-  EXPECT_OK(ncclAllReduce(dev, dev + N, N, ncclFloat, ncclSum, comm, a));
-  EXPECT_OK(ncclAllReduce(dev + 2 * N, dev + 3 * N, N, ncclFloat, ncclSum, comm, b));
-  EXPECT_OK(ncclGroupEnd());
-  *hook = NULL;
+  two_reduces(comm, rank, n, log, 515, 1, a, b);
   EXPECT(joined(b, a, 0), "rank %d: the group's work does not wait for its second stream (%d operations)",
          rank, nops);
   EXPECT(joined(a, b, 1), "rank %d: the second stream does not wait for the group's work (%d operations)",
          rank, nops);
-  for (size_t i = 0; i < N; i++) {
-    EXPECT(data_match(dev[N + i], data_expect(14, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
-           "rank %d: first all-reduce, element %zu", rank, i);
-    EXPECT(data_match(dev[3 * N + i], data_expect(15, n, i, ncclFloat, ncclSum, 1.0), ncclFloat, ncclSum, n),
-           "rank %d: second all-reduce, element %zu", rank, i);
-  }
-  EXPECT(test_file_lines(log, "goes the ordinary way") == 0, "rank %d: the group went the ordinary way",
-         rank);
-  EXPECT_OK(ncclMemFree(dev));
   EXPECT_OK(ncclCommDestroy(comm));
 }
 
